@@ -1,0 +1,1 @@
+"""minutia application layer: session engine, LLM engine, CLI."""

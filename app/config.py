@@ -1,0 +1,135 @@
+"""Typed settings: YAML preset (configs/<name>.yaml or a path) < environment (MINUTIA_*) < CLI flags.
+
+Nested fields come from the environment with a double underscore, e.g.
+``MINUTIA_ASR__BEAM_SIZE=1`` or ``MINUTIA_LLM__MODEL=/models/llama``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+from encoders.errors import InputError
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+DEFAULT_PRESET = "cpu-small"
+
+
+def default_home() -> Path:
+    """Where provisioned models and session data live (``MINUTIA_HOME`` overrides)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "minutia"
+
+
+class LLMSettings(BaseModel):
+    model: str = Field("gemma-3-270m", description="embedded model name, a local HF folder, or a cached hub id")
+    dtype: Literal["bfloat16", "float16", "float32", "auto"] = "bfloat16"
+    prompts: str = Field("completion", description="prompt set: configs/prompts/<name>.yaml or a path")
+    max_context_tokens: int = Field(8192, description="tokens of transcript given to the model in one pass")
+    max_new_tokens: int = 160
+    answer_context_turns: int | None = Field(
+        3, description="answer from the N turns most relevant to the question (small models); None: whole transcript"
+    )
+    threads: int | None = Field(None, description="torch CPU threads (None: all cores)")
+
+
+class ASRSettings(BaseModel):
+    model: str = Field("whisper-base", description="embedded model name or a local faster-whisper folder")
+    device: str = "cpu"
+    compute_type: str = "int8"
+    language: str | None = "en"
+    beam_size: int = 5
+    vad_filter: bool = True
+    cpu_threads: int = 0
+
+
+class DiarizationSettings(BaseModel):
+    backend: Literal["auto", "embedded", "pyannote"] = "auto"
+    model: str | None = Field(None, description="local folder of a pyannote.audio pipeline (config.yaml)")
+    num_speakers: int | None = None
+    min_speakers: int = 1
+    max_speakers: int = 8
+
+
+class Settings(BaseSettings):
+    """Everything a run needs. Build it with :func:`load_settings`."""
+
+    model_config = SettingsConfigDict(env_prefix="MINUTIA_", env_nested_delimiter="__", extra="forbid")
+
+    home: Path = Field(default_factory=default_home)
+    preset: str = DEFAULT_PRESET
+    llm: LLMSettings = LLMSettings()
+    asr: ASRSettings = ASRSettings()
+    diarization: DiarizationSettings = DiarizationSettings()
+
+
+def preset_path(name_or_path: str) -> Path:
+    """A preset name (``cpu-small``) or a path to a YAML file."""
+    candidate = Path(name_or_path)
+    if candidate.suffix in (".yaml", ".yml") or candidate.exists():
+        path = candidate
+    else:
+        path = CONFIG_DIR / f"{name_or_path}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
+        raise InputError(f"config '{name_or_path}' not found (known presets: {known}, or give a path to a YAML file)")
+    return path
+
+
+def load_settings(config: str | None = None, overrides: dict[str, Any] | None = None) -> Settings:
+    """Preset (``config``, else ``MINUTIA_CONFIG``, else cpu-small) < environment < ``overrides`` (CLI flags).
+
+    ``overrides`` is nested like the settings (``{"llm": {"model": "/x"}}``); ``None`` values are ignored.
+    """
+    path = preset_path(config or os.environ.get("MINUTIA_CONFIG") or DEFAULT_PRESET)
+    try:
+        preset = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise InputError(f"config {path} is not valid YAML: {exc}") from exc
+    if preset is not None and not isinstance(preset, dict):
+        raise InputError(f"config {path} must be a mapping of settings")
+
+    class PresetSettings(Settings):
+        model_config = SettingsConfigDict(yaml_file=path)
+
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            return init_settings, env_settings, YamlConfigSettingsSource(settings_cls)
+
+    values = _drop_none(overrides or {})
+    values.setdefault("preset", path.stem)
+    try:
+        return PresetSettings(**values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise InputError(f"invalid setting {where}: {first['msg']}") from exc
+
+
+def _drop_none(values: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, dict):
+            nested = _drop_none(value)
+            if nested:
+                out[key] = nested
+        elif value is not None:
+            out[key] = value
+    return out

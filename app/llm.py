@@ -1,0 +1,134 @@
+"""The LLM engine: a stock Hugging Face causal LM loaded from a local folder, and prompt sets.
+
+Backend details (dtype, threads, chat template or completion prompts, stop strings) stay here so
+the assistant code only asks for "complete this prompt".
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from app.config import CONFIG_DIR, LLMSettings
+from encoders.errors import InputError
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    style: str  # "completion" (base model) or "chat" (model's chat template)
+    example: str
+    answer: str
+    summary_example: str
+    summary: str
+    summary_reduce: str
+    summary_prefix: str  # the start of the summary that the template already wrote, kept in the output
+    not_found: str
+
+
+def load_prompts(name_or_path: str) -> PromptSet:
+    path = Path(name_or_path)
+    if not path.is_file():
+        path = CONFIG_DIR / "prompts" / f"{name_or_path}.yaml"
+    if not path.is_file():
+        raise InputError(f"prompt set '{name_or_path}' not found (configs/prompts/*.yaml or a path)")
+    data = yaml.safe_load(path.read_text())
+    try:
+        # Templates end where the model continues ("Answer:"), so trailing newlines from YAML go.
+        return PromptSet(**{key: str(data.get(key, "")).rstrip() for key in PromptSet.__dataclass_fields__})
+    except AttributeError as exc:
+        raise InputError(f"prompt set {path} must be a mapping") from exc
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    mean_logprob: float  # average log-probability of the generated tokens: a cheap confidence
+    prompt_tokens: int
+    new_tokens: int
+
+
+class LLMEngine:
+    """One loaded model. ``complete`` is serialised: a CPU has no spare cores for two decodes."""
+
+    def __init__(self, folder: Path, settings: LLMSettings):
+        import torch
+        import transformers
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        transformers.utils.logging.disable_progress_bar()
+        transformers.logging.set_verbosity_error()
+        if settings.threads:
+            torch.set_num_threads(settings.threads)
+        dtype = "auto" if settings.dtype == "auto" else getattr(torch, settings.dtype)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
+            self.model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"cannot load the LLM from {folder}: {exc}".splitlines()[0]) from exc
+        self.model.eval()
+        self.settings = settings
+        self.prompts = load_prompts(settings.prompts)
+        if self.prompts.style == "chat" and not getattr(self.tokenizer, "chat_template", None):
+            raise InputError(f"prompt set '{settings.prompts}' needs a model with a chat template; {folder} has none")
+        model_max = getattr(self.model.config, "max_position_embeddings", None) or settings.max_context_tokens
+        self.context_tokens = min(settings.max_context_tokens, int(model_max))
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: LLMSettings, home: Path) -> "LLMEngine":
+        from app.models import EMBEDDED_LLM, resolve_model
+
+        folder = resolve_model(settings.model, home, "LLM", EMBEDDED_LLM, "config.json")
+        return cls(folder, settings)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+    def render(self, body: str) -> str:
+        """The final prompt text: completion style as-is, chat style through the model's template."""
+        if self.prompts.style == "chat":
+            return self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": body}], tokenize=False, add_generation_prompt=True
+            )
+        return body
+
+    def complete(self, prompt: str, max_new_tokens: int | None = None, stop: tuple[str, ...] = ()) -> Completion:
+        import torch
+
+        max_new = max_new_tokens or self.settings.max_new_tokens
+        encoded = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=self.prompts.style != "chat")
+        n_prompt = encoded.input_ids.shape[1]
+        if n_prompt + max_new > self.context_tokens:
+            raise InputError(
+                f"prompt of {n_prompt} tokens plus {max_new} to generate does not fit the model's "
+                f"context of {self.context_tokens} tokens"
+            )
+        with self._lock, torch.inference_mode():
+            out = self.model.generate(
+                **encoded,
+                max_new_tokens=max_new,
+                do_sample=False,
+                # No repetition penalty / no_repeat_ngram: in HF they also count the prompt, and
+                # answering from a transcript means copying from it.
+                stop_strings=list(stop) or None,
+                tokenizer=self.tokenizer,
+                return_dict_in_generate=True,
+                output_scores=True,
+                pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id,
+            )
+        new_ids = out.sequences[0, n_prompt:]
+        logprobs = [
+            torch.log_softmax(score[0].float(), dim=-1)[tok].item() for score, tok in zip(out.scores, new_ids)
+        ]
+        text = self.tokenizer.decode(new_ids, skip_special_tokens=True)
+        for s in stop:
+            text = text.split(s)[0]
+        return Completion(
+            text=text.strip(),
+            mean_logprob=sum(logprobs) / max(1, len(logprobs)),
+            prompt_tokens=n_prompt,
+            new_tokens=len(new_ids),
+        )

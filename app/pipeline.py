@@ -1,0 +1,132 @@
+"""The batch path: recording -> speaker-attributed transcript (ASR words + diarization per word)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from app.config import Settings
+from app.models import EMBEDDED_ASR, resolve_model
+from app.speakers import name_speakers
+from app.transcript import (
+    Transcript,
+    TranscriptWord,
+    atomic_write,
+    load_transcript,
+    realign_to_sentences,
+    to_json,
+    turns_from_words,
+)
+from encoders.asr import Transcriber, TranscribeOptions
+from encoders.audio import SAMPLE_RATE, load_audio
+from encoders.diarize import assign_speakers, make_diarizer
+from encoders.errors import InputError
+from encoders.vad import detect_speech
+
+MEDIA_SUFFIXES = {".wav", ".mp3", ".m4a", ".mp4", ".webm", ".ogg", ".opus", ".flac", ".mkv", ".mov", ".aac"}
+
+
+@dataclass(frozen=True)
+class MeetingInput:
+    """What the user pointed at: a recording, a transcript, or a folder holding one of them."""
+
+    recording: Path | None
+    transcript: Path | None
+
+
+def resolve_input(path: str | Path) -> MeetingInput:
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"not found: {path}")
+    if path.is_dir():
+        media = sorted(p for p in path.iterdir() if p.suffix.lower() in MEDIA_SUFFIXES)
+        if len(media) == 1:
+            return MeetingInput(media[0], None)
+        if len(media) > 1:
+            raise InputError(f"{path} holds several recordings ({', '.join(p.name for p in media)}); name one")
+        texts = sorted(p for p in path.iterdir() if p.suffix.lower() in {".json", ".txt"} and p.stem == "transcript")
+        if texts:
+            return MeetingInput(None, texts[0])
+        raise InputError(f"{path} holds no recording ({', '.join(sorted(MEDIA_SUFFIXES))}) and no transcript.json")
+    if path.suffix.lower() in MEDIA_SUFFIXES:
+        return MeetingInput(path, None)
+    if path.suffix.lower() in {".json", ".txt", ".md"}:
+        return MeetingInput(None, path)
+    raise InputError(f"unsupported file type '{path.suffix}': give a recording ({', '.join(sorted(MEDIA_SUFFIXES))}) or a transcript (.json, .txt)")
+
+
+def transcribe_recording(path: Path, settings: Settings, console: Console | None = None) -> Transcript:
+    console = console or Console(stderr=True)
+    if path.stat().st_size == 0:
+        raise InputError(f"{path} is empty")
+    audio = load_audio(path, SAMPLE_RATE)
+    duration = len(audio) / SAMPLE_RATE
+    regions = detect_speech(audio, SAMPLE_RATE)
+    if not regions:
+        raise InputError(f"no speech found in {path} ({duration:.1f} s of audio)")
+
+    folder = resolve_model(settings.asr.model, settings.home, "ASR", EMBEDDED_ASR, "model.bin")
+    with console.status("loading the speech recogniser"):
+        transcriber = Transcriber(folder, settings.asr.device, settings.asr.compute_type, settings.asr.cpu_threads)
+    options = TranscribeOptions(
+        language=settings.asr.language, beam_size=settings.asr.beam_size, vad_filter=settings.asr.vad_filter
+    )
+    words = []
+    with Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed:.0f}/{task.total:.0f} s"),
+        TimeElapsedColumn(), console=console, transient=True,
+    ) as progress:
+        task = progress.add_task("transcribing", total=duration)
+        for segment in transcriber.transcribe(audio, options):
+            words.extend(segment.words)
+            progress.update(task, completed=min(segment.end, duration))
+        progress.update(task, completed=duration)
+    if not words:
+        raise InputError(f"no words recognised in {path}")
+
+    diarizer = make_diarizer(settings.diarization.backend, settings.diarization.model)
+    with console.status("finding who spoke when"):
+        turns = diarizer.diarize(
+            audio,
+            SAMPLE_RATE,
+            num_speakers=settings.diarization.num_speakers,
+            min_speakers=settings.diarization.min_speakers,
+            max_speakers=settings.diarization.max_speakers,
+        )
+    speakers = assign_speakers(words, turns) if turns else ["SPEAKER_00"] * len(words)
+    attributed = [
+        TranscriptWord(w.text, round(w.start, 3), round(w.end, 3), speaker, round(w.probability, 4))
+        for w, speaker in zip(words, speakers)
+    ]
+    transcript = Transcript(
+        turns=turns_from_words(realign_to_sentences(attributed)), source=path.name, duration=round(duration, 3)
+    )
+    return name_speakers(transcript)
+
+
+def _cache_key(path: Path, settings: Settings) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    digest.update(settings.asr.model_dump_json().encode())
+    digest.update(settings.diarization.model_dump_json().encode())
+    return digest.hexdigest()[:24]
+
+
+def load_meeting(path: str | Path, settings: Settings, console: Console | None = None) -> Transcript:
+    """A transcript for any input; recordings are transcribed once and cached under MINUTIA_HOME."""
+    meeting = resolve_input(path)
+    if meeting.transcript is not None:
+        return load_transcript(meeting.transcript)
+    assert meeting.recording is not None
+    cached = settings.home / "transcripts" / f"{_cache_key(meeting.recording, settings)}.json"
+    if cached.is_file():
+        return load_transcript(cached)
+    transcript = transcribe_recording(meeting.recording, settings, console)
+    atomic_write(cached, to_json(transcript))
+    return transcript

@@ -1,0 +1,307 @@
+"""The speaker-attributed transcript: one data model, its readers and its writers.
+
+Readers: minutia's own JSON (``minutia.transcript/1``), QMSum JSON, and plain text
+(``Speaker: text`` per line, optionally prefixed with ``[mm:ss]``). Writers: JSON, SRT, VTT,
+Markdown. Every writer goes through :func:`atomic_write`, so a failure never leaves a half file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from encoders.errors import InputError
+
+FORMAT = "minutia.transcript/1"
+TRANSCRIPT_SUFFIXES = {".json", ".txt", ".md"}
+
+
+@dataclass
+class TranscriptWord:
+    text: str
+    start: float
+    end: float
+    speaker: str
+    probability: float = 1.0
+
+
+@dataclass
+class Turn:
+    """Consecutive speech of one speaker. Times are seconds; None when the source had no times."""
+
+    speaker: str
+    text: str
+    start: float | None = None
+    end: float | None = None
+    words: list[TranscriptWord] = field(default_factory=list)
+
+
+@dataclass
+class Transcript:
+    turns: list[Turn]
+    source: str = ""
+    duration: float | None = None
+
+    @property
+    def speakers(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for turn in self.turns:
+            seen.setdefault(turn.speaker, None)
+        return list(seen)
+
+    @property
+    def words(self) -> list[TranscriptWord]:
+        return [w for t in self.turns for w in t.words]
+
+    @property
+    def has_times(self) -> bool:
+        return bool(self.turns) and all(t.start is not None for t in self.turns)
+
+    def to_dict(self) -> dict:
+        return {
+            "format": FORMAT,
+            "source": self.source,
+            "duration": self.duration,
+            "speakers": self.speakers,
+            "turns": [asdict(t) for t in self.turns],
+        }
+
+
+def format_time(seconds: float | None, sep: str = ".") -> str:
+    """``[h:]mm:ss`` for people; SRT/VTT stamps use :func:`_stamp`."""
+    if seconds is None:
+        return "--:--"
+    total = int(seconds)
+    h, rem = divmod(total, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+def turn_label(index: int, turn: Turn) -> str:
+    """How a turn is cited in answers: its time when known, else its number."""
+    return f"[{format_time(turn.start)}]" if turn.start is not None else f"[turn {index + 1}]"
+
+
+# ----------------------------------------------------------------------------------------- building
+
+
+def turns_from_words(words: Sequence[TranscriptWord], max_gap: float = 2.0) -> list[Turn]:
+    """Group consecutive words of one speaker into turns; a long pause also starts a new turn."""
+    turns: list[Turn] = []
+    for word in words:
+        last = turns[-1] if turns else None
+        if last is not None and last.speaker == word.speaker and word.start - (last.end or 0.0) <= max_gap:
+            last.words.append(word)
+            last.end = word.end
+        else:
+            turns.append(Turn(speaker=word.speaker, text="", start=word.start, end=word.end, words=[word]))
+    for turn in turns:
+        turn.text = _join_words(w.text for w in turn.words)
+    return turns
+
+
+def realign_to_sentences(words: Sequence[TranscriptWord], max_tail: int = 3) -> list[TranscriptWord]:
+    """Move a dangling sentence start to the next speaker.
+
+    Word times from ASR and turn edges from diarization disagree by a few hundred ms, so the first
+    word of a new turn often lands on the previous speaker ("...the pilot? The | pilot will cost").
+    When a speaker's run ends with at most ``max_tail`` words after a sentence end, those words
+    begin the next speaker's sentence and go to them.
+    """
+    fixed = list(words)
+    for i in range(1, len(fixed)):
+        if fixed[i].speaker == fixed[i - 1].speaker:
+            continue
+        tail = i
+        while tail > 0 and i - tail < max_tail and fixed[tail - 1].speaker == fixed[i - 1].speaker:
+            if fixed[tail - 1].text.rstrip().endswith((".", "?", "!")):
+                break
+            tail -= 1
+        ends_sentence = tail > 0 and fixed[tail - 1].text.rstrip().endswith((".", "?", "!"))
+        if tail < i and ends_sentence and fixed[tail - 1].speaker == fixed[i - 1].speaker:
+            for j in range(tail, i):
+                w = fixed[j]
+                fixed[j] = TranscriptWord(w.text, w.start, w.end, fixed[i].speaker, w.probability)
+    return fixed
+
+
+def _join_words(tokens: Iterable[str]) -> str:
+    text = " ".join(t.strip() for t in tokens if t.strip())
+    return re.sub(r"\s+([,.;:!?%])", r"\1", text)
+
+
+# ----------------------------------------------------------------------------------------- reading
+
+
+def load_transcript(path: str | Path) -> Transcript:
+    """Read any supported transcript file; raise InputError with one clear line otherwise."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"transcript not found: {path}")
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path} is not a UTF-8 text transcript") from exc
+    if not raw.strip():
+        raise InputError(f"{path} is empty")
+    if path.suffix.lower() == ".json" or raw.lstrip().startswith("{"):
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+        transcript = _from_json(data, path)
+    else:
+        transcript = _from_text(raw, path)
+    if not any(t.text.strip() for t in transcript.turns):
+        raise InputError(f"{path} contains no speech")
+    return transcript
+
+
+def _from_json(data: object, path: Path) -> Transcript:
+    if isinstance(data, dict) and "meeting_transcripts" in data:  # QMSum
+        turns = [
+            Turn(speaker=str(t.get("speaker", "?")), text=_qmsum_text(str(t.get("content", ""))))
+            for t in data["meeting_transcripts"]
+            if isinstance(t, dict)
+        ]
+        return Transcript(turns=turns, source=path.name)
+    if isinstance(data, dict) and isinstance(data.get("turns"), list):
+        try:
+            turns = [
+                Turn(
+                    speaker=str(t["speaker"]),
+                    text=str(t["text"]),
+                    start=_opt_float(t.get("start")),
+                    end=_opt_float(t.get("end")),
+                    words=[TranscriptWord(**w) for w in t.get("words", [])],
+                )
+                for t in data["turns"]
+            ]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(f"{path}: malformed turn in transcript JSON ({exc})") from exc
+        return Transcript(turns=turns, source=str(data.get("source", path.name)), duration=_opt_float(data.get("duration")))
+    raise InputError(f"{path}: unknown JSON transcript (expected minutia's 'turns' or QMSum's 'meeting_transcripts')")
+
+
+def _opt_float(value: object) -> float | None:
+    return None if value is None else float(value)  # type: ignore[arg-type]
+
+
+def _qmsum_text(text: str) -> str:
+    """QMSum is tokenised (``we 're``, ``it .``) and marks disfluencies (``{disfmarker}``): undo both."""
+    text = re.sub(r"\{\w+\}", " ", text)
+    text = re.sub(r"\s+([,.;:!?%)])", r"\1", text)
+    text = re.sub(r"\s+('(s|re|ve|ll|d|m|t)\b|n't\b)", r"\1", text)
+    return re.sub(r"\(\s+", "(", text).strip()
+
+
+_TEXT_LINE = re.compile(r"^\s*(?:\[(?P<time>(?:\d+:)?\d{1,2}:\d{2})\]\s*)?(?P<speaker>[^:\[\]]{1,60}):\s*(?P<text>.+)$")
+
+
+def _from_text(raw: str, path: Path) -> Transcript:
+    turns: list[Turn] = []
+    for line in raw.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        match = _TEXT_LINE.match(line)
+        if match:
+            start = _parse_clock(match["time"]) if match["time"] else None
+            turns.append(Turn(speaker=match["speaker"].strip().strip("*"), text=match["text"].strip(), start=start))
+        elif turns:
+            turns[-1].text += " " + line.strip()
+        else:
+            turns.append(Turn(speaker="SPEAKER_00", text=line.strip()))
+    return Transcript(turns=turns, source=path.name)
+
+
+def _parse_clock(stamp: str) -> float:
+    parts = [int(p) for p in stamp.split(":")]
+    seconds = 0
+    for p in parts:
+        seconds = seconds * 60 + p
+    return float(seconds)
+
+
+# ----------------------------------------------------------------------------------------- writing
+
+
+def atomic_write(path: str | Path, text: str) -> Path:
+    """Write to a temporary file in the same folder, then rename over the target."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def to_json(transcript: Transcript) -> str:
+    return json.dumps(transcript.to_dict(), indent=2, ensure_ascii=False) + "\n"
+
+
+def _stamp(seconds: float, sep: str) -> str:
+    millis = int(round(seconds * 1000))
+    h, rem = divmod(millis, 3_600_000)
+    m, rem = divmod(rem, 60_000)
+    s, ms = divmod(rem, 1000)
+    return f"{h:02d}:{m:02d}:{s:02d}{sep}{ms:03d}"
+
+
+def _cues(transcript: Transcript, max_chars: int = 84) -> list[tuple[float, float, str]]:
+    """Caption cues: a turn split into lines of at most ``max_chars``, timed by its words."""
+    cues: list[tuple[float, float, str]] = []
+    for turn in transcript.turns:
+        if turn.start is None or turn.end is None:
+            continue
+        if not turn.words:
+            cues.append((turn.start, turn.end, f"{turn.speaker}: {turn.text}"))
+            continue
+        line: list[TranscriptWord] = []
+        for word in turn.words:
+            if line and len(_join_words(w.text for w in [*line, word])) > max_chars:
+                cues.append((line[0].start, line[-1].end, f"{turn.speaker}: {_join_words(w.text for w in line)}"))
+                line = []
+            line.append(word)
+        if line:
+            cues.append((line[0].start, line[-1].end, f"{turn.speaker}: {_join_words(w.text for w in line)}"))
+    return cues
+
+
+def to_srt(transcript: Transcript) -> str:
+    blocks = [
+        f"{i}\n{_stamp(start, ',')} --> {_stamp(end, ',')}\n{text}\n"
+        for i, (start, end, text) in enumerate(_cues(transcript), start=1)
+    ]
+    return "\n".join(blocks)
+
+
+def to_vtt(transcript: Transcript) -> str:
+    blocks = [f"{_stamp(start, '.')} --> {_stamp(end, '.')}\n{text}\n" for start, end, text in _cues(transcript)]
+    return "WEBVTT\n\n" + "\n".join(blocks)
+
+
+def to_markdown(transcript: Transcript) -> str:
+    lines = [f"# Transcript: {transcript.source}", ""]
+    if transcript.duration:
+        lines += [f"Duration: {format_time(transcript.duration)} · Speakers: {', '.join(transcript.speakers)}", ""]
+    for index, turn in enumerate(transcript.turns):
+        lines.append(f"**{turn_label(index, turn)} {turn.speaker}:** {turn.text}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+WRITERS = {"json": to_json, "srt": to_srt, "vtt": to_vtt, "md": to_markdown}
+
+
+def write_all(transcript: Transcript, out_dir: Path, stem: str, formats: Sequence[str] = tuple(WRITERS)) -> list[Path]:
+    return [atomic_write(out_dir / f"{stem}.{fmt}", WRITERS[fmt](transcript)) for fmt in formats]

@@ -1,0 +1,168 @@
+"""Diarization error rate and speed of the embedded diarizer on the samples we can ship.
+
+    .venv/bin/python bench/diarization.py [--out DIR] [--oracle-speakers] [--embedding mfcc]
+                                          [--set switch_penalty=0.5 ...]
+
+Samples: the real two-speaker recording inside the pyannote.audio wheel (sample.wav +
+sample.rttm) and samples/standup (meeting.ogg + reference.rttm, three synthetic voices) when
+present. DER is pyannote.metrics' DiarizationErrorRate with skip_overlap=False, at collar 0
+(pyannote's own benchmark setting, the headline number) and at collar 0.25 s (the older NIST
+habit). RTF is diarization wall time (VAD included, model loading excluded) / audio duration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.resources
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from encoders.audio import load_audio  # noqa: E402
+from encoders.diarize import EmbeddedDiarizer, SpeakerTurn  # noqa: E402
+
+
+def read_rttm(path: Path) -> list[SpeakerTurn]:
+    """SPEAKER lines of an RTTM file as turns (field 4 onset, 5 duration, 8 name)."""
+    turns = []
+    for line in path.read_text().splitlines():
+        f = line.split()
+        if f and f[0] == "SPEAKER":
+            turns.append(SpeakerTurn(float(f[3]), float(f[3]) + float(f[4]), f[7]))
+    return turns
+
+
+def annotation(turns: list[SpeakerTurn], uri: str):
+    from pyannote.core import Annotation, Segment
+
+    ann = Annotation(uri=uri)
+    for i, t in enumerate(turns):
+        ann[Segment(t.start, t.end), i] = t.speaker
+    return ann
+
+
+def der(reference: list[SpeakerTurn], hypothesis: list[SpeakerTurn], collar: float) -> dict:
+    """DER and its components (fractions of reference speech)."""
+    from pyannote.metrics.diarization import DiarizationErrorRate
+
+    metric = DiarizationErrorRate(collar=collar, skip_overlap=False)
+    parts = metric(annotation(reference, "x"), annotation(hypothesis, "x"), detailed=True)
+    total = parts["total"] or 1.0
+    return {
+        "der": parts["diarization error rate"],
+        "missed": parts["missed detection"] / total,
+        "false_alarm": parts["false alarm"] / total,
+        "confusion": parts["confusion"] / total,
+    }
+
+
+def samples() -> list[tuple[str, Path, Path]]:
+    pyannote_dir = Path(str(importlib.resources.files("pyannote.audio") / "sample"))
+    found = [("pyannote-sample", pyannote_dir / "sample.wav", pyannote_dir / "sample.rttm")]
+    standup = ROOT / "samples" / "standup"
+    if (standup / "meeting.ogg").is_file() and (standup / "reference.rttm").is_file():
+        found.append(("standup", standup / "meeting.ogg", standup / "reference.rttm"))
+    return found
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def parse_overrides(pairs: list[str]) -> dict:
+    fields = {f.name: f for f in dataclasses.fields(EmbeddedDiarizer)}
+    out = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        if key not in fields:
+            raise SystemExit(f"unknown EmbeddedDiarizer field {key!r}; fields: {', '.join(fields)}")
+        default = getattr(EmbeddedDiarizer, key)
+        out[key] = value if isinstance(default, str) else type(default)(value)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=None, help="write diarization.json here")
+    ap.add_argument("--oracle-speakers", action="store_true", help="pass the reference speaker count")
+    ap.add_argument("--embedding", choices=["ge2e", "mfcc"], default="ge2e")
+    ap.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="EmbeddedDiarizer overrides")
+    args = ap.parse_args(argv)
+    console = Console(stderr=True)
+
+    diarizer = EmbeddedDiarizer(embedding=args.embedding, **parse_overrides(args.set))
+    todo = samples()
+    rows = []
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("warming up (loading models)", total=len(todo) + 1)
+        start = time.perf_counter()
+        warm = load_audio(todo[0][1])[: 16000 * 5]
+        diarizer.diarize(warm)
+        load_s = time.perf_counter() - start
+        progress.advance(task)
+        for name, audio_path, rttm_path in todo:
+            progress.update(task, description=f"diarizing {name}")
+            audio = load_audio(audio_path)
+            reference = read_rttm(rttm_path)
+            n_ref = len({t.speaker for t in reference})
+            start = time.perf_counter()
+            hyp = diarizer.diarize(audio, num_speakers=n_ref if args.oracle_speakers else None)
+            elapsed = time.perf_counter() - start
+            duration = len(audio) / 16000
+            rows.append({
+                "sample": name,
+                "duration_s": round(duration, 2),
+                "ref_speakers": n_ref,
+                "hyp_speakers": len({t.speaker for t in hyp}),
+                "collar_0": der(reference, hyp, 0.0),
+                "collar_0.25": der(reference, hyp, 0.25),
+                "seconds": round(elapsed, 3),
+                "rtf": elapsed / duration,
+            })
+            progress.advance(task)
+
+    command = " ".join(shlex.quote(a) for a in [sys.executable.split("/")[-1], *sys.argv])
+    machine = f"{os.cpu_count()} CPUs ({len(os.sched_getaffinity(0))} usable), {cpu_model()}"
+    print(f"`{command}` on {machine}; model load + warm-up {load_s:.1f} s; "
+          f"embedding {args.embedding}, speakers {'oracle' if args.oracle_speakers else 'estimated'}\n")
+    print("| sample | duration | speakers ref/hyp | DER collar 0 (miss/FA/conf) | DER collar 0.25 | RTF |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        c0, c25 = r["collar_0"], r["collar_0.25"]
+        print(f"| {r['sample']} | {r['duration_s']:.1f} s | {r['ref_speakers']}/{r['hyp_speakers']} "
+              f"| {c0['der']:.1%} ({c0['missed']:.1%}/{c0['false_alarm']:.1%}/{c0['confusion']:.1%}) "
+              f"| {c25['der']:.1%} | {r['rtf']:.3f} |")
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        report = {
+            "command": command,
+            "machine": {"nproc": os.cpu_count(), "usable_cpus": len(os.sched_getaffinity(0)), "cpu": cpu_model()},
+            "load_s": load_s,
+            "embedding": args.embedding,
+            "oracle_speakers": args.oracle_speakers,
+            "settings": dataclasses.asdict(diarizer),
+            "samples": rows,
+        }
+        (args.out / "diarization.json").write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Kernels: torch reference ops and Triton kernels for sparse decode and (de)quantization. Imports only torch/triton."""

@@ -1,0 +1,725 @@
+"""Plain torch reference ops for the KV store: (de)quantization and block-sparse decode attention.
+
+These run on any device and are the oracle the Triton kernels are tested against, and the CPU fast
+path: every op is vectorised (gather + batched matmul), there is no Python loop over blocks.
+
+Layout conventions
+------------------
+* Paged KV storage: ``[num_physical_blocks, block_size, n_kv_heads, head_dim]`` (one block holds one
+  batch row's tokens for all KV heads).
+* Block table: ``[batch, n_kv_heads, max_blocks]`` physical block ids, ``-1`` for padding. Each
+  (batch, KV head) lists its active blocks; the listed blocks are full except possibly the last
+  listed one, whose valid length follows from ``seq_lens[b, h]`` (number of valid tokens over the
+  listed blocks), as in paged-attention decoders.
+* Queries: ``[batch, n_q_heads, head_dim]`` (one decode step) or ``[batch, n_q_heads, n_queries,
+  head_dim]`` (several queries that all see every listed token, e.g. a prefill chunk over its past).
+  ``n_q_heads`` is a multiple of ``n_kv_heads`` (GQA); query head ``h`` reads KV head
+  ``h // (n_q_heads // n_kv_heads)``, as in transformers' ``repeat_kv``.
+
+Quantization (KIVI style)
+-------------------------
+Groups of ``group_size`` consecutive elements along one axis share a scale: keys are quantized per
+channel (groups run along the token axis), values per token (groups run along the channel axis).
+Integer formats are asymmetric (per-group minimum and step), codes are ``uint8``; INT4 codes are
+packed two per byte along the group axis (even element in the low nibble). FP8 e4m3 uses one
+absmax scale per group. Outlier channels (indices per KV head) are cut out before quantization,
+kept in the source precision, and written back on dequantization, so a few large channels do not
+inflate every group's step (source 8.2).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+import torch
+
+QuantKind = Literal["int8", "int4", "fp8"]
+FP8_DTYPE = torch.float8_e4m3fn
+FP8_MAX = float(torch.finfo(torch.float8_e4m3fn).max)  # 448
+_INT_LEVELS = {"int8": 255, "int4": 15}
+
+
+# --------------------------------------------------------------------------------------------------
+# Quantization
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class QuantizedTensor:
+    """A tensor stored in a compressed form plus what is needed to restore it.
+
+    ``data`` keeps the original axis order; only the size of ``axis`` changes for INT4 (halved by
+    packing). ``scale``/``zero`` have the original shape with ``axis`` reduced to the group count.
+    """
+
+    data: torch.Tensor
+    scale: torch.Tensor
+    zero: torch.Tensor | None
+    kind: str
+    axis: int
+    group_size: int
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    outlier_idx: torch.Tensor | None = None
+    outlier_values: torch.Tensor | None = None
+
+    def nbytes(self) -> int:
+        """Bytes of the per-element payload (codes, scales, zero points, outlier values).
+
+        The outlier index is shared by every block of a layer and is not counted here.
+        """
+        tensors = [self.data, self.scale, self.zero, self.outlier_values]
+        return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+
+def _normalize_axis(axis: int, ndim: int) -> int:
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"axis {axis} out of range for a {ndim}-d tensor")
+    return axis % ndim
+
+
+def _round_down(value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Cast to ``dtype`` rounding towards -inf, so a stored minimum never exceeds the true one."""
+    stored = value.to(dtype)
+    too_big = stored.float() > value
+    if too_big.any():
+        stored = torch.where(too_big, torch.nextafter(stored, torch.full_like(stored, -math.inf)), stored)
+    return stored
+
+
+def _round_up(value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Cast to ``dtype`` rounding towards +inf, so a stored step always covers the group's range."""
+    stored = value.to(dtype)
+    too_small = stored.float() < value
+    if too_small.any():
+        stored = torch.where(too_small, torch.nextafter(stored, torch.full_like(stored, math.inf)), stored)
+    return stored
+
+
+def pack_int4(codes: torch.Tensor, axis: int = -1) -> torch.Tensor:
+    """Pack 4-bit codes (uint8 values 0..15) two per byte along ``axis`` (even index in the low nibble)."""
+    axis = _normalize_axis(axis, codes.ndim)
+    moved = codes.movedim(axis, -1)
+    if moved.shape[-1] % 2:
+        raise ValueError("INT4 packing needs an even length along the packed axis")
+    packed = (moved[..., 0::2] & 0x0F) | ((moved[..., 1::2] & 0x0F) << 4)
+    return packed.movedim(-1, axis).contiguous()
+
+
+def unpack_int4(packed: torch.Tensor, axis: int = -1) -> torch.Tensor:
+    """Inverse of :func:`pack_int4`: uint8 codes 0..15, twice as long along ``axis``."""
+    axis = _normalize_axis(axis, packed.ndim)
+    moved = packed.movedim(axis, -1)
+    low = moved & 0x0F
+    high = (moved >> 4) & 0x0F
+    codes = torch.stack((low, high), dim=-1).reshape(*moved.shape[:-1], moved.shape[-1] * 2)
+    return codes.movedim(-1, axis)
+
+
+def select_outlier_channels(x: torch.Tensor, count: int, head_axis: int = -2) -> torch.Tensor:
+    """Pick, per KV head, the ``count`` channels (last axis) with the largest absolute value.
+
+    Returns int64 indices ``[n_heads, count]`` (sorted), to be computed once per layer (e.g. on the
+    first prefill chunk) and then passed to :func:`quantize` for every block of that layer.
+    """
+    head_axis = _normalize_axis(head_axis, x.ndim)
+    if head_axis == x.ndim - 1:
+        raise ValueError("the head axis cannot be the channel axis")
+    moved = x.movedim(head_axis, 0).abs()  # [H, ..., D]
+    per_channel = moved.reshape(moved.shape[0], -1, moved.shape[-1]).amax(dim=1)  # [H, D]
+    count = min(count, x.shape[-1])
+    return per_channel.topk(count, dim=-1).indices.sort(dim=-1).values
+
+
+def outlier_index_for(outlier_idx: torch.Tensor, ndim: int, head_axis: int) -> torch.Tensor:
+    """Reshape per-head indices ``[H, n]`` so they broadcast against a tensor whose heads sit at ``head_axis``."""
+    head_axis = _normalize_axis(head_axis, ndim)
+    shape = [1] * ndim
+    shape[head_axis] = outlier_idx.shape[0]
+    shape[-1] = outlier_idx.shape[1]
+    return outlier_idx.reshape(shape)
+
+
+def _groups(x: torch.Tensor, axis: int, group_size: int) -> torch.Tensor:
+    """View ``x`` as ``[..., n_groups, group_size]`` with the group axis moved last."""
+    moved = x.movedim(axis, -1)
+    length = moved.shape[-1]
+    if group_size <= 0 or length % group_size:
+        raise ValueError(f"group_size {group_size} must divide the axis length {length}")
+    return moved.reshape(*moved.shape[:-1], length // group_size, group_size)
+
+
+def quantize(
+    x: torch.Tensor,
+    kind: QuantKind,
+    axis: int,
+    group_size: int,
+    outlier_idx: torch.Tensor | None = None,
+    param_dtype: torch.dtype = torch.float32,
+) -> QuantizedTensor:
+    """Quantize ``x`` group-wise along ``axis``.
+
+    ``outlier_idx`` (int64, broadcastable to ``x.shape[:-1] + (n,)``, see :func:`outlier_index_for`)
+    names channels of the last axis kept at full precision. ``param_dtype`` is the dtype of scales
+    and zero points; they are rounded conservatively so the per-element error bound of the integer
+    formats (half a step) holds with the stored parameters.
+    """
+    if kind not in ("int8", "int4", "fp8"):
+        raise ValueError(f"unknown quantization kind {kind!r}")
+    axis = _normalize_axis(axis, x.ndim)
+    outlier_values = None
+    if outlier_idx is not None:
+        idx = outlier_idx.to(x.device).expand(*x.shape[:-1], outlier_idx.shape[-1])
+        outlier_values = torch.gather(x, -1, idx)
+        x = x.scatter(-1, idx, 0.0)
+    groups = _groups(x.float(), axis, group_size)  # [..., G, g]
+
+    if kind == "fp8":
+        absmax = groups.abs().amax(dim=-1)
+        scale = _round_up(absmax / FP8_MAX, param_dtype)
+        safe = torch.where(scale.float() > 0, scale.float(), torch.ones_like(absmax))
+        scaled = (groups / safe.unsqueeze(-1)).clamp(-FP8_MAX, FP8_MAX)
+        data = scaled.to(FP8_DTYPE).reshape(*groups.shape[:-2], -1).movedim(-1, axis).contiguous()
+        zero = None
+    else:
+        levels = _INT_LEVELS[kind]
+        minimum = groups.amin(dim=-1)
+        maximum = groups.amax(dim=-1)
+        zero = _round_down(minimum, param_dtype)
+        scale = _round_up((maximum - zero.float()) / levels, param_dtype)
+        safe = torch.where(scale.float() > 0, scale.float(), torch.ones_like(minimum))
+        codes = ((groups - zero.float().unsqueeze(-1)) / safe.unsqueeze(-1)).round().clamp(0, levels)
+        codes = codes.to(torch.uint8).reshape(*groups.shape[:-2], -1)  # group axis last
+        if kind == "int4":
+            codes = pack_int4(codes, -1)
+        data = codes.movedim(-1, axis).contiguous()
+        zero = zero.movedim(-1, axis).contiguous()
+    return QuantizedTensor(
+        data=data,
+        scale=scale.movedim(-1, axis).contiguous(),
+        zero=zero,
+        kind=kind,
+        axis=axis,
+        group_size=group_size,
+        shape=tuple(x.shape),
+        dtype=x.dtype,
+        outlier_idx=outlier_idx,
+        outlier_values=outlier_values,
+    )
+
+
+def dequantize(qt: QuantizedTensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Restore a :class:`QuantizedTensor` (computed in fp32, returned in ``dtype`` or the source dtype)."""
+    axis = qt.axis
+    if qt.kind == "fp8":
+        values = qt.data.movedim(axis, -1).float()
+    else:
+        codes = qt.data.movedim(axis, -1)
+        if qt.kind == "int4":
+            codes = unpack_int4(codes, -1)
+        values = codes.float()
+    length = values.shape[-1]
+    values = values.reshape(*values.shape[:-1], length // qt.group_size, qt.group_size)
+    scale = qt.scale.movedim(axis, -1).float().unsqueeze(-1)
+    if qt.kind == "fp8":
+        out = values * scale
+    else:
+        out = values * scale + qt.zero.movedim(axis, -1).float().unsqueeze(-1)
+    out = out.reshape(*out.shape[:-2], length).movedim(-1, axis)
+    out = out.to(dtype or qt.dtype)
+    if qt.outlier_idx is not None and qt.outlier_values is not None:
+        idx = qt.outlier_idx.to(out.device).expand(*out.shape[:-1], qt.outlier_idx.shape[-1])
+        out = out.scatter(-1, idx, qt.outlier_values.to(out.dtype))
+    return out
+
+
+def quantize_keys(
+    k: torch.Tensor,
+    kind: QuantKind,
+    group_size: int,
+    token_axis: int,
+    outlier_idx: torch.Tensor | None = None,
+    param_dtype: torch.dtype = torch.float32,
+) -> QuantizedTensor:
+    """KIVI keys: per-channel scales, groups of ``group_size`` tokens along ``token_axis``."""
+    return quantize(k, kind, token_axis, group_size, outlier_idx, param_dtype)
+
+
+def quantize_values(
+    v: torch.Tensor,
+    kind: QuantKind,
+    group_size: int,
+    outlier_idx: torch.Tensor | None = None,
+    param_dtype: torch.dtype = torch.float32,
+) -> QuantizedTensor:
+    """KIVI values: per-token scales, groups of ``group_size`` channels along the last axis."""
+    return quantize(v, kind, -1, group_size, outlier_idx, param_dtype)
+
+
+def element_step(qt: QuantizedTensor) -> torch.Tensor:
+    """The quantization step of every element, in the source shape (for error bounds and tests)."""
+    scale = qt.scale.float().movedim(qt.axis, -1)
+    scale = scale.repeat_interleave(qt.group_size, dim=-1).movedim(-1, qt.axis)
+    if qt.outlier_idx is not None:
+        idx = qt.outlier_idx.to(scale.device).expand(*scale.shape[:-1], qt.outlier_idx.shape[-1])
+        scale = scale.scatter(-1, idx, 0.0)
+    return scale
+
+
+# --------------------------------------------------------------------------------------------------
+# Paged gathers
+# --------------------------------------------------------------------------------------------------
+
+
+def gather_pages(pages: torch.Tensor, block_table: torch.Tensor) -> torch.Tensor:
+    """Read ``pages[block_table[b, h, m], :, h, :]`` for every listed (batch, head, block).
+
+    ``pages`` is ``[P, X, H, Y]``; the result is ``[B, H, M, X, Y]``. Only the selected head slice of
+    each selected block is read. Padding entries (-1) read block 0 and must be masked by the caller.
+    """
+    n_heads = block_table.shape[1]
+    if pages.shape[2] != n_heads:
+        raise ValueError(f"pages have {pages.shape[2]} heads, block table has {n_heads}")
+    safe = block_table.clamp(min=0).to(pages.device)
+    heads = torch.arange(n_heads, device=pages.device).view(1, n_heads, 1)
+    # CPU torch cannot index float8 tensors: gather their bytes instead.
+    raw = pages.view(torch.uint8) if pages.dtype == FP8_DTYPE else pages
+    # Two advanced indices split by a slice: the broadcast (B, H, M) dims come first.
+    picked = raw[safe, :, heads, :]
+    return picked.view(pages.dtype) if pages.dtype == FP8_DTYPE else picked
+
+
+def gather_quantized_pages(qt: QuantizedTensor, block_table: torch.Tensor) -> QuantizedTensor:
+    """Gather the selected (block, head) slices of a paged :class:`QuantizedTensor`.
+
+    The paged tensor has the source shape ``[P, block_size, H, D]`` with ``axis`` 1 (keys, per
+    channel) or 3 (values, per token); the result describes ``[B, H, M, block_size, D]``.
+    """
+    if len(qt.shape) != 4 or qt.axis not in (1, 3):
+        raise ValueError("expected a paged [P, block_size, H, D] tensor quantized along axis 1 or 3")
+    n_blocks_listed = block_table.shape[2]
+    new_axis = {1: 3, 3: 4}[qt.axis]
+    outlier_idx = None
+    outlier_values = None
+    if qt.outlier_idx is not None:
+        per_head = qt.outlier_idx.reshape(qt.outlier_idx.shape[-2], qt.outlier_idx.shape[-1])
+        outlier_idx = per_head.view(1, per_head.shape[0], 1, 1, per_head.shape[1])
+        outlier_values = gather_pages(qt.outlier_values, block_table)
+    batch, heads = block_table.shape[:2]
+    return QuantizedTensor(
+        data=gather_pages(qt.data, block_table),
+        scale=gather_pages(qt.scale, block_table),
+        zero=None if qt.zero is None else gather_pages(qt.zero, block_table),
+        kind=qt.kind,
+        axis=new_axis,
+        group_size=qt.group_size,
+        shape=(batch, heads, n_blocks_listed, qt.shape[1], qt.shape[3]),
+        dtype=qt.dtype,
+        outlier_idx=outlier_idx,
+        outlier_values=outlier_values,
+    )
+
+
+def gather_kv(source: torch.Tensor | QuantizedTensor, block_table: torch.Tensor) -> torch.Tensor:
+    """Selected blocks as a dense ``[B, H, M, block_size, D]`` tensor, dequantizing only what is read."""
+    if isinstance(source, QuantizedTensor):
+        return dequantize(gather_quantized_pages(source, block_table))
+    return gather_pages(source, block_table)
+
+
+# --------------------------------------------------------------------------------------------------
+# Attention partials and their merge
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class AttentionPartial:
+    """Attention over a subset of the keys: normalised output and the log-sum-exp of its logits.
+
+    ``out`` is ``[B, Hq, Q, D]`` (fp32), ``lse`` is ``[B, Hq, Q]``; an empty subset has ``lse = -inf``
+    and ``out = 0``. Partials over disjoint key sets merge exactly with :func:`merge_partials`.
+    """
+
+    out: torch.Tensor
+    lse: torch.Tensor
+
+
+def merge_partials(partials: Sequence[AttentionPartial]) -> AttentionPartial:
+    """Combine attention over disjoint key sets (the flash-decoding / split-KV reduction)."""
+    if not partials:
+        raise ValueError("nothing to merge")
+    if len(partials) == 1:
+        return partials[0]
+    lses = torch.stack([p.lse for p in partials])  # [n, B, H, Q]
+    total = torch.logsumexp(lses, dim=0)
+    finite = torch.isfinite(total)
+    weights = torch.where(finite, torch.exp(lses - total.where(finite, torch.zeros_like(total))), 0.0)
+    out = sum(w.unsqueeze(-1) * p.out for w, p in zip(weights, partials))
+    return AttentionPartial(out=out, lse=total)
+
+
+def _group_queries(q: torch.Tensor, n_kv_heads: int) -> tuple[torch.Tensor, bool]:
+    """``[B, Hq, (Q,) D]`` -> ``[B, Hkv, G, Q, D]`` fp32, plus whether Q was absent."""
+    single = q.ndim == 3
+    if single:
+        q = q.unsqueeze(2)
+    batch, n_q_heads, n_queries, dim = q.shape
+    if n_q_heads % n_kv_heads:
+        raise ValueError(f"{n_q_heads} query heads are not a multiple of {n_kv_heads} KV heads")
+    groups = n_q_heads // n_kv_heads
+    return q.float().reshape(batch, n_kv_heads, groups, n_queries, dim), single
+
+
+def _softcap(logits: torch.Tensor, softcap: float | None) -> torch.Tensor:
+    return logits if softcap is None else torch.tanh(logits / softcap) * softcap
+
+
+def _attend(
+    qg: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    valid: torch.Tensor,
+    scale: float,
+    softcap: float | None,
+    return_probs: bool = False,
+) -> tuple[AttentionPartial, torch.Tensor | None]:
+    """qg ``[B, Hkv, G, Q, D]``, keys/values ``[B, Hkv, N, D]``, valid ``[B, Hkv, N]`` or ``[B, Hkv, Q, N]``.
+
+    Returns the partial and, when asked, the probabilities ``[B, Hkv, G, Q, N]`` (normalised within
+    this partial).
+    """
+    batch, n_kv, groups, n_queries, dim = qg.shape
+    flat_q = qg.reshape(batch, n_kv, groups * n_queries, dim)
+    logits = torch.matmul(flat_q, keys.float().transpose(-1, -2)) * scale  # [B, Hkv, G*Q, N]
+    logits = _softcap(logits, softcap).reshape(batch, n_kv, groups, n_queries, -1)
+    mask = valid[:, :, None, None, :] if valid.ndim == 3 else valid[:, :, None, :, :]
+    logits = logits.masked_fill(~mask, -math.inf)
+    lse = torch.logsumexp(logits, dim=-1)  # [B, Hkv, G, Q]
+    finite = torch.isfinite(lse)
+    probs = torch.exp(logits - lse.where(finite, torch.zeros_like(lse)).unsqueeze(-1))
+    probs = probs.masked_fill(~finite.unsqueeze(-1), 0.0)
+    out = torch.matmul(probs.reshape(batch, n_kv, groups * n_queries, -1), values.float())
+    out = out.reshape(batch, n_kv * groups, n_queries, -1)
+    partial = AttentionPartial(out=out, lse=lse.reshape(batch, n_kv * groups, n_queries))
+    return partial, (probs if return_probs else None)
+
+
+def renormalised_mass(mass: torch.Tensor, partial: AttentionPartial, merged: AttentionPartial) -> torch.Tensor:
+    """Turn per-query mass ``[B, Hkv, G, Q, X]`` normalised within ``partial`` into mass under the
+    ``merged`` softmax, summed over the group's query heads and the queries: ``[B, Hkv, X]``."""
+    batch, n_kv, groups, n_queries, _ = mass.shape
+    finite = torch.isfinite(merged.lse)
+    ratio = torch.where(finite, torch.exp(partial.lse - merged.lse.where(finite, torch.zeros_like(merged.lse))), 0.0)
+    ratio = ratio.reshape(batch, n_kv, groups, n_queries, 1)
+    return (mass * ratio).sum(dim=(2, 3))
+
+
+def _valid_from_seq_lens(seq_lens: torch.Tensor, n_blocks: int, block_size: int, block_table: torch.Tensor) -> torch.Tensor:
+    positions = torch.arange(n_blocks * block_size, device=block_table.device)
+    valid = positions.view(1, 1, -1) < seq_lens.to(block_table.device).unsqueeze(-1)
+    listed = (block_table >= 0).repeat_interleave(block_size, dim=-1)
+    return valid & listed
+
+
+def paged_attention_partial(
+    q: torch.Tensor,
+    k_source: torch.Tensor | QuantizedTensor,
+    v_source: torch.Tensor | QuantizedTensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    softcap: float | None = None,
+    return_block_mass: bool = False,
+) -> tuple[AttentionPartial, torch.Tensor | None]:
+    """Attention of ``q`` over the listed blocks of one storage (full precision or quantized).
+
+    With ``return_block_mass`` it also returns the probability mass each listed block received
+    within this partial, per query head of the group and per query: ``[B, Hkv, G, Q, M]`` (see
+    :func:`renormalised_mass` to express it under a merged softmax).
+    """
+    qg, _ = _group_queries(q, block_table.shape[1])
+    batch, n_kv, n_listed = block_table.shape
+    if n_listed == 0:
+        empty = AttentionPartial(
+            out=torch.zeros(batch, qg.shape[1] * qg.shape[2], qg.shape[3], qg.shape[4], device=qg.device),
+            lse=torch.full((batch, qg.shape[1] * qg.shape[2], qg.shape[3]), -math.inf, device=qg.device),
+        )
+        no_mass = torch.zeros(batch, n_kv, qg.shape[2], qg.shape[3], 0, device=qg.device)
+        return empty, (no_mass if return_block_mass else None)
+    keys = gather_kv(k_source, block_table)  # [B, Hkv, M, bs, D]
+    values = gather_kv(v_source, block_table)
+    block_size = keys.shape[3]
+    keys = keys.reshape(batch, n_kv, n_listed * block_size, -1)
+    values = values.reshape(batch, n_kv, n_listed * block_size, -1)
+    valid = _valid_from_seq_lens(seq_lens, n_listed, block_size, block_table)
+    partial, probs = _attend(qg, keys, values, valid, scale, softcap, return_probs=return_block_mass)
+    mass = None
+    if return_block_mass:
+        mass = probs.reshape(*probs.shape[:4], n_listed, block_size).sum(-1)
+    return partial, mass
+
+
+@dataclass
+class GlobalSummary:
+    """Summary of the tokens dropped from one layer, per (batch, KV head): the Global Summary Vector.
+
+    The source (3.2) adds ``lambda * GSV`` to the attention over the retained keys. We make that term
+    principled: the dropped tokens of a (batch, head) are replaced by one virtual token whose key
+    and value are the means of the dropped keys and values and whose logit gets ``+log(count)``.
+    Its softmax weight then equals ``count * exp(s * q.k_mean)`` against the retained tokens, which
+    is the dropped tokens' partition mass to first order (and a lower bound of it, by Jensen); its
+    contribution to the output is that mass times the mean value. So lambda is not a tuned constant:
+    it is the dropped share of the softmax, estimated per query.
+    """
+
+    key_sum: torch.Tensor  # [B, Hkv, D] fp32
+    value_sum: torch.Tensor  # [B, Hkv, D] fp32
+    count: torch.Tensor  # [B, Hkv] fp32
+
+    @classmethod
+    def empty(cls, batch: int, n_kv_heads: int, head_dim: int, device: torch.device | str = "cpu") -> "GlobalSummary":
+        zeros = torch.zeros(batch, n_kv_heads, head_dim, device=device)
+        return cls(key_sum=zeros, value_sum=zeros.clone(), count=torch.zeros(batch, n_kv_heads, device=device))
+
+    def absorb(self, keys: torch.Tensor, values: torch.Tensor, valid: torch.Tensor | None = None) -> "GlobalSummary":
+        """Add dropped tokens ``[B, Hkv, N, D]`` (``valid`` ``[B, Hkv, N]`` masks padding); returns a new summary."""
+        weight = torch.ones(keys.shape[:3], device=keys.device) if valid is None else valid.float()
+        return GlobalSummary(
+            key_sum=self.key_sum + (keys.float() * weight.unsqueeze(-1)).sum(2),
+            value_sum=self.value_sum + (values.float() * weight.unsqueeze(-1)).sum(2),
+            count=self.count + weight.sum(-1),
+        )
+
+    def clone(self) -> "GlobalSummary":
+        return GlobalSummary(self.key_sum.clone(), self.value_sum.clone(), self.count.clone())
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.key_sum, self.value_sum, self.count))
+
+
+def summary_partial(q: torch.Tensor, summary: GlobalSummary, scale: float, softcap: float | None = None) -> AttentionPartial:
+    """The virtual-token partial of a :class:`GlobalSummary` (``lse = -inf`` where nothing was dropped)."""
+    qg, _ = _group_queries(q, summary.count.shape[1])
+    batch, n_kv, groups, n_queries, _ = qg.shape
+    present = summary.count > 0
+    count = summary.count.clamp(min=1.0)
+    mean_key = summary.key_sum / count.unsqueeze(-1)
+    mean_value = summary.value_sum / count.unsqueeze(-1)
+    logit = torch.einsum("bhgqd,bhd->bhgq", qg, mean_key) * scale
+    logit = _softcap(logit, softcap) + torch.log(count).view(batch, n_kv, 1, 1)
+    logit = logit.masked_fill(~present.view(batch, n_kv, 1, 1), -math.inf)
+    out = mean_value.view(batch, n_kv, 1, 1, -1).expand(batch, n_kv, groups, n_queries, -1)
+    out = out * present.view(batch, n_kv, 1, 1, 1)
+    return AttentionPartial(
+        out=out.reshape(batch, n_kv * groups, n_queries, -1),
+        lse=logit.reshape(batch, n_kv * groups, n_queries),
+    )
+
+
+def _finish(partial: AttentionPartial, single: bool, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    out, lse = partial.out.to(dtype), partial.lse
+    if single:
+        out, lse = out.squeeze(2), lse.squeeze(2)
+    return out, lse
+
+
+def sparse_decode_attention(
+    q: torch.Tensor,
+    k_pages: torch.Tensor | QuantizedTensor,
+    v_pages: torch.Tensor | QuantizedTensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float | None = None,
+    summary: GlobalSummary | None = None,
+    softcap: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Block-sparse decode attention over a paged cache, returning ``(output, lse)``.
+
+    Equivalent to softmax attention (online softmax) over exactly the listed tokens, plus the
+    summary's virtual token when given. ``output`` has the shape and dtype of ``q``; ``lse`` is the
+    natural-log sum of exp of the scaled logits, ``[B, Hq]`` (or ``[B, Hq, Q]``).
+    """
+    scale = scale if scale is not None else q.shape[-1] ** -0.5
+    partial, _ = paged_attention_partial(q, k_pages, v_pages, block_table, seq_lens, scale, softcap)
+    if summary is not None:
+        partial = merge_partials([partial, summary_partial(q, summary, scale, softcap)])
+    return _finish(partial, q.ndim == 3, q.dtype)
+
+
+@dataclass
+class PagedSource:
+    """One storage tier in a mixed-tier attention call: its K/V pages and the blocks to read there."""
+
+    k_pages: torch.Tensor | QuantizedTensor
+    v_pages: torch.Tensor | QuantizedTensor
+    block_table: torch.Tensor
+    seq_lens: torch.Tensor
+
+
+def mixed_sparse_attention(
+    q: torch.Tensor,
+    sources: Sequence[PagedSource],
+    scale: float | None = None,
+    summary: GlobalSummary | None = None,
+    softcap: float | None = None,
+    extra: Sequence[AttentionPartial] = (),
+) -> tuple[AttentionPartial, list[torch.Tensor]]:
+    """Attention over blocks spread across tiers (full precision, INT8, INT4, FP8) in one call.
+
+    Each source is one vectorised gather + matmul; the partials are merged by log-sum-exp, so the
+    loop is over tiers (at most a handful), never over blocks. ``extra`` partials (e.g. causal
+    attention within the current chunk) join the merge. Returns the merged fp32 partial
+    (``[B, Hq, Q, D]``) and, per source, the normalised attention mass of each listed block
+    ``[B, Hkv, M]`` (summed over the group's query heads and the queries).
+    """
+    scale = scale if scale is not None else q.shape[-1] ** -0.5
+    partials: list[AttentionPartial] = []
+    masses: list[torch.Tensor] = []
+    for source in sources:
+        partial, mass = paged_attention_partial(
+            q, source.k_pages, source.v_pages, source.block_table, source.seq_lens, scale, softcap, True
+        )
+        partials.append(partial)
+        masses.append(mass)
+    if summary is not None:
+        partials.append(summary_partial(q, summary, scale, softcap))
+    partials.extend(extra)
+    merged = merge_partials(partials)
+    return merged, [renormalised_mass(mass, partial, merged) for partial, mass in zip(partials, masses)]
+
+
+def dense_attention_partial(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float,
+    causal: bool = True,
+    softcap: float | None = None,
+    return_probs: bool = False,
+) -> tuple[AttentionPartial, torch.Tensor | None]:
+    """Attention of ``q`` ``[B, Hq, Q, D]`` over ``k``/``v`` ``[B, Hkv, T, D]`` (GQA), with LSE.
+
+    ``causal`` aligns the last query with the last key (query ``i`` sees keys ``<= i + T - Q``), the
+    layout of a prefill chunk whose own tokens end the key sequence. With ``return_probs`` also
+    returns the probabilities ``[B, Hkv, G, Q, T]`` normalised within this partial.
+    """
+    qg, _ = _group_queries(q, k.shape[1])
+    n_queries, n_keys = qg.shape[3], k.shape[2]
+    if causal:
+        q_pos = torch.arange(n_queries, device=q.device).view(-1, 1) + (n_keys - n_queries)
+        valid = torch.arange(n_keys, device=q.device).view(1, -1) <= q_pos  # [Q, T]
+        valid = valid.view(1, 1, n_queries, n_keys).expand(k.shape[0], k.shape[1], n_queries, n_keys)
+    else:
+        valid = torch.ones(k.shape[0], k.shape[1], n_keys, dtype=torch.bool, device=q.device)
+    return _attend(qg, k, v, valid, scale, softcap, return_probs)
+
+
+# --------------------------------------------------------------------------------------------------
+# Quest-style block scores and top-k selection
+# --------------------------------------------------------------------------------------------------
+
+
+def block_key_bounds(k_pages: torch.Tensor, fill: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Element-wise min and max key of each physical block: ``[P, H, D]`` each.
+
+    ``fill`` ``[P]`` gives the valid token count of each block (unfilled slots are ignored; an empty
+    block gets ``+inf``/``-inf`` bounds).
+    """
+    keys = k_pages.float()
+    if fill is None:
+        return keys.amin(dim=1), keys.amax(dim=1)
+    valid = torch.arange(keys.shape[1], device=keys.device).view(1, -1) < fill.to(keys.device).view(-1, 1)
+    valid = valid.view(*valid.shape, 1, 1)
+    kmin = keys.masked_fill(~valid, math.inf).amin(dim=1)
+    kmax = keys.masked_fill(~valid, -math.inf).amax(dim=1)
+    return kmin, kmax
+
+
+def quest_scores(
+    q: torch.Tensor,
+    kmin: torch.Tensor,
+    kmax: torch.Tensor,
+    block_table: torch.Tensor,
+) -> torch.Tensor:
+    """Upper bound of ``q . k`` over each listed block: ``sum_d max(q_d * kmin_d, q_d * kmax_d)``.
+
+    ``kmin``/``kmax`` are per physical block ``[P, Hkv, D]``. For GQA the bound is the maximum over
+    the query heads of the group (and over the queries when ``q`` has a query axis), so it bounds
+    every head that reads the KV head. Returns ``[B, Hkv, M]`` with ``-inf`` on padding.
+    """
+    qg, _ = _group_queries(q, block_table.shape[1])  # [B, Hkv, G, Q, D]
+    lo = gather_pages(kmin.unsqueeze(1), block_table).squeeze(3).float()  # [B, Hkv, M, D]
+    hi = gather_pages(kmax.unsqueeze(1), block_table).squeeze(3).float()
+    q_exp = qg.unsqueeze(4)  # [B, Hkv, G, Q, 1, D]
+    bound = torch.maximum(q_exp * lo[:, :, None, None], q_exp * hi[:, :, None, None]).sum(-1)  # [B,Hkv,G,Q,M]
+    bound = bound.amax(dim=(2, 3))
+    return bound.masked_fill(block_table < 0, -math.inf)
+
+
+def select_top_k_blocks(
+    scores: torch.Tensor,
+    block_table: torch.Tensor,
+    k: int,
+    always: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Keep the ``k`` best-scoring listed blocks per (batch, head), in their original (logical) order.
+
+    ``always`` ``[B, Hkv, M]`` (bool) marks blocks that must be kept (attention sinks, the recent
+    window, the partially filled tail); they count towards ``k`` but are never displaced. Returns a
+    ``[B, Hkv, min(k, M)]`` block table padded with -1.
+    """
+    n_listed = block_table.shape[-1]
+    k = min(k, n_listed)
+    if k == n_listed:
+        return block_table
+    ranked = scores.float().masked_fill(block_table < 0, -math.inf)
+    if always is not None:
+        ranked = torch.where(always & (block_table >= 0), torch.full_like(ranked, math.inf), ranked)
+    top = ranked.topk(k, dim=-1)
+    chosen = top.indices.sort(dim=-1).values
+    picked = torch.gather(block_table, -1, chosen)
+    kept_score = torch.gather(ranked, -1, chosen)
+    return picked.masked_fill(kept_score == -math.inf, -1)
+
+
+def compact_block_table(block_table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Move the -1 padding of each row to the end, keeping order; returns (table, count per row)."""
+    present = block_table >= 0
+    order = torch.sort((~present).to(torch.int8), dim=-1, stable=True).indices
+    return torch.gather(block_table, -1, order), present.sum(-1)
+
+
+__all__ = [
+    "AttentionPartial",
+    "FP8_DTYPE",
+    "FP8_MAX",
+    "GlobalSummary",
+    "PagedSource",
+    "QuantKind",
+    "QuantizedTensor",
+    "block_key_bounds",
+    "compact_block_table",
+    "dense_attention_partial",
+    "dequantize",
+    "element_step",
+    "gather_kv",
+    "gather_pages",
+    "gather_quantized_pages",
+    "merge_partials",
+    "mixed_sparse_attention",
+    "outlier_index_for",
+    "pack_int4",
+    "paged_attention_partial",
+    "quantize",
+    "quantize_keys",
+    "quantize_values",
+    "quest_scores",
+    "renormalised_mass",
+    "select_outlier_channels",
+    "select_top_k_blocks",
+    "sparse_decode_attention",
+    "summary_partial",
+    "unpack_int4",
+]

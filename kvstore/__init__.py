@@ -1,0 +1,8 @@
+"""KV store: blocks + page table, quantizers, importance scoring, tiers, manager, transformers Cache adapter.
+
+Modules: ``blocks`` (allocator, pools, page table), ``quant`` (INT8/INT4/FP8 quantizers), ``scoring``
+(importance scorers and the budget planner), ``annotations`` (structural flags and modality per
+token), ``layers`` / ``cache`` (TieredCache for stock transformers models), ``attention`` (the
+``minutia_sparse`` AttentionInterface function), ``manager`` (KVCacheManager). Imports are explicit
+(``from kvstore.cache import TieredCache``) so that light modules do not pull in transformers.
+"""

@@ -1,0 +1,88 @@
+"""Structural annotations attached to token positions (speaker turns, slide changes, entities).
+
+The app knows where a speaker turn starts or a slide changes when it builds the transcript text; it
+marks those token positions here and the importance score gives their blocks a bonus (seed 2.2),
+because the first words of a turn and the moments around a slide change are what questions point at.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import torch
+
+
+class TokenFlag(enum.IntFlag):
+    NONE = 0
+    TURN_START = 1  # first tokens of a speaker turn
+    SPEAKER_CHANGE = 2  # the turn starts with a different speaker than the previous one
+    SLIDE_CHANGE = 4  # a slide / scene change happened at this time
+    ENTITY = 8  # a named entity, number, code, ...
+    TIMESTAMP = 16  # an explicit time marker in the transcript
+
+
+class Modality(enum.IntEnum):
+    """Which stream a token came from; each modality has its own budget and stats (DESIGN: KV store)."""
+
+    TEXT = 0
+    AUDIO = 1
+    VIDEO = 2
+
+
+class TokenAnnotations:
+    """Per-position flag bits and modality, growable, shared by every layer of a cache (2 bytes per token)."""
+
+    def __init__(self) -> None:
+        self.flags = torch.zeros(0, dtype=torch.uint8)
+        self.modality = torch.zeros(0, dtype=torch.uint8)
+
+    def set_modality(self, positions: torch.Tensor | list[int], modality: Modality | int) -> None:
+        """Tag token positions (may lie ahead of the cache) with the stream they come from."""
+        positions = torch.as_tensor(positions, dtype=torch.long).flatten()
+        if positions.numel() == 0:
+            return
+        self._grow(int(positions.max()) + 1)
+        self.modality[positions] = int(modality)
+
+    def block_modality(self, block_index: torch.Tensor, block_size: int) -> torch.Tensor:
+        """Modality of each block: that of its first token (blocks rarely straddle streams)."""
+        if block_index.numel() == 0:
+            return torch.zeros(0, dtype=torch.long)
+        self._grow((int(block_index.max()) + 1) * block_size)
+        return self.modality[block_index.cpu() * block_size].long()
+
+    def mark(self, positions: torch.Tensor | list[int], flags: int | torch.Tensor) -> None:
+        """OR ``flags`` into the given absolute token positions (may lie ahead of the cache)."""
+        positions = torch.as_tensor(positions, dtype=torch.long).flatten()
+        if positions.numel() == 0:
+            return
+        self._grow(int(positions.max()) + 1)
+        values = torch.as_tensor(flags, dtype=torch.uint8).expand(positions.shape)
+        self.flags[positions] |= values
+
+    def truncate(self, length: int) -> None:
+        """Forget annotations at positions >= ``length`` (after a rollback)."""
+        if self.flags.numel() > length:
+            self.flags[length:] = 0
+            self.modality[length:] = 0
+
+    def block_flags(self, block_index: torch.Tensor, block_size: int) -> torch.Tensor:
+        """OR of the flags of each block's tokens: ``[N]`` int64."""
+        if block_index.numel() == 0:
+            return torch.zeros(0, dtype=torch.long)
+        needed = (int(block_index.max()) + 1) * block_size
+        self._grow(needed)
+        per_block = self.flags[: needed].view(-1, block_size).long()
+        ored = torch.zeros(per_block.shape[0], dtype=torch.long)
+        for bit in range(8):  # OR-reduce bit by bit (vectorised over blocks)
+            ored |= ((per_block >> bit) & 1).amax(dim=1) << bit
+        return ored[block_index.cpu()]
+
+    def _grow(self, length: int) -> None:
+        if self.flags.numel() < length:
+            size = max(length, 2 * self.flags.numel())
+            for name in ("flags", "modality"):
+                old = getattr(self, name)
+                grown = torch.zeros(size, dtype=torch.uint8)
+                grown[: old.numel()] = old
+                setattr(self, name, grown)

@@ -1,0 +1,739 @@
+"""Cache layers of TieredCache: the tiered full-attention layer and a rollback-able sliding layer."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from transformers.cache_utils import CacheLayerMixin, DynamicSlidingWindowLayer
+
+from kernels import reference
+from kernels.reference import GlobalSummary, PagedSource, QuantizedTensor
+from kvstore.blocks import BlockFormat, BlockPool, PageTable, SlotSpec
+from kvstore.config import TieredCacheConfig
+from kvstore.quant import get_quantizer
+from kvstore.scoring import DROP, BlockScoringInputs, CombinedScorer, PositionScorer, TierOption, plan_tiers
+
+if TYPE_CHECKING:
+    from kvstore.cache import TieredCache
+
+
+def _select_rows(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``index_select`` on dim 0 that also works for float8 on CPU (via a byte view)."""
+    if t.element_size() == 1 and t.is_floating_point():
+        return t.view(torch.uint8).index_select(0, index).view(t.dtype)
+    return t.index_select(0, index)
+
+
+def _tensor_bytes(*tensors: torch.Tensor | None) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+
+@dataclass
+class TieredLayerSnapshot:
+    """What a tiered layer needs to undo everything appended after a checkpoint.
+
+    Compression is suspended while a checkpoint is open, so rows before ``rows`` are untouched
+    except the tail block, whose fill and key bounds are saved; scores are small and copied whole.
+    """
+
+    rows: int
+    seen: int
+    tail_fill: int | None
+    tail_key_min: torch.Tensor | None
+    tail_key_max: torch.Tensor | None
+    attention_mass: torch.Tensor
+    observations: torch.Tensor
+    summary: GlobalSummary
+    recent_queries: torch.Tensor | None
+
+
+class TieredLayer(CacheLayerMixin):
+    """KV of one full-attention layer, in blocks behind a page table, full precision or quantized.
+
+    ``update`` appends the new tokens to full-precision blocks, then returns either the dense kept
+    K/V (any attention implementation: exact when nothing was compressed) or, under the minutia
+    attention, just the new tokens while :meth:`attend` reads the blocks itself. After an update it
+    enforces the byte budget (if compression is on) by re-planning each block's format.
+    """
+
+    is_sliding = False
+    is_compileable = False
+
+    def __init__(self, layer_idx: int, settings: TieredCacheConfig, owner: "TieredCache") -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.settings = settings
+        self.owner = owner
+        self.cumulative_length = 0
+        self.block_size = settings.block_size
+        self.scorer = CombinedScorer(
+            weights=settings.weights,
+            position=PositionScorer(sink_tokens=settings.sink_tokens, recent_tokens=settings.recent_tokens),
+        )
+        self.last_scale: float | None = None
+        self._chunk_start = 0
+        self._chunk_blocks: torch.Tensor | None = None
+        self._compression_pending = False
+
+    # ------------------------------------------------------------------------------------------
+    # Initialisation and storage
+    # ------------------------------------------------------------------------------------------
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.batch, self.n_heads, _, self.head_dim = key_states.shape
+        self.value_dim = value_states.shape[-1]
+        bs = self.block_size
+        self.table = PageTable(self.batch)
+        bound_shape = (self.batch, self.n_heads, self.head_dim)
+        self.table.add_column("key_min", bound_shape, self.dtype, device=self.device)
+        self.table.add_column("key_max", bound_shape, self.dtype, device=self.device)
+        self.table.add_column("attention_mass", (self.batch, self.n_heads), torch.float32)
+        self.table.add_column("observations", (self.batch, self.n_heads), torch.float32)
+        self.pools: dict[int, BlockPool] = {
+            BlockFormat.FULL: BlockPool(
+                {
+                    "k": SlotSpec((bs, self.n_heads, self.head_dim), self.dtype),
+                    "v": SlotSpec((bs, self.n_heads, self.value_dim), self.dtype),
+                },
+                self.device,
+            )
+        }
+        self.key_quantizers = {}
+        self.value_quantizers = {}
+        for kind in self.settings.warm_kinds:
+            fmt = BlockFormat.from_kind(kind)
+            base = get_quantizer(kind, group_size=self.settings.group_size, param_dtype=self.settings.param_dtype)
+            self.key_quantizers[fmt] = base.for_keys(token_axis=1)  # block layout [n, bs, H, D]
+            self.value_quantizers[fmt] = base.for_values()
+            self.pools[fmt] = BlockPool(self._quantized_specs(fmt), self.device)
+        self.outlier_idx: dict[str, torch.Tensor | None] = {"k": None, "v": None}
+        self.summary = GlobalSummary.empty(self.batch, self.n_heads, self.head_dim, self.device)
+        self.recent_queries: torch.Tensor | None = None
+        self.is_initialized = True
+
+    def _outlier_probe(self, width: int) -> torch.Tensor | None:
+        n = min(self.settings.outlier_channels, width)
+        if n <= 0:
+            return None
+        return torch.arange(n).view(1, n).expand(self.n_heads, n)
+
+    def _quantized_specs(self, fmt: BlockFormat) -> dict[str, SlotSpec]:
+        """Slot layout of a quantized pool, read off a probe quantization of one empty block."""
+        specs: dict[str, SlotSpec] = {}
+        for prefix, quantizer, width in (
+            ("k", self.key_quantizers[fmt], self.head_dim),
+            ("v", self.value_quantizers[fmt], self.value_dim),
+        ):
+            probe = torch.zeros(1, self.block_size, self.n_heads, width, dtype=self.dtype)
+            idx = self._outlier_probe(width)
+            qt = quantizer.quantize(probe, None if idx is None else reference.outlier_index_for(idx, 4, 2))
+            specs[f"{prefix}_data"] = SlotSpec(tuple(qt.data.shape[1:]), qt.data.dtype)
+            specs[f"{prefix}_scale"] = SlotSpec(tuple(qt.scale.shape[1:]), qt.scale.dtype)
+            if qt.zero is not None:
+                specs[f"{prefix}_zero"] = SlotSpec(tuple(qt.zero.shape[1:]), qt.zero.dtype)
+            if qt.outlier_values is not None:
+                specs[f"{prefix}_outliers"] = SlotSpec(tuple(qt.outlier_values.shape[1:]), qt.outlier_values.dtype)
+        return specs
+
+    def _paged_quantized(self, fmt: int, prefix: str) -> QuantizedTensor:
+        """The whole pool of ``fmt`` seen as one paged QuantizedTensor (nothing is copied)."""
+        pool = self.pools[fmt]
+        quantizer = (self.key_quantizers if prefix == "k" else self.value_quantizers)[fmt]
+        width = self.head_dim if prefix == "k" else self.value_dim
+        group = math.gcd(quantizer.group_size, self.block_size if prefix == "k" else width)
+        idx = self.outlier_idx[prefix]
+        return QuantizedTensor(
+            data=pool.tensors[f"{prefix}_data"],
+            scale=pool.tensors[f"{prefix}_scale"],
+            zero=pool.tensors.get(f"{prefix}_zero"),
+            kind=quantizer.kind,
+            axis=quantizer.axis % 4,
+            group_size=group,
+            shape=(pool.capacity, self.block_size, self.n_heads, width),
+            dtype=self.dtype,
+            outlier_idx=None if idx is None else reference.outlier_index_for(idx, 4, 2),
+            outlier_values=pool.tensors.get(f"{prefix}_outliers"),
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # transformers' CacheLayerMixin
+    # ------------------------------------------------------------------------------------------
+
+    def update(
+        self,
+        key_states: torch.Tensor,
+        value_states: torch.Tensor,
+        cache_kwargs: dict[str, Any] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        self._run_pending_compression()
+        self._chunk_start = self.cumulative_length
+        self._append(key_states, value_states)
+        self._compression_pending = self.settings.compress
+        if self.owner.sparse_attention:
+            # attend() reads the blocks itself, then compresses (the chunk must stay intact until then).
+            return key_states, value_states
+        result = self.dense_kv()  # an independent copy: compressing now cannot change it
+        self._run_pending_compression()
+        return result
+
+    def _run_pending_compression(self) -> None:
+        """Peak KV = budget + the chunk just written: compression follows every update's attention."""
+        if self._compression_pending and not self.owner.compression_suspended:
+            self._compression_pending = False
+            self.compress()
+
+    def get_mask_sizes(self, cache_position: torch.Tensor) -> tuple[int, int]:
+        """Kept tokens plus the new ones; the offset makes the kept past visible to every query."""
+        kept = self.kept_tokens()
+        return kept + cache_position.shape[0], self.cumulative_length - kept
+
+    def get_seq_length(self) -> int:
+        return self.cumulative_length
+
+    def get_max_cache_shape(self) -> int:
+        return -1
+
+    def reset(self) -> None:
+        if self.is_initialized:
+            self.lazy_initialization(
+                torch.zeros(self.batch, self.n_heads, 0, self.head_dim, dtype=self.dtype, device=self.device),
+                torch.zeros(self.batch, self.n_heads, 0, self.value_dim, dtype=self.dtype, device=self.device),
+            )
+        self.cumulative_length = 0
+
+    def offload(self) -> None:  # the tiers decide placement, not transformers' offloading
+        pass
+
+    def prefetch(self) -> None:
+        pass
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        raise NotImplementedError("TieredCache does not support beam search (blocks are owned by one batch row)")
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        raise NotImplementedError("TieredCache does not support batch expansion")
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        raise NotImplementedError("TieredCache does not support batch selection")
+
+    def crop(self, max_length: int) -> None:
+        """Forget tokens from ``max_length`` on (negative: that many from the end), as DynamicLayer does."""
+        if max_length < 0:
+            max_length = self.cumulative_length + max_length
+        if not self.is_initialized or max_length >= self.cumulative_length:
+            return
+        starts = self.table.block_index * self.block_size
+        ends = starts + self.table.fill
+        cut = ends > max_length
+        if (self.table.format[cut] != BlockFormat.FULL).any():
+            raise ValueError("cannot crop into compressed blocks")
+        keep = starts < max_length
+        self._free_rows(torch.nonzero(~keep).flatten())
+        self.table.keep(keep)
+        if len(self.table) and int(ends[keep][-1]) > max_length:
+            last = len(self.table) - 1
+            self.table.fill[last] = max_length - int(self.table.block_index[last]) * self.block_size
+            self._refresh_bounds(torch.tensor([last]))
+        self.cumulative_length = max_length
+
+    # ------------------------------------------------------------------------------------------
+    # Writing and reading blocks
+    # ------------------------------------------------------------------------------------------
+
+    def kept_tokens(self) -> int:
+        return self.table.token_count() if self.is_initialized else 0
+
+    def _append(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """Write new tokens into full-precision blocks (filling the tail block first)."""
+        n_new = key_states.shape[2]
+        if n_new == 0:
+            return
+        bs = self.block_size
+        positions = torch.arange(self.cumulative_length, self.cumulative_length + n_new)
+        blocks = positions // bs
+        offsets = positions % bs
+        first_block, last_block = int(blocks[0]), int(blocks[-1])
+        reuse_tail = len(self.table) > 0 and int(self.table.block_index[-1]) == first_block
+        if reuse_tail and int(self.table.format[-1]) != BlockFormat.FULL:
+            raise RuntimeError("the partially filled tail block must be full precision")
+        new_ids = torch.arange(first_block + (1 if reuse_tail else 0), last_block + 1)
+        if new_ids.numel():
+            slots = self.pools[BlockFormat.FULL].alloc(new_ids.numel() * self.batch).view(-1, self.batch)
+            inf = torch.full((new_ids.numel(), self.batch, self.n_heads, self.head_dim), math.inf, dtype=self.dtype,
+                             device=self.device)
+            self.table.append(new_ids, BlockFormat.FULL, slots, torch.zeros(new_ids.numel(), dtype=torch.long),
+                              key_min=inf, key_max=-inf)
+        first_row = len(self.table) - (last_block - first_block + 1)
+        rows = first_row + (blocks - first_block)  # [T]
+        slot_bt = self.table.slot[rows].t().to(self.device)  # [B, T]
+        offsets_bt = offsets.to(self.device).view(1, -1).expand_as(slot_bt)
+        pool = self.pools[BlockFormat.FULL]
+        pool.tensors["k"][slot_bt, offsets_bt] = key_states.transpose(1, 2).to(self.dtype)
+        pool.tensors["v"][slot_bt, offsets_bt] = value_states.transpose(1, 2).to(self.dtype)
+        self.table.fill.scatter_reduce_(0, rows, offsets + 1, reduce="amax")
+        token_keys = key_states.permute(2, 0, 1, 3).to(self.dtype)  # [T, B, H, D]
+        index = rows.to(self.device).view(-1, 1, 1, 1).expand_as(token_keys)
+        self.table.columns["key_min"].scatter_reduce_(0, index, token_keys, reduce="amin")
+        self.table.columns["key_max"].scatter_reduce_(0, index, token_keys, reduce="amax")
+        self._chunk_blocks = blocks
+        self.cumulative_length += n_new
+
+    def _refresh_bounds(self, rows: torch.Tensor) -> None:
+        keys, _ = self._rows_dense(rows)  # [n, B, bs, H, D]
+        valid = torch.arange(self.block_size).view(1, -1) < self.table.fill[rows].view(-1, 1)
+        valid = valid.to(self.device).view(-1, 1, self.block_size, 1, 1)
+        self.table.columns["key_min"][rows] = keys.masked_fill(~valid, math.inf).amin(dim=2)
+        self.table.columns["key_max"][rows] = keys.masked_fill(~valid, -math.inf).amax(dim=2)
+
+    def _rows_dense(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V of the given rows, dequantized: ``[n, B, block_size, H, D]`` each."""
+        n = int(rows.numel())
+        keys = torch.empty(n, self.batch, self.block_size, self.n_heads, self.head_dim, dtype=self.dtype,
+                           device=self.device)
+        values = torch.empty(n, self.batch, self.block_size, self.n_heads, self.value_dim, dtype=self.dtype,
+                             device=self.device)
+        formats = self.table.format[rows]
+        for fmt in formats.unique().tolist():
+            where = torch.nonzero(formats == fmt).flatten()
+            slots = self.table.slot[rows[where]]  # [m, B]
+            target = where.to(self.device)
+            if fmt == BlockFormat.FULL:
+                keys[target] = self.pools[fmt].read("k", slots)
+                values[target] = self.pools[fmt].read("v", slots)
+            else:
+                for prefix, out in (("k", keys), ("v", values)):
+                    dense = self._dequantize_slots(self._paged_quantized(fmt, prefix), slots.flatten())
+                    out[target] = dense.view(len(where), self.batch, *dense.shape[1:])
+        return keys, values
+
+    def _dequantize_slots(self, paged: QuantizedTensor, slots: torch.Tensor) -> torch.Tensor:
+        """Dequantize whole blocks ``[m, block_size, H, D]`` of a paged quantized pool."""
+        index = slots.to(self.device)
+        picked = QuantizedTensor(
+            data=_select_rows(paged.data, index),
+            scale=paged.scale.index_select(0, index),
+            zero=None if paged.zero is None else paged.zero.index_select(0, index),
+            kind=paged.kind,
+            axis=paged.axis,
+            group_size=paged.group_size,
+            shape=(int(index.numel()), *paged.shape[1:]),
+            dtype=paged.dtype,
+            outlier_idx=paged.outlier_idx,
+            outlier_values=None if paged.outlier_values is None else paged.outlier_values.index_select(0, index),
+        )
+        return reference.dequantize(picked)
+
+    def dense_kv(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every kept token in logical order, dequantized: ``[B, H, kept, D]`` (what DynamicCache returns)."""
+        n_rows = len(self.table)
+        if n_rows == 0:
+            empty = torch.zeros(self.batch, self.n_heads, 0, self.head_dim, dtype=self.dtype, device=self.device)
+            return empty, empty.clone()
+        if bool((self.table.format == BlockFormat.FULL).all()):
+            pool = self.pools[BlockFormat.FULL]
+            keys = pool.read("k", self.table.slot)
+            values = pool.read("v", self.table.slot)
+        else:
+            keys, values = self._rows_dense(torch.arange(n_rows))
+        kept = self.kept_tokens()  # only the last row may be partially filled
+        keys = keys.permute(1, 3, 0, 2, 4).reshape(self.batch, self.n_heads, n_rows * self.block_size, -1)
+        values = values.permute(1, 3, 0, 2, 4).reshape(self.batch, self.n_heads, n_rows * self.block_size, -1)
+        return keys[:, :, :kept], values[:, :, :kept]
+
+    def _free_rows(self, rows: torch.Tensor) -> None:
+        for row in rows.tolist():
+            self.pools[int(self.table.format[row])].free(self.table.slot[row])
+
+    # ------------------------------------------------------------------------------------------
+    # Attention (minutia_sparse)
+    # ------------------------------------------------------------------------------------------
+
+    def attend(
+        self,
+        query: torch.Tensor,
+        key_chunk: torch.Tensor,
+        value_chunk: torch.Tensor,
+        scale: float,
+        softcap: float | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Attention of the chunk's queries ``[B, Hq, Q, D]`` over kept past blocks + summary + the chunk.
+
+        The past (tokens before the chunk) is visible to every query; the chunk is causal. At decode
+        (``Q == 1``) with ``decode_top_k_blocks`` only the best Quest-scored blocks are read (sinks,
+        recent window and the tail always). Attention mass is accumulated into the block scores.
+        """
+        bs = self.block_size
+        chunk_start = self._chunk_start
+        n_queries = query.shape[2]
+        self.last_scale = scale
+        self._check_no_padding(attention_mask)
+        starts = self.table.block_index * bs
+        n_past = int((starts < chunk_start).sum())
+        groups = query.shape[1] // self.n_heads
+        batch_idx = torch.arange(self.batch).view(-1, 1, 1)
+
+        chosen = torch.arange(n_past).view(1, 1, -1).expand(self.batch, self.n_heads, n_past)
+        top_k = self.settings.decode_top_k_blocks
+        if n_queries == 1 and top_k is not None and n_past > top_k:
+            chosen = self._select_blocks(query, n_past, top_k)
+
+        sources: list[PagedSource] = []
+        source_rows: list[torch.Tensor] = []
+        past_formats = self.table.format[:n_past]
+        boundary_valid = None
+        if n_past and int(starts[n_past - 1]) + int(self.table.fill[n_past - 1]) > chunk_start:
+            boundary_valid = chunk_start - int(starts[n_past - 1])  # tail block shared with the chunk
+            if int(past_formats[n_past - 1]) != BlockFormat.FULL:
+                raise RuntimeError("the block shared by the past and the chunk must be full precision")
+        for fmt in past_formats.unique().tolist():
+            safe = chosen.clamp(min=0)
+            in_fmt = (chosen >= 0) & (past_formats[safe] == fmt)
+            rows, count = reference.compact_block_table(torch.where(in_fmt, chosen, torch.full_like(chosen, -1)))
+            width = int(count.max()) if count.numel() else 0
+            rows = rows[..., :width]
+            physical = self.table.slot[rows.clamp(min=0), batch_idx.expand_as(rows)]
+            physical = torch.where(rows >= 0, physical, torch.full_like(physical, -1))
+            seq_lens = count * bs
+            if fmt == BlockFormat.FULL and boundary_valid is not None:
+                has_boundary = (rows == n_past - 1).any(dim=-1)
+                seq_lens = seq_lens - has_boundary.long() * (bs - boundary_valid)
+            if fmt == BlockFormat.FULL:
+                k_src = self.pools[fmt].tensors["k"]
+                v_src = self.pools[fmt].tensors["v"]
+            else:
+                k_src = self._paged_quantized(fmt, "k")
+                v_src = self._paged_quantized(fmt, "v")
+            sources.append(PagedSource(k_src, v_src, physical.to(self.device), seq_lens.to(self.device)))
+            source_rows.append(rows)
+
+        chunk_partial, chunk_probs = reference.dense_attention_partial(
+            query, key_chunk, value_chunk, scale, causal=True, softcap=softcap, return_probs=True
+        )
+        summary = self.summary if bool((self.summary.count > 0).any()) else None
+        merged, masses = reference.mixed_sparse_attention(
+            query, sources, scale, summary=summary, softcap=softcap, extra=[chunk_partial]
+        )
+        self._accumulate(source_rows, masses, groups * n_queries)
+        self._accumulate_chunk(reference.renormalised_mass(chunk_probs, chunk_partial, merged), groups, n_queries)
+        self._remember_queries(query)
+        out = merged.out.to(query.dtype)
+        self._run_pending_compression()
+        return out
+
+    def _check_no_padding(self, attention_mask: torch.Tensor | None) -> None:
+        """The tiered path has no padding support: refuse masks that hide part of the kept past."""
+        if attention_mask is None or attention_mask.dtype != torch.bool or attention_mask.ndim != 4:
+            return
+        # The mask is sized for the first tiered layer: its past columns come before the chunk's.
+        past = attention_mask.shape[-1] - (self.cumulative_length - self._chunk_start)
+        if past > 0 and not bool(attention_mask[..., :past].all()):
+            raise NotImplementedError("minutia_sparse attention does not support padded batches")
+
+    def _select_blocks(self, query: torch.Tensor, n_past: int, top_k: int) -> torch.Tensor:
+        """Per (batch, KV head): the ``top_k`` past rows with the best Quest bound, plus forced rows."""
+        bs = self.block_size
+        kmin = self.table.columns["key_min"][:n_past].reshape(n_past * self.batch, self.n_heads, self.head_dim)
+        kmax = self.table.columns["key_max"][:n_past].reshape(n_past * self.batch, self.n_heads, self.head_dim)
+        rows = torch.arange(n_past).view(1, 1, -1).expand(self.batch, self.n_heads, n_past)
+        pseudo_pages = rows * self.batch + torch.arange(self.batch).view(-1, 1, 1)
+        scores = reference.quest_scores(query, kmin, kmax, pseudo_pages.to(self.device)).cpu()
+        starts = self.table.block_index[:n_past] * bs
+        ends = starts + self.table.fill[:n_past]
+        forced = (starts < self.settings.sink_tokens) | (ends > self.cumulative_length - self.settings.recent_tokens)
+        forced[-1] = True  # the block shared with the chunk (or the newest past block)
+        forced = forced.view(1, 1, -1).expand_as(rows)
+        return reference.select_top_k_blocks(scores, rows.contiguous(), top_k + int(forced[0, 0].sum()), forced)
+
+    def _accumulate(self, source_rows: list[torch.Tensor], masses: list[torch.Tensor], observations: int) -> None:
+        mass_col = self.table.columns["attention_mass"]
+        obs_col = self.table.columns["observations"]
+        for rows, mass in zip(source_rows, masses):
+            present = rows >= 0
+            if not bool(present.any()):
+                continue
+            b_idx = torch.arange(self.batch).view(-1, 1, 1).expand_as(rows)[present]
+            h_idx = torch.arange(self.n_heads).view(1, -1, 1).expand_as(rows)[present]
+            r_idx = rows[present]
+            mass_col.index_put_((r_idx, b_idx, h_idx), mass.cpu()[present].float(), accumulate=True)
+            obs_col.index_put_((r_idx, b_idx, h_idx), torch.full_like(r_idx, observations, dtype=torch.float32),
+                               accumulate=True)
+
+    def _accumulate_chunk(self, token_mass: torch.Tensor, groups: int, n_queries: int) -> None:
+        """Mass the chunk's own tokens received ([B, H, T]) goes to their blocks' scores."""
+        blocks = self._chunk_blocks
+        if blocks is None or blocks.numel() != token_mass.shape[-1]:
+            return
+        rows = torch.searchsorted(self.table.block_index, blocks)
+        mass = token_mass.cpu().float().permute(2, 0, 1)  # [T, B, H]
+        self.table.columns["attention_mass"].index_add_(0, rows, mass)
+        # Query i (position chunk_start + i) observed every chunk token at or before it, so a block
+        # was observed by the queries from its first chunk token on (times the group's heads).
+        unique_rows = torch.unique_consecutive(rows)
+        row_first = torch.clamp(self.table.block_index[unique_rows] * self.block_size, min=self._chunk_start)
+        seen_by = (self._chunk_start + n_queries - row_first).clamp(min=0).float() * groups
+        self.table.columns["observations"][unique_rows] += seen_by.view(-1, 1, 1)
+
+    def _remember_queries(self, query: torch.Tensor) -> None:
+        window = self.settings.observation_window
+        recent = query.detach()[:, :, -window:]
+        if self.recent_queries is not None and recent.shape[2] < window:
+            recent = torch.cat([self.recent_queries, recent], dim=2)[:, :, -window:]
+        # A copy, not a view: a view would keep the whole chunk's query tensor alive.
+        self.recent_queries = recent.to(self.dtype).clone()
+
+    # ------------------------------------------------------------------------------------------
+    # Budget and compression
+    # ------------------------------------------------------------------------------------------
+
+    def full_precision_bytes(self) -> int:
+        """What DynamicCache would hold for this layer: every token seen, K and V, source dtype."""
+        if not self.is_initialized:
+            return 0
+        element = torch.empty(0, dtype=self.dtype).element_size()
+        return self.cumulative_length * self.batch * self.n_heads * (self.head_dim + self.value_dim) * element
+
+    def metadata_bytes(self) -> int:
+        table = self.table
+        columns = sum(_tensor_bytes(c) for c in table.columns.values())
+        index = _tensor_bytes(table.block_index, table.format, table.slot, table.fill)
+        outliers = _tensor_bytes(*(i for i in self.outlier_idx.values() if i is not None))
+        return columns + index + outliers + self.summary.nbytes() + _tensor_bytes(self.recent_queries)
+
+    def payload_bytes(self) -> int:
+        return sum(pool.used_bytes() for pool in self.pools.values()) if self.is_initialized else 0
+
+    def kv_bytes(self) -> int:
+        """Bytes this layer's KV occupies (used blocks + metadata), measured from tensor storage sizes."""
+        return self.payload_bytes() + self.metadata_bytes() if self.is_initialized else 0
+
+    def reserved_bytes(self) -> int:
+        """Like :meth:`kv_bytes` but counting whole pool storage, free slots included."""
+        if not self.is_initialized:
+            return 0
+        return sum(pool.reserved_bytes() for pool in self.pools.values()) + self.metadata_bytes()
+
+    def budget(self) -> int:
+        if self.settings.budget_bytes is not None:
+            return int(self.settings.budget_bytes / max(self.owner.num_tiered_layers, 1))
+        ratio = self.settings.budget_ratio if self.settings.budget_ratio is not None else 1.0
+        return int(ratio * self.full_precision_bytes())
+
+    def _row_metadata_bytes(self) -> int:
+        table = self.table
+        per_row = sum(_tensor_bytes(c[:1]) for c in table.columns.values())
+        return per_row + 8 * (3 + self.batch)
+
+    def scoring_inputs(self) -> BlockScoringInputs:
+        n, k = len(self.table), self.batch * self.n_heads
+        queries = None
+        if self.recent_queries is not None:
+            rq = self.recent_queries.float()  # [B, Hq, W, D]
+            groups = rq.shape[1] // self.n_heads
+            queries = rq.reshape(self.batch, self.n_heads, groups * rq.shape[2], -1).reshape(k, -1, rq.shape[-1])
+        cols = self.table.columns
+        return BlockScoringInputs(
+            block_start=self.table.block_index * self.block_size,
+            block_len=self.table.fill.clone(),
+            seq_len=self.cumulative_length,
+            attention_mass=cols["attention_mass"].reshape(n, k),
+            observations=cols["observations"].reshape(n, k),
+            key_min=cols["key_min"].reshape(n, k, -1).cpu(),
+            key_max=cols["key_max"].reshape(n, k, -1).cpu(),
+            queries=None if queries is None else queries.cpu(),
+            scale=self.last_scale if self.last_scale is not None else self.head_dim**-0.5,
+            flags=self.owner.annotations.block_flags(self.table.block_index, self.block_size),
+        )
+
+    def compress(self, protect_from: int | None = None) -> bool:
+        """Bring the layer under its budget: re-plan every block's format, then convert/drop.
+
+        Partially filled blocks, sinks, the recent window and blocks holding tokens at or after
+        ``protect_from`` stay at full precision. Returns whether anything changed.
+        """
+        if not self.is_initialized or len(self.table) == 0:
+            return False
+        budget = self.budget()
+        if self.kv_bytes() <= budget:
+            return False
+        target = int(budget * (1.0 - self.settings.hysteresis))
+        protect_from = self.cumulative_length if protect_from is None else protect_from
+        inputs = self.scoring_inputs()
+        scores = self.scorer.block_scores(inputs)
+        starts = inputs.block_start
+        protected = self.scorer.position.protected(inputs)
+        protected |= self.table.fill < self.block_size
+        protected |= starts + self.block_size > protect_from
+
+        formats = [BlockFormat.FULL] + [BlockFormat.from_kind(k) for k in self.settings.warm_kinds]
+        meta = self._row_metadata_bytes()
+        options = [
+            TierOption(f.kind, self.batch * self.pools[f].slot_bytes + meta, self.settings.fidelity[f.kind])
+            for f in formats
+        ]
+        fidelity_of = torch.tensor([self.settings.fidelity[BlockFormat(f).kind] for f in range(len(BlockFormat))])
+        current_fidelity = fidelity_of[self.table.format]
+        fixed = self.metadata_bytes() - meta * len(self.table)  # summary, queries, outlier index
+        allow_drop = self.settings.allow_drop and self.owner.sparse_attention
+        plan = plan_tiers(scores, options, target - fixed, protected, current_fidelity, allow_drop)
+        new_format = torch.tensor([int(formats[i]) if i != DROP else -1 for i in plan.level.tolist()],
+                                  dtype=torch.long)
+        changed = new_format != self.table.format
+        if not bool(changed.any()):
+            return False
+        dropped = new_format < 0
+        for fmt in formats:
+            rows = torch.nonzero(changed & (new_format == int(fmt))).flatten()
+            if rows.numel():
+                self._convert_rows(rows, fmt)
+        if bool(dropped.any()):
+            self._drop_rows(torch.nonzero(dropped).flatten())
+        self._maybe_compact_pools()
+        return True
+
+    def _convert_rows(self, rows: torch.Tensor, fmt: BlockFormat) -> None:
+        """Re-store ``rows`` in pool ``fmt`` (quantizing from their current, dequantized content)."""
+        keys, values = self._rows_dense(rows)  # [n, B, bs, H, D]
+        n = int(rows.numel())
+        pool = self.pools[fmt]
+        slots = pool.alloc(n * self.batch).view(n, self.batch)
+        flat_k = keys.reshape(n * self.batch, self.block_size, self.n_heads, self.head_dim)
+        flat_v = values.reshape(n * self.batch, self.block_size, self.n_heads, self.value_dim)
+        if fmt == BlockFormat.FULL:
+            pool.write(slots, k=flat_k, v=flat_v)
+        else:
+            fields: dict[str, torch.Tensor] = {}
+            for prefix, data, quantizers in (("k", flat_k, self.key_quantizers), ("v", flat_v, self.value_quantizers)):
+                if self.settings.outlier_channels > 0 and self.outlier_idx[prefix] is None:
+                    self.outlier_idx[prefix] = reference.select_outlier_channels(
+                        data, self.settings.outlier_channels, head_axis=2
+                    )
+                idx = self.outlier_idx[prefix]
+                qt = quantizers[fmt].quantize(data, None if idx is None else reference.outlier_index_for(idx, 4, 2))
+                fields[f"{prefix}_data"] = qt.data
+                fields[f"{prefix}_scale"] = qt.scale
+                if qt.zero is not None:
+                    fields[f"{prefix}_zero"] = qt.zero
+                if qt.outlier_values is not None:
+                    fields[f"{prefix}_outliers"] = qt.outlier_values
+            pool.write(slots.flatten(), **fields)
+        self._free_rows(rows)
+        self.table.set_format(rows, fmt, slots)
+
+    def _drop_rows(self, rows: torch.Tensor) -> None:
+        """Fold the rows into the Global Summary and remove them from the page table."""
+        keys, values = self._rows_dense(rows)  # [n, B, bs, H, D]
+        valid = torch.arange(self.block_size).view(1, -1) < self.table.fill[rows].view(-1, 1)  # [n, bs]
+        k = keys.permute(1, 3, 0, 2, 4).reshape(self.batch, self.n_heads, -1, self.head_dim)
+        v = values.permute(1, 3, 0, 2, 4).reshape(self.batch, self.n_heads, -1, self.value_dim)
+        mask = valid.flatten().to(self.device).view(1, 1, -1).expand(self.batch, self.n_heads, -1)
+        self.summary = self.summary.absorb(k, v, mask)
+        self._free_rows(rows)
+        keep = torch.ones(len(self.table), dtype=torch.bool)
+        keep[rows] = False
+        self.table.keep(keep)
+
+    def _maybe_compact_pools(self) -> None:
+        """Give memory back when a pool is mostly free (moves only blocks above the high-water mark)."""
+        for fmt, pool in self.pools.items():
+            if pool.allocator.free_count > max(8, pool.used_count):
+                self.table.remap_slots(fmt, pool.compact())
+
+    def compact_storage(self) -> None:
+        """Shrink every pool to exactly its used blocks."""
+        for fmt, pool in self.pools.items():
+            self.table.remap_slots(fmt, pool.compact())
+
+    # ------------------------------------------------------------------------------------------
+    # Checkpoint / rollback
+    # ------------------------------------------------------------------------------------------
+
+    def snapshot(self) -> TieredLayerSnapshot | None:
+        if not self.is_initialized:
+            return None
+        rows = len(self.table)
+        cols = self.table.columns
+        return TieredLayerSnapshot(
+            rows=rows,
+            seen=self.cumulative_length,
+            tail_fill=int(self.table.fill[-1]) if rows else None,
+            tail_key_min=cols["key_min"][-1].clone() if rows else None,
+            tail_key_max=cols["key_max"][-1].clone() if rows else None,
+            attention_mass=cols["attention_mass"].clone(),
+            observations=cols["observations"].clone(),
+            summary=self.summary.clone(),
+            recent_queries=self.recent_queries,
+        )
+
+    def restore(self, snap: TieredLayerSnapshot | None) -> None:
+        if snap is None:
+            if self.is_initialized:
+                self.reset()
+            return
+        extra = torch.arange(snap.rows, len(self.table))
+        self._free_rows(extra)
+        self.table.truncate(snap.rows)
+        cols = self.table.columns
+        if snap.rows:
+            self.table.fill[-1] = snap.tail_fill
+            cols["key_min"][-1] = snap.tail_key_min
+            cols["key_max"][-1] = snap.tail_key_max
+        cols["attention_mass"] = snap.attention_mass.clone()
+        cols["observations"] = snap.observations.clone()
+        self.summary = snap.summary.clone()
+        self.recent_queries = snap.recent_queries
+        self.cumulative_length = snap.seen
+
+    def stats(self) -> dict[str, Any]:
+        if not self.is_initialized:
+            return {"tokens_seen": 0}
+        per_format = {}
+        for fmt, pool in self.pools.items():
+            rows = int((self.table.format == fmt).sum())
+            per_format[BlockFormat(fmt).kind] = {
+                "blocks": rows,
+                "used_bytes": pool.used_bytes(),
+                "reserved_bytes": pool.reserved_bytes(),
+            }
+        return {
+            "tokens_seen": self.cumulative_length,
+            "tokens_kept": self.kept_tokens(),
+            "tokens_summarised": float(self.summary.count.mean()) if self.summary.count.numel() else 0.0,
+            "formats": per_format,
+            "metadata_bytes": self.metadata_bytes(),
+            "kv_bytes": self.kv_bytes(),
+            "full_precision_bytes": self.full_precision_bytes(),
+            "budget_bytes": self.budget(),
+        }
+
+
+class SlidingWindowLayer(DynamicSlidingWindowLayer):
+    """transformers' sliding-window layer plus checkpoint/rollback.
+
+    Its update never writes into existing tensors (it concatenates and slices), so a snapshot is
+    just references to the current tensors: nothing is copied.
+    """
+
+    def snapshot(self) -> tuple[Any, ...]:
+        return (self.keys, self.values, self.cumulative_length, self.is_initialized)
+
+    def restore(self, snap: tuple[Any, ...]) -> None:
+        self.keys, self.values, self.cumulative_length, self.is_initialized = snap
+
+    def kv_bytes(self) -> int:
+        return _tensor_bytes(self.keys, self.values) if self.is_initialized else 0
+
+    def reserved_bytes(self) -> int:
+        """Storage actually held: the window is a view into the last update's concatenation."""
+        if not self.is_initialized:
+            return 0
+        return self.keys.untyped_storage().nbytes() + self.values.untyped_storage().nbytes()
+
+    def stats(self) -> dict[str, Any]:
+        return {"tokens_seen": self.cumulative_length, "kv_bytes": self.kv_bytes(), "sliding_window": self.sliding_window}

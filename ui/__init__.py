@@ -1,0 +1,1 @@
+"""Gradio live meeting page."""
