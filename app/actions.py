@@ -122,11 +122,24 @@ class KeyFact:
     start: float | None
 
 
+_NUMBER_WORD = (
+    r"(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen"
+    r"|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred|thousand|million"
+    r"|billion)"
+)
+# Amounts in digits ("12,000") or, as people transcribe speech, in words ("twelve thousand").
+_AMOUNT = rf"(?:\d[\d,.]*|\b{_NUMBER_WORD}(?:[\s-]+(?:and\s+)?{_NUMBER_WORD})*)"
 _FACT = re.compile(
-    rf"(\$\s?\d|\d[\d,.]*\s*(?:%|percent|dollars|euros|users|people|weeks|days|months|hours)|{_MONTH}\s+{_DAY}"
+    rf"(\$\s?\d|{_AMOUNT}\s*(?:%|percent|dollars|euros|users|people|weeks|days|months|hours)|{_MONTH}\s+{_DAY}"
     rf"|\b{_WEEKDAY}\b)",
     re.IGNORECASE,
 )
+
+
+def _is_commitment(sentence: str) -> bool:
+    """Someone commits to a date ("I will send it by Thursday"): an action item, not a key fact.
+    A date on its own ("It starts on Monday") is a fact."""
+    return bool(_DUE.search(sentence)) and any(p.search(sentence) for p in (_ASKED, _SELF, _NAMED))
 
 
 def extract_key_facts(transcript: Transcript, limit: int = 8) -> list[KeyFact]:
@@ -134,7 +147,7 @@ def extract_key_facts(transcript: Transcript, limit: int = 8) -> list[KeyFact]:
     facts = []
     for index, turn in enumerate(transcript.turns):
         for sentence in _sentences(turn.text):
-            if sentence.endswith("?") or _DECISION.search(sentence) or _DUE.search(sentence):
+            if sentence.endswith("?") or _DECISION.search(sentence) or _is_commitment(sentence):
                 continue
             if _FACT.search(sentence):
                 facts.append(KeyFact(sentence, turn.speaker, index, turn.start))

@@ -191,13 +191,28 @@ class Assistant:
         return f"{prefix} {text}".strip() if prefix else text
 
     def _reduce(self, notes: list[str]) -> str:
-        """Merge part summaries, in rounds if even the notes do not fit."""
+        """Merge part summaries, in rounds if even the notes do not fit.
+
+        Every round must merge at least two notes or the rounds never end, so a note longer than half
+        of what one merge pass holds is shortened (notes are the model's own words, not the transcript).
+        """
+        template = self.prompts.summary_reduce
+        reserve = self.engine.settings.max_new_tokens
+        overhead = self.engine.count_tokens(self.engine.render(template.replace("{transcript}", ""))) + reserve
+        limit = (self.engine.context_tokens - overhead) // 2 - 16  # 16: the "[turn n] Part n:" label and margin
         while len(notes) > 1:
-            template = self.prompts.summary_reduce
+            notes = [self._shorten(n, limit) for n in notes]
             as_turns = Transcript(turns=[Turn(speaker=f"Part {i + 1}", text=n) for i, n in enumerate(notes)])
-            groups = self._parts(as_turns, template, reserve=self.engine.settings.max_new_tokens)
+            groups = self._parts(as_turns, template, reserve=reserve)
             notes = [
                 self._complete_summary(template.replace("{transcript}", "\n".join(f"- {t.text}" for t in turns)))
                 for _, turns in groups
             ]
         return notes[0]
+
+    def _shorten(self, text: str, limit: int) -> str:
+        """``text`` cut at a word boundary to at most ``limit`` tokens."""
+        while text and self.engine.count_tokens(text) > limit:
+            cut = text[: len(text) * 3 // 4]
+            text = cut.rsplit(" ", 1)[0] if " " in cut.strip() else cut
+        return text

@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 from rich.markdown import Markdown
+from rich.markup import escape
 
 from app.config import Settings, load_settings
 from encoders.errors import InputError
@@ -100,7 +101,7 @@ def _assistant(settings: Settings):
     from app.llm import LLMEngine
 
     with err.status(f"loading the LLM ({settings.llm.model})"):
-        return Assistant(LLMEngine.from_settings(settings.llm, settings.home))
+        return Assistant(LLMEngine.from_settings(settings.llm, settings.home, settings.kv))
 
 
 def _summary_markdown(summary, source: str) -> str:
@@ -197,7 +198,8 @@ def main() -> None:
     try:
         app()
     except InputError as exc:
-        err.print(f"[red]error:[/] {exc}")
+        # One line, whatever the console width; paths and messages are text, never console markup.
+        err.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         sys.exit(2)
     except KeyboardInterrupt:
         err.print("[red]interrupted[/]")

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -32,6 +32,8 @@ def default_home() -> Path:
 
 
 class LLMSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt key is an error, not ignored
+
     model: str = Field("gemma-3-270m", description="embedded model name, a local HF folder, or a cached hub id")
     dtype: Literal["bfloat16", "float16", "float32", "auto"] = "bfloat16"
     prompts: str = Field("completion", description="prompt set: configs/prompts/<name>.yaml or a path")
@@ -44,6 +46,8 @@ class LLMSettings(BaseModel):
 
 
 class ASRSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt key is an error, not ignored
+
     model: str = Field("whisper-base", description="embedded model name or a local faster-whisper folder")
     device: str = "cpu"
     compute_type: str = "int8"
@@ -54,11 +58,28 @@ class ASRSettings(BaseModel):
 
 
 class DiarizationSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt key is an error, not ignored
+
     backend: Literal["auto", "embedded", "pyannote"] = "auto"
     model: str | None = Field(None, description="local folder of a pyannote.audio pipeline (config.yaml)")
     num_speakers: int | None = None
     min_speakers: int = 1
     max_speakers: int = 8
+
+
+class KVSettings(BaseModel):
+    """The LLM's KV cache (kvstore.TieredCache); see kvstore/config.py for what each knob does."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(True, description="use minutia's TieredCache (False: transformers' DynamicCache)")
+    compress: bool = True
+    budget_ratio: float = Field(0.25, gt=0, le=1, description="KV bytes kept, as a share of the full cache")
+    block_size: int = Field(64, gt=0)
+    sink_tokens: int = 4
+    recent_tokens: int = 256
+    warm_kinds: tuple[Literal["int8", "int4", "fp8"], ...] = ("int8", "int4")
+    decode_top_k_blocks: int | None = None
 
 
 class Settings(BaseSettings):
@@ -71,6 +92,7 @@ class Settings(BaseSettings):
     llm: LLMSettings = LLMSettings()
     asr: ASRSettings = ASRSettings()
     diarization: DiarizationSettings = DiarizationSettings()
+    kv: KVSettings = KVSettings()
 
 
 def preset_path(name_or_path: str) -> Path:
@@ -95,7 +117,10 @@ def load_settings(config: str | None = None, overrides: dict[str, Any] | None = 
     try:
         preset = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
-        raise InputError(f"config {path} is not valid YAML: {exc}") from exc
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "parse error"
+        raise InputError(f"config {path} is not valid YAML ({problem}{where})") from exc
     if preset is not None and not isinstance(preset, dict):
         raise InputError(f"config {path} must be a mapping of settings")
 

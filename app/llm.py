@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from app.config import CONFIG_DIR, LLMSettings
+from app.config import CONFIG_DIR, KVSettings, LLMSettings
 from encoders.errors import InputError
 
 
@@ -34,7 +34,10 @@ def load_prompts(name_or_path: str) -> PromptSet:
         path = CONFIG_DIR / "prompts" / f"{name_or_path}.yaml"
     if not path.is_file():
         raise InputError(f"prompt set '{name_or_path}' not found (configs/prompts/*.yaml or a path)")
-    data = yaml.safe_load(path.read_text())
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise InputError(f"prompt set {path} is not valid YAML ({getattr(exc, 'problem', None) or exc})") from exc
     try:
         # Templates end where the model continues ("Answer:"), so trailing newlines from YAML go.
         return PromptSet(**{key: str(data.get(key, "")).rstrip() for key in PromptSet.__dataclass_fields__})
@@ -48,12 +51,14 @@ class Completion:
     mean_logprob: float  # average log-probability of the generated tokens: a cheap confidence
     prompt_tokens: int
     new_tokens: int
+    kv_bytes: int = 0  # bytes the KV cache held at the end (all layers), measured from its tensors
+    kv_full_bytes: int = 0  # what a full-precision cache of the same tokens would hold
 
 
 class LLMEngine:
     """One loaded model. ``complete`` is serialised: a CPU has no spare cores for two decodes."""
 
-    def __init__(self, folder: Path, settings: LLMSettings):
+    def __init__(self, folder: Path, settings: LLMSettings, kv: KVSettings | None = None):
         import torch
         import transformers
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -70,6 +75,11 @@ class LLMEngine:
             raise InputError(f"cannot load the LLM from {folder}: {exc}".splitlines()[0]) from exc
         self.model.eval()
         self.settings = settings
+        self.kv = kv or KVSettings()
+        if self.kv.enabled:
+            from kvstore.attention import use_minutia_attention
+
+            use_minutia_attention(self.model)
         self.prompts = load_prompts(settings.prompts)
         if self.prompts.style == "chat" and not getattr(self.tokenizer, "chat_template", None):
             raise InputError(f"prompt set '{settings.prompts}' needs a model with a chat template; {folder} has none")
@@ -78,11 +88,33 @@ class LLMEngine:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_settings(cls, settings: LLMSettings, home: Path) -> "LLMEngine":
+    def from_settings(cls, settings: LLMSettings, home: Path, kv: KVSettings | None = None) -> "LLMEngine":
         from app.models import EMBEDDED_LLM, resolve_model
 
         folder = resolve_model(settings.model, home, "LLM", EMBEDDED_LLM, "config.json")
-        return cls(folder, settings)
+        return cls(folder, settings, kv)
+
+    def new_cache(self):
+        """A fresh KV cache for one prompt: minutia's TieredCache unless disabled in the config."""
+        if not self.kv.enabled:
+            from transformers import DynamicCache
+
+            return DynamicCache(config=self.model.config)
+        from kvstore.cache import TieredCache
+        from kvstore.config import TieredCacheConfig
+
+        return TieredCache(
+            config=self.model.config,
+            settings=TieredCacheConfig(
+                block_size=self.kv.block_size,
+                compress=self.kv.compress,
+                budget_ratio=self.kv.budget_ratio,
+                sink_tokens=self.kv.sink_tokens,
+                recent_tokens=self.kv.recent_tokens,
+                warm_kinds=tuple(self.kv.warm_kinds),
+                decode_top_k_blocks=self.kv.decode_top_k_blocks,
+            ),
+        )
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False).input_ids)
@@ -107,8 +139,10 @@ class LLMEngine:
                 f"context of {self.context_tokens} tokens"
             )
         with self._lock, torch.inference_mode():
+            cache = self.new_cache()
             out = self.model.generate(
                 **encoded,
+                past_key_values=cache,
                 max_new_tokens=max_new,
                 do_sample=False,
                 # No repetition penalty / no_repeat_ngram: in HF they also count the prompt, and
@@ -126,9 +160,25 @@ class LLMEngine:
         text = self.tokenizer.decode(new_ids, skip_special_tokens=True)
         for s in stop:
             text = text.split(s)[0]
+        kv_bytes, kv_full = _cache_bytes(cache)
         return Completion(
             text=text.strip(),
             mean_logprob=sum(logprobs) / max(1, len(logprobs)),
             prompt_tokens=n_prompt,
             new_tokens=len(new_ids),
+            kv_bytes=kv_bytes,
+            kv_full_bytes=kv_full,
         )
+
+
+def _cache_bytes(cache: object) -> tuple[int, int]:
+    """(bytes held, full-precision bytes) of the tiered (full-attention) layers; all layers of a DynamicCache."""
+    if hasattr(cache, "kv_bytes"):
+        return int(cache.kv_bytes(include_sliding=False)), int(cache.full_precision_bytes())  # type: ignore[attr-defined]
+    held = sum(
+        t.numel() * t.element_size()
+        for layer in getattr(cache, "layers", [])
+        for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
+        if t is not None and hasattr(t, "numel")
+    )
+    return held, held

@@ -195,6 +195,7 @@ def _opt_float(value: object) -> float | None:
 def _qmsum_text(text: str) -> str:
     """QMSum is tokenised (``we 're``, ``it .``) and marks disfluencies (``{disfmarker}``): undo both."""
     text = re.sub(r"\{\w+\}", " ", text)
+    text = re.sub(r"\s+", " ", text)
     text = re.sub(r"\s+([,.;:!?%)])", r"\1", text)
     text = re.sub(r"\s+('(s|re|ve|ll|d|m|t)\b|n't\b)", r"\1", text)
     return re.sub(r"\(\s+", "(", text).strip()

@@ -1,0 +1,66 @@
+"""How often `minutia ask` gets the facts of the bundled sample right, with minutia's TieredCache
+(compressed to the configured budget) and with transformers' DynamicCache, side by side.
+
+A question counts as answered when the answer contains one of the fact's keywords
+(samples/standup/facts.json). Uses the reference transcript, so ASR errors do not enter.
+
+    .venv/bin/python bench/ask_accuracy.py [--config cpu-small] [--out bench/out]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+from app.assistant import Assistant
+from app.config import load_settings
+from app.llm import LLMEngine
+from app.transcript import load_transcript
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def hit(answer: str, keywords: list[str]) -> bool:
+    text = answer.lower()
+    return any(k.lower() in text or k.lower() in text.replace(",", "") for k in keywords)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default=None)
+    ap.add_argument("--sample", type=Path, default=ROOT / "samples" / "standup")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+
+    facts = json.loads((args.sample / "facts.json").read_text())["questions"]
+    transcript = load_transcript(args.sample / "reference.json")
+    rows, totals = [], {}
+    for label, enabled in (("TieredCache", True), ("DynamicCache", False)):
+        settings = load_settings(args.config, {"kv": {"enabled": enabled}})
+        assistant = Assistant(LLMEngine.from_settings(settings.llm, settings.home, settings.kv))
+        correct, started = 0, time.perf_counter()
+        for fact in facts:
+            answer = assistant.ask(transcript, fact["question"])
+            ok = hit(answer.text, fact["keywords"])
+            correct += ok
+            rows.append({"cache": label, "question": fact["question"], "answer": answer.text, "correct": ok})
+        totals[label] = {"correct": correct, "total": len(facts), "seconds": round(time.perf_counter() - started, 1)}
+    print(f"model: {settings.llm.model}, kv budget {settings.kv.budget_ratio:.0%}, {os.cpu_count()} cores")
+    print("| cache | correct | seconds |\n|---|---|---|")
+    for label, t in totals.items():
+        print(f"| {label} | {t['correct']}/{t['total']} | {t['seconds']} |")
+    print("\n| question | TieredCache | DynamicCache |\n|---|---|---|")
+    half = len(facts)
+    for a, b in zip(rows[:half], rows[half:]):
+        print(f"| {a['question']} | {a['answer']} {'✓' if a['correct'] else '✗'} | {b['answer']} {'✓' if b['correct'] else '✗'} |")
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "ask_accuracy.json").write_text(json.dumps({"totals": totals, "rows": rows}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

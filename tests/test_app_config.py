@@ -1,0 +1,135 @@
+"""Settings: preset < environment < explicit overrides; bad config is one InputError."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from app.config import CONFIG_DIR, DEFAULT_PRESET, load_settings
+from encoders.errors import InputError
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for key in list(os.environ):
+        if key.startswith("MINUTIA_"):
+            monkeypatch.delenv(key)
+
+
+def test_default_preset_is_cpu_small():
+    s = load_settings()
+    assert DEFAULT_PRESET == "cpu-small"
+    assert s.preset == "cpu-small"
+    assert s.llm.model == "gemma-3-270m" and s.llm.answer_context_turns == 3
+    assert s.asr.device == "cpu" and s.asr.compute_type == "int8"
+
+
+def test_gpu_8b_preset_loads():
+    s = load_settings("gpu-8b")
+    assert s.preset == "gpu-8b"
+    assert s.asr.device == "cuda"
+    assert s.llm.prompts == "chat"
+    assert s.llm.answer_context_turns is None
+    assert s.llm.max_context_tokens == 32768
+    assert s.diarization.max_speakers == 12
+
+
+def test_preset_by_path_and_by_env(monkeypatch, tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("llm:\n  max_new_tokens: 7\n")
+    s = load_settings(str(path))
+    assert s.preset == "mine" and s.llm.max_new_tokens == 7
+    assert s.asr.model == "whisper-base"  # unspecified fields keep their defaults
+    monkeypatch.setenv("MINUTIA_CONFIG", "gpu-8b")
+    assert load_settings().preset == "gpu-8b"
+    assert load_settings("cpu-small").preset == "cpu-small"  # an explicit preset beats MINUTIA_CONFIG
+
+
+def test_env_overrides_preset(monkeypatch, tmp_path):
+    monkeypatch.setenv("MINUTIA_ASR__BEAM_SIZE", "1")
+    monkeypatch.setenv("MINUTIA_HOME", str(tmp_path))
+    s = load_settings()
+    assert s.asr.beam_size == 1
+    assert s.asr.compute_type == "int8"  # the rest of the nested preset section survives
+    assert s.home == tmp_path
+
+
+def test_explicit_overrides_beat_env(monkeypatch):
+    monkeypatch.setenv("MINUTIA_ASR__BEAM_SIZE", "1")
+    monkeypatch.setenv("MINUTIA_LLM__MODEL", "/from/env")
+    s = load_settings(None, {"asr": {"beam_size": 3}, "llm": {"model": "/from/flag"}})
+    assert s.asr.beam_size == 3
+    assert s.llm.model == "/from/flag"
+    # None means "flag not given": the environment value stays.
+    s = load_settings(None, {"asr": {"beam_size": None}, "llm": {"model": None}})
+    assert s.asr.beam_size == 1 and s.llm.model == "/from/env"
+
+
+def test_unknown_preset_lists_known_ones():
+    with pytest.raises(InputError) as info:
+        load_settings("no-such-preset")
+    message = str(info.value)
+    assert "no-such-preset" in message
+    for preset in CONFIG_DIR.glob("*.yaml"):
+        assert preset.stem in message
+    with pytest.raises(InputError):
+        load_settings("/does/not/exist.yaml")
+
+
+def test_invalid_yaml_is_one_line_input_error(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("llm: [unclosed\n  model: x\n")
+    with pytest.raises(InputError) as info:
+        load_settings(str(path))
+    assert "not valid YAML" in str(info.value)
+    assert "\n" not in str(info.value)  # the CLI prints it as one `error:` line
+
+
+def test_yaml_that_is_not_a_mapping(tmp_path):
+    path = tmp_path / "list.yaml"
+    path.write_text("- a\n- b\n")
+    with pytest.raises(InputError, match="mapping"):
+        load_settings(str(path))
+
+
+@pytest.mark.parametrize(
+    "yaml_text, where",
+    [
+        ("llm:\n  max_context_token: 4096\n", "llm.max_context_token"),  # typo in a nested key
+        ("asr:\n  beam_size: many\n", "asr.beam_size"),
+        ("diarization:\n  backend: magic\n", "diarization.backend"),
+        ("lmm:\n  model: x\n", "lmm"),
+    ],
+)
+def test_invalid_preset_values(tmp_path, yaml_text, where):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(InputError, match=f"invalid setting {where}"):
+        load_settings(str(path))
+
+
+def test_invalid_env_value(monkeypatch):
+    monkeypatch.setenv("MINUTIA_LLM__DTYPE", "int3")
+    with pytest.raises(InputError, match="llm.dtype"):
+        load_settings()
+
+
+def test_invalid_override_value():
+    with pytest.raises(InputError, match="diarization.num_speakers"):
+        load_settings(None, {"diarization": {"num_speakers": "three"}})
+
+
+def test_presets_are_valid():
+    for preset in sorted(CONFIG_DIR.glob("*.yaml")):
+        assert load_settings(preset.stem).preset == preset.stem
+        assert load_settings(str(preset)).preset == preset.stem
+
+
+def test_empty_preset_file_gives_defaults(tmp_path):
+    path = tmp_path / "empty.yaml"
+    path.write_text("")
+    s = load_settings(str(path))
+    assert s.llm.model == "gemma-3-270m" and s.asr.beam_size == 5
+    assert isinstance(s.home, Path)
