@@ -155,6 +155,8 @@ def load_transcript(path: str | Path) -> Transcript:
         except json.JSONDecodeError as exc:
             raise InputError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})") from exc
         transcript = _from_json(data, path)
+    elif path.suffix.lower() == ".md":
+        transcript = _from_markdown(raw, path)
     else:
         transcript = _from_text(raw, path)
     if not any(t.text.strip() for t in transcript.turns):
@@ -201,6 +203,8 @@ def _qmsum_text(text: str) -> str:
     return re.sub(r"\(\s+", "(", text).strip()
 
 
+# minutia's own Markdown: **[mm:ss] Speaker:** text
+_MD_LINE = re.compile(r"^\*\*(?:\[(?P<time>(?:\d+:)?\d{1,2}:\d{2}|--:--|turn \d+)\]\s*)?(?P<speaker>[^*]{1,60}):\*\*\s*(?P<text>.+)$")
 _TEXT_LINE = re.compile(r"^\s*(?:\[(?P<time>(?:\d+:)?\d{1,2}:\d{2})\]\s*)?(?P<speaker>[^:\[\]]{1,60}):\s*(?P<text>.+)$")
 
 
@@ -218,6 +222,18 @@ def _from_text(raw: str, path: Path) -> Transcript:
         else:
             turns.append(Turn(speaker="SPEAKER_00", text=line.strip()))
     return Transcript(turns=turns, source=path.name)
+
+
+def _from_markdown(raw: str, path: Path) -> Transcript:
+    """Turns of minutia's Markdown transcript; other Markdown falls back to the plain-text reader."""
+    turns = []
+    for line in raw.splitlines():
+        match = _MD_LINE.match(line.strip())
+        if match:
+            stamp = match["time"]
+            start = _parse_clock(stamp) if stamp and stamp[0].isdigit() else None
+            turns.append(Turn(speaker=match["speaker"].strip(), text=match["text"].strip(), start=start))
+    return Transcript(turns=turns, source=path.name) if turns else _from_text(raw, path)
 
 
 def _parse_clock(stamp: str) -> float:

@@ -8,6 +8,9 @@ audio (overlap, many speakers).
 
 from __future__ import annotations
 
+import functools
+import logging
+import os
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -19,6 +22,8 @@ import numpy as np
 from encoders.audio import SAMPLE_RATE, check_audio, resample
 from encoders.errors import InputError
 from encoders.vad import SpeechRegion, detect_speech
+
+log = logging.getLogger(__name__)
 
 FRAME_RATE = 100  # resemblyzer's mel frames: 10 ms hop at 16 kHz
 
@@ -95,97 +100,104 @@ def _voice_encoder():
 
 
 def _windows(regions: list[tuple[int, int]], width: int, step: int) -> np.ndarray:
-    """(start, end) frame windows inside each speech region; a short region is one short window."""
+    """(start, end, region index) frame windows inside each speech region; a region shorter
+    than ``width`` is one short window."""
     out = []
-    for s, e in regions:
+    for r, (s, e) in enumerate(regions):
         if e - s <= width:
-            out.append((s, e))
+            out.append((s, e, r))
             continue
         starts = list(range(s, e - width + 1, step))
         if starts[-1] + width < e:
             starts.append(e - width)  # cover the region's tail
-        out.extend((x, x + width) for x in starts)
-    return np.array(out, dtype=np.int64).reshape(-1, 2)
+        out.extend((x, x + width, r) for x in starts)
+    return np.array(out, dtype=np.int64).reshape(-1, 3)
 
 
 def _l2norm(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
-def _ge2e_embeddings(audio: np.ndarray, windows: np.ndarray, batch: int = 128) -> np.ndarray:
-    """One L2-normalised GE2E embedding per window, from one mel spectrogram of the whole file.
+def _region_frames(audio: np.ndarray, start: int, end: int) -> np.ndarray:
+    """Samples whose 25 ms / 10 ms STFT frames (center=False) are frames [start, end) of the file.
 
-    resemblyzer's ``preprocess_wav`` would cut long pauses and shift every timestamp, so only its
-    volume normalisation is applied; the VAD has already decided where speech is.
+    Computing features region by region keeps memory bounded by the longest speech region,
+    not the recording (a full-file spectrogram of a 3 h meeting is gigabytes).
+    """
+    hop, half = SAMPLE_RATE // FRAME_RATE, 200  # 160-sample hop, 400-sample (25 ms) window
+    a0, a1 = start * hop - half, (end - 1) * hop + half
+    seg = audio[max(a0, 0) : min(a1, len(audio))]
+    return np.pad(seg, (max(0, -a0), max(0, a1 - len(audio))))
+
+
+@functools.cache
+def _mel_basis() -> tuple[np.ndarray, np.ndarray]:
+    import librosa.filters
+    import scipy.signal
+    from resemblyzer.hparams import mel_n_channels
+
+    window = scipy.signal.get_window("hann", 400, fftbins=True).astype(np.float32)
+    return window, librosa.filters.mel(sr=SAMPLE_RATE, n_fft=400, n_mels=mel_n_channels).T
+
+
+def _mel(y: np.ndarray) -> np.ndarray:
+    """resemblyzer's (power, not log) mel spectrogram, center=False; plain numpy because
+    librosa's first call costs seconds of lazy imports."""
+    window, basis = _mel_basis()
+    frames = np.lib.stride_tricks.sliding_window_view(y, 400)[::160]
+    return ((np.abs(np.fft.rfft(frames * window, axis=1)) ** 2) @ basis).astype(np.float32)
+
+
+def _ge2e_embeddings(audio: np.ndarray, regions: list[tuple[int, int]], windows: np.ndarray, batch: int = 128) -> np.ndarray:
+    """One L2-normalised GE2E embedding per window.
+
+    resemblyzer's ``preprocess_wav`` would cut long pauses and shift every timestamp, so only
+    its volume normalisation is reproduced (gain to -30 dBFS, increase only) and its mel
+    spectrogram parameters are used; the VAD has already decided where speech is.
     """
     import torch
-    from resemblyzer.audio import normalize_volume, wav_to_mel_spectrogram
     from resemblyzer.hparams import audio_norm_target_dBFS
 
     encoder = _voice_encoder()
-    if np.abs(audio).max() > 0:
-        audio = normalize_volume(audio, audio_norm_target_dBFS, increase_only=True)
-    mel = wav_to_mel_spectrogram(audio)
+    rms = np.sqrt(float(np.dot(audio, audio)) / len(audio))
+    gain = 1.0 if rms == 0 else max(1.0, 10 ** (audio_norm_target_dBFS / 20) / rms)
     out = np.zeros((len(windows), 256), dtype=np.float32)
-    lengths = windows[:, 1] - windows[:, 0]
+    pending: dict[int, list[tuple[int, np.ndarray]]] = {}  # window length -> (index, mel) to batch
+
+    def run(length: int) -> None:
+        items = pending.pop(length)
+        x = torch.from_numpy(np.stack([m for _, m in items]))
+        out[[i for i, _ in items]] = encoder(x).numpy()
+
     with torch.inference_mode():
-        for length in np.unique(lengths):  # the LSTM batches only equal lengths
-            idx = np.flatnonzero(lengths == length)
-            for i in range(0, len(idx), batch):
-                part = idx[i : i + batch]
-                x = np.stack([mel[s : s + length] for s in windows[part, 0]])
-                if x.shape[1] < length:  # the last mel frame may be missing at the file's end
-                    x = np.pad(x, ((0, 0), (0, length - x.shape[1]), (0, 0)))
-                out[part] = encoder(torch.from_numpy(x)).numpy()
-    return out
+        for r in np.unique(windows[:, 2]):
+            s, e = regions[r]
+            mel = _mel(_region_frames(audio, s, e) * np.float32(gain))
+            for i in np.flatnonzero(windows[:, 2] == r):
+                w0, w1 = windows[i, 0] - s, windows[i, 1] - s
+                pending.setdefault(w1 - w0, []).append((i, mel[w0:w1]))
+                if len(pending[w1 - w0]) >= batch:  # the LSTM batches only equal lengths
+                    run(w1 - w0)
+        for length in list(pending):
+            run(length)
+    return np.nan_to_num(out)  # an all-zero input yields 0/0 in the encoder's normalisation
 
 
-def _mfcc_embeddings(audio: np.ndarray, windows: np.ndarray) -> np.ndarray:
-    """Baseline: per-window mean and std of MFCCs, standardised across the file."""
+def _mfcc_embeddings(audio: np.ndarray, regions: list[tuple[int, int]], windows: np.ndarray) -> np.ndarray:
+    """Baseline: per-window mean and std of 20 MFCCs, standardised across the file."""
     import librosa
 
-    mfcc = librosa.feature.mfcc(y=audio, sr=SAMPLE_RATE, n_mfcc=20, n_fft=400, hop_length=160).T
-    csum = np.vstack([np.zeros((1, mfcc.shape[1])), np.cumsum(mfcc, 0)])
-    csq = np.vstack([np.zeros((1, mfcc.shape[1])), np.cumsum(mfcc**2, 0)])
-    s, e = np.minimum(windows[:, 0], len(mfcc) - 1), np.minimum(windows[:, 1], len(mfcc))
-    n = np.maximum(e - s, 1)[:, None]
-    mean = (csum[e] - csum[s]) / n
-    std = np.sqrt(np.maximum((csq[e] - csq[s]) / n - mean**2, 0))
-    feats = np.hstack([mean, std])
+    feats = np.zeros((len(windows), 40))
+    for r in np.unique(windows[:, 2]):
+        s, e = regions[r]
+        mfcc = librosa.feature.mfcc(
+            y=_region_frames(audio, s, e), sr=SAMPLE_RATE, n_mfcc=20, n_fft=400, hop_length=160, center=False
+        ).T
+        for i in np.flatnonzero(windows[:, 2] == r):
+            m = mfcc[windows[i, 0] - s : windows[i, 1] - s]
+            feats[i] = np.r_[m.mean(0), m.std(0)]
     feats = (feats - feats.mean(0)) / (feats.std(0) + 1e-8)
     return _l2norm(feats).astype(np.float32)
-
-
-def _cluster_units(
-    windows: np.ndarray, emb: np.ndarray, width: int, step: int, min_len: float, pure_fraction: float, hop: int
-) -> np.ndarray:
-    """Indices of windows clean enough, and far enough apart, to define speakers.
-
-    A window is dropped when it is short, or when the windows half a width before and after it
-    (same region) sound like different voices: it likely straddles a speaker change, and such
-    mixed windows pull the centroids of two speakers together. Of the rest, one window per
-    ``hop`` frames is kept: heavily overlapping windows are near copies that form tight chains
-    in the affinity graph, which the eigengap then counts as extra speakers.
-    """
-    lengths = windows[:, 1] - windows[:, 0]
-    full = np.flatnonzero(lengths >= min(width, min_len))
-    if len(full) == 0:
-        full = np.arange(len(windows))
-    d = max(1, width // (2 * step))
-    change = np.ones(len(windows))
-    i = np.arange(d, len(windows) - d)
-    # Contiguous means both neighbours are d steps away within the same speech region.
-    ok = (windows[i + d, 0] - windows[i - d, 0] == 2 * d * step) & (windows[i, 0] - windows[i - d, 0] == d * step)
-    i = i[ok]
-    change[i] = np.einsum("ij,ij->i", emb[i - d], emb[i + d])
-    cut = np.quantile(change[full], 1.0 - pure_fraction) if pure_fraction < 1.0 else -np.inf
-    pure = full[change[full] >= cut]
-    if len(pure) < 2:
-        pure = full
-    # The purest window in each hop-long bin of time.
-    order = pure[np.lexsort((-change[pure], windows[pure, 0] // hop))]
-    bins = windows[order, 0] // hop
-    return np.sort(order[np.r_[True, bins[1:] != bins[:-1]]])
 
 
 def _spectral_labels(emb: np.ndarray, low: int, high: int, p_neighbors: float) -> np.ndarray:
@@ -265,22 +277,26 @@ def _viterbi(scores: np.ndarray, switch_penalty: float) -> np.ndarray:
 
 @dataclass
 class EmbeddedDiarizer(Diarizer):
-    """Offline diarization: VAD -> sliding-window voice embeddings -> spectral clustering ->
-    frame-level resegmentation against the cluster centroids, smoothed by a Viterbi pass."""
+    """Offline diarization in two passes over the VAD's speech regions.
 
-    window_s: float = 1.5
-    step_s: float = 0.1
+    1. Who: long windows (``window_s``) every ``cluster_hop_s`` -> voice embeddings -> spectral
+       clustering (eigengap picks the count) -> average-linkage merging of same-voice clusters.
+    2. When: short windows (``reseg_window_s``) every ``step_s`` are scored against the speaker
+       centroids, each 10 ms frame averages the windows covering it, and a Viterbi pass with a
+       cost per speaker change picks the labels. Short windows follow fast turn-taking that the
+       long, more reliable clustering windows would blur.
+    """
+
     embedding: Literal["ge2e", "mfcc"] = "ge2e"
-    cluster_hop_s: float = 0.75  # spacing of the windows that are clustered
-    min_cluster_window_s: float = 1.0  # shorter windows are too noisy to define a speaker
+    window_s: float = 1.5
+    cluster_hop_s: float = 0.5  # >= window/3: overlapping near-copies would chain into fake clusters
     max_cluster_units: int = 1000  # bounds the O(n^2) affinity and O(n^3) eigensolve on long audio
+    min_cluster_window_s: float = 1.0  # shorter windows are too noisy to define a speaker
     p_neighbors: float = 0.25
-    pure_fraction: float = 0.7  # share of windows, least likely to straddle a change, clustered
-    count: str = "eigengap"
-    reseg_window_s: float | None = None
     merge_threshold: float = 0.71  # mean window cosine above which two clusters are one voice
-    switch_penalty: float = 0.3  # in summed cosine units per 10 ms frame
-    fill_gap_s: float = 0.0  # same-speaker turns closer than this become one
+    reseg_window_s: float = 1.0
+    step_s: float = 0.2
+    switch_penalty: float = 0.3  # summed over 10 ms frames of cosine-score difference
 
     def diarize(
         self,
@@ -290,75 +306,70 @@ class EmbeddedDiarizer(Diarizer):
         min_speakers: int = 1,
         max_speakers: int = 8,
     ) -> list[SpeakerTurn]:
-        low, high = _check_counts(num_speakers, min_speakers, max_speakers)
         audio = resample(check_audio(audio, sample_rate), sample_rate, SAMPLE_RATE)
+        _check_counts(num_speakers, min_speakers, max_speakers)
         regions = detect_speech(audio, SAMPLE_RATE)
-        return self.diarize_regions(audio, regions, low, high)
+        return self.diarize_regions(audio, regions, num_speakers, min_speakers, max_speakers)
+
+    def _embed(self, audio: np.ndarray, regions: list[tuple[int, int]], windows: np.ndarray) -> np.ndarray:
+        if self.embedding == "ge2e":
+            return _ge2e_embeddings(audio, regions, windows)
+        if self.embedding == "mfcc":
+            return _mfcc_embeddings(audio, regions, windows)
+        raise InputError(f"unknown embedding {self.embedding!r}; use 'ge2e' or 'mfcc'")
 
     def diarize_regions(
-        self, audio: np.ndarray, regions: list[SpeechRegion], low: int, high: int
+        self,
+        audio: np.ndarray,
+        regions: list[SpeechRegion],
+        num_speakers: int | None = None,
+        min_speakers: int = 1,
+        max_speakers: int = 8,
     ) -> list[SpeakerTurn]:
-        """Diarize 16 kHz ``audio`` given its speech regions (lets callers reuse a VAD pass)."""
+        """Diarize 16 kHz mono ``audio`` given its speech regions (lets callers reuse a VAD pass)."""
+        low, high = _check_counts(num_speakers, min_speakers, max_speakers)
         n_frames = len(audio) // (SAMPLE_RATE // FRAME_RATE) + 1
-        frames = [(int(round(r.start * FRAME_RATE)), min(int(round(r.end * FRAME_RATE)), n_frames)) for r in regions]
+        frames = [(round(r.start * FRAME_RATE), min(round(r.end * FRAME_RATE), n_frames)) for r in regions]
         frames = [(s, e) for s, e in frames if e > s]
         if not frames:
             return []
-        width, step = int(round(self.window_s * FRAME_RATE)), max(1, int(round(self.step_s * FRAME_RATE)))
-        windows = _windows(frames, width, step)
-        if self.embedding == "ge2e":
-            emb = _ge2e_embeddings(audio, windows)
-        elif self.embedding == "mfcc":
-            emb = _mfcc_embeddings(audio, windows)
-        else:
-            raise InputError(f"unknown embedding {self.embedding!r}; use 'ge2e' or 'mfcc'")
 
-        # Cluster the reliable windows: full length, not straddling a speaker change, and
-        # subsampled to bound the cost.
+        # Pass 1: who speaks. Long windows, spaced to be nearly independent.
+        width = round(self.window_s * FRAME_RATE)
         speech = sum(e - s for s, e in frames)
-        hop = max(int(self.cluster_hop_s * FRAME_RATE), -(-speech // self.max_cluster_units), 1)
-        units = _cluster_units(windows, emb, width, step, self.min_cluster_window_s * FRAME_RATE, self.pure_fraction, hop)
-        if self.count == "ahc":
-            from sklearn.cluster import AgglomerativeClustering
-            u = emb[units]
-            if len(u) < 2:
-                k = 1
-            else:
-                ah = AgglomerativeClustering(n_clusters=None, metric="cosine", linkage="average", distance_threshold=1 - self.merge_threshold).fit_predict(u)
-                k = int(np.clip(ah.max() + 1, low, min(high, len(u))))
-            labels = _spectral_labels(u, k, k, self.p_neighbors) if k > 1 else np.zeros(len(u), np.int64)
-        else:
-            labels = _spectral_labels(emb[units], low, high, self.p_neighbors)
-        labels = _merge_similar(emb[units], labels, low, self.merge_threshold)
+        hop = max(round(self.cluster_hop_s * FRAME_RATE), -(-speech // self.max_cluster_units), 1)
+        windows = _windows(frames, width, hop)
+        lengths = windows[:, 1] - windows[:, 0]
+        reliable = lengths >= min(width, self.min_cluster_window_s * FRAME_RATE)
+        if reliable.any():
+            windows = windows[reliable]
+        emb = self._embed(audio, frames, windows)
+        labels = _spectral_labels(emb, low, high, self.p_neighbors)
+        labels = _merge_similar(emb, labels, low, self.merge_threshold)
         ids = np.unique(labels)
-        centroids = _l2norm(np.stack([emb[units][labels == i].mean(0) for i in ids]))
+        centroids = _l2norm(np.stack([emb[labels == i].mean(0) for i in ids]))
+        if len(ids) == 1:
+            return _named_turns([s / FRAME_RATE for s, _ in frames], [e / FRAME_RATE for _, e in frames], [0] * len(frames))
 
-        # Frame scores: mean cosine to each centroid over the windows covering the frame.
-        if self.reseg_window_s and self.reseg_window_s != self.window_s:
-            windows = _windows(frames, int(round(self.reseg_window_s * FRAME_RATE)), step)
-            emb = _ge2e_embeddings(audio, windows) if self.embedding == "ge2e" else _mfcc_embeddings(audio, windows)
-        sims = emb @ centroids.T
-        diff = np.zeros((n_frames + 1, len(ids)))
-        np.add.at(diff, windows[:, 0], sims)
-        np.add.at(diff, windows[:, 1], -sims)
-        cover = np.zeros(n_frames + 1)
-        np.add.at(cover, windows[:, 0], 1.0)
-        np.add.at(cover, windows[:, 1], -1.0)
-        scores = np.cumsum(diff, 0)[:n_frames] / np.maximum(np.cumsum(cover)[:n_frames, None], 1)
+        # Pass 2: when. Each frame's score per speaker is the mean cosine of the short windows
+        # covering it (difference arrays + cumsum: linear time).
+        step = max(1, round(self.step_s * FRAME_RATE))
+        windows = _windows(frames, round(self.reseg_window_s * FRAME_RATE), step)
+        sims = self._embed(audio, frames, windows) @ centroids.T
+        acc = np.zeros((n_frames + 1, len(ids) + 1))
+        np.add.at(acc, windows[:, 0], np.c_[sims, np.ones(len(sims))])
+        np.add.at(acc, windows[:, 1], -np.c_[sims, np.ones(len(sims))])
+        acc = np.cumsum(acc, 0)[:n_frames]
+        scores = acc[:, :-1] / np.maximum(acc[:, -1:], 1)
 
-        # Resegment each speech region, a speaker change costing switch_penalty.
         starts, ends, who = [], [], []
         for s, e in frames:
-            path = _viterbi(scores[s:e], self.switch_penalty) if len(ids) > 1 else np.zeros(e - s, np.int64)
+            path = _viterbi(scores[s:e], self.switch_penalty)
             cuts = np.flatnonzero(np.diff(path)) + 1
             for a, b in zip(np.r_[0, cuts], np.r_[cuts, e - s]):
-                lab = int(path[a])
-                if who and who[-1] == lab and (s + a) / FRAME_RATE - ends[-1] <= self.fill_gap_s:
-                    ends[-1] = (s + b) / FRAME_RATE
-                else:
-                    starts.append((s + a) / FRAME_RATE)
-                    ends.append((s + b) / FRAME_RATE)
-                    who.append(lab)
+                starts.append((s + a) / FRAME_RATE)
+                ends.append((s + b) / FRAME_RATE)
+                who.append(int(path[a]))
         return _named_turns(starts, ends, who)
 
 
@@ -391,6 +402,9 @@ class PyannoteDiarizer(Diarizer):
     def _load(self):
         with self._lock:
             if self._pipeline is None:
+                # pyannote.audio 4 sends usage telemetry to its servers unless told not to; a
+                # meeting assistant must not phone home (an explicit user setting wins).
+                os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")
                 import torch
                 from pyannote.audio import Pipeline
 
@@ -421,14 +435,19 @@ class PyannoteDiarizer(Diarizer):
         # pyannote.audio 4 returns a DiarizeOutput; 3.x returned the Annotation itself.
         annotation = getattr(output, "speaker_diarization", output)
         tracks = list(annotation.itertracks(yield_label=True))
-        return _named_turns([s.start for s, _, _ in tracks], [s.end for s, _, _ in tracks], [l for _, _, l in tracks])
+        return _named_turns([s.start for s, _, _ in tracks], [s.end for s, _, _ in tracks], [label for _, _, label in tracks])
 
 
 def make_diarizer(backend: str = "auto", model: str | None = None) -> Diarizer:
     """Pick a backend: "auto" uses pyannote when ``model`` is a local pipeline folder, else embedded."""
     if backend == "auto":
         folder = _pipeline_folder(model)
-        return PyannoteDiarizer(folder) if folder else EmbeddedDiarizer()
+        if folder:
+            return PyannoteDiarizer(folder)
+        if model:
+            log.warning("diarization model %s is not a pyannote pipeline folder (no config.yaml); "
+                        "using the embedded diarizer", model)
+        return EmbeddedDiarizer()
     if backend == "embedded":
         return EmbeddedDiarizer()
     if backend == "pyannote":

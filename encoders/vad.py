@@ -9,7 +9,6 @@ import threading
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from encoders.audio import check_audio, resample
 
@@ -43,6 +42,8 @@ def _vad_model():
             if _model is None:
                 # Importing silero_vad calls torch.set_num_threads(1) process-wide, which would
                 # slow every other torch model in the process; put the setting back.
+                import torch
+
                 threads = torch.get_num_threads()
                 import silero_vad
 
@@ -75,7 +76,7 @@ def detect_speech(
 
     with _run_lock:
         stamps = get_speech_timestamps(
-            torch.from_numpy(np.ascontiguousarray(audio)),
+            np.ascontiguousarray(audio),
             model,
             threshold=threshold,
             sampling_rate=VAD_RATE,

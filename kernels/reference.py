@@ -278,16 +278,25 @@ def gather_pages(pages: torch.Tensor, block_table: torch.Tensor) -> torch.Tensor
 
     ``pages`` is ``[P, X, H, Y]``; the result is ``[B, H, M, X, Y]``. Only the selected head slice of
     each selected block is read. Padding entries (-1) read block 0 and must be masked by the caller.
+    The copy is one ``index_select`` of whole ``Y`` rows (rows of a contiguous page are contiguous),
+    which is much faster on CPU than advanced indexing with three broadcast index tensors.
     """
     n_heads = block_table.shape[1]
     if pages.shape[2] != n_heads:
         raise ValueError(f"pages have {pages.shape[2]} heads, block table has {n_heads}")
     safe = block_table.clamp(min=0).to(pages.device)
-    heads = torch.arange(n_heads, device=pages.device).view(1, n_heads, 1)
     # CPU torch cannot index float8 tensors: gather their bytes instead.
     raw = pages.view(torch.uint8) if pages.dtype == FP8_DTYPE else pages
-    # Two advanced indices split by a slice: the broadcast (B, H, M) dims come first.
-    picked = raw[safe, :, heads, :]
+    n_pages, rows_per_block, _, width = raw.shape
+    if raw.is_contiguous():
+        heads = torch.arange(n_heads, device=pages.device).view(1, n_heads, 1, 1)
+        tokens = torch.arange(rows_per_block, device=pages.device).view(1, 1, 1, -1)
+        rows = (safe.unsqueeze(-1) * rows_per_block + tokens) * n_heads + heads  # [B, H, M, X]
+        picked = raw.view(-1, width).index_select(0, rows.reshape(-1)).view(*safe.shape, rows_per_block, width)
+    else:
+        heads = torch.arange(n_heads, device=pages.device).view(1, n_heads, 1)
+        # Two advanced indices split by a slice: the broadcast (B, H, M) dims come first.
+        picked = raw[safe, :, heads, :]
     return picked.view(pages.dtype) if pages.dtype == FP8_DTYPE else picked
 
 
@@ -323,9 +332,13 @@ def gather_quantized_pages(qt: QuantizedTensor, block_table: torch.Tensor) -> Qu
 
 
 def gather_kv(source: torch.Tensor | QuantizedTensor, block_table: torch.Tensor) -> torch.Tensor:
-    """Selected blocks as a dense ``[B, H, M, block_size, D]`` tensor, dequantizing only what is read."""
+    """Selected blocks as a dense ``[B, H, M, block_size, D]`` tensor, dequantizing only what is read.
+
+    Quantized blocks come back in fp32 (the precision attention uses them in), not rounded to the
+    source dtype.
+    """
     if isinstance(source, QuantizedTensor):
-        return dequantize(gather_quantized_pages(source, block_table))
+        return dequantize(gather_quantized_pages(source, block_table), torch.float32)
     return gather_pages(source, block_table)
 
 
@@ -376,6 +389,24 @@ def _softcap(logits: torch.Tensor, softcap: float | None) -> torch.Tensor:
     return logits if softcap is None else torch.tanh(logits / softcap) * softcap
 
 
+def _softmax_with_lse(
+    logits: torch.Tensor, valid: torch.Tensor, scale: float, softcap: float | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Raw ``q.k`` logits ``[B, Hkv, G, Q, N]`` -> probabilities (same shape) and LSE ``[B, Hkv, G, Q]``.
+
+    ``valid`` is ``[B, Hkv, N]`` or ``[B, Hkv, Q, N]``; a row with no valid key gets ``lse = -inf``
+    and zero probabilities.
+    """
+    logits = _softcap(logits * scale, softcap)
+    mask = valid[:, :, None, None, :] if valid.ndim == 3 else valid[:, :, None, :, :]
+    logits = logits.masked_fill(~mask, -math.inf)
+    lse = torch.logsumexp(logits, dim=-1)  # [B, Hkv, G, Q]
+    finite = torch.isfinite(lse)
+    probs = torch.exp(logits - lse.where(finite, torch.zeros_like(lse)).unsqueeze(-1))
+    probs = probs.masked_fill(~finite.unsqueeze(-1), 0.0)
+    return probs, lse
+
+
 def _attend(
     qg: torch.Tensor,
     keys: torch.Tensor,
@@ -392,18 +423,147 @@ def _attend(
     """
     batch, n_kv, groups, n_queries, dim = qg.shape
     flat_q = qg.reshape(batch, n_kv, groups * n_queries, dim)
-    logits = torch.matmul(flat_q, keys.float().transpose(-1, -2)) * scale  # [B, Hkv, G*Q, N]
-    logits = _softcap(logits, softcap).reshape(batch, n_kv, groups, n_queries, -1)
-    mask = valid[:, :, None, None, :] if valid.ndim == 3 else valid[:, :, None, :, :]
-    logits = logits.masked_fill(~mask, -math.inf)
-    lse = torch.logsumexp(logits, dim=-1)  # [B, Hkv, G, Q]
-    finite = torch.isfinite(lse)
-    probs = torch.exp(logits - lse.where(finite, torch.zeros_like(lse)).unsqueeze(-1))
-    probs = probs.masked_fill(~finite.unsqueeze(-1), 0.0)
+    logits = torch.matmul(flat_q, keys.float().transpose(-1, -2))  # [B, Hkv, G*Q, N]
+    probs, lse = _softmax_with_lse(logits.reshape(batch, n_kv, groups, n_queries, -1), valid, scale, softcap)
     out = torch.matmul(probs.reshape(batch, n_kv, groups * n_queries, -1), values.float())
     out = out.reshape(batch, n_kv * groups, n_queries, -1)
     partial = AttentionPartial(out=out, lse=lse.reshape(batch, n_kv * groups, n_queries))
     return partial, (probs if return_probs else None)
+
+
+# --------------------------------------------------------------------------------------------------
+# Attention over quantized pages without restoring K/V to their logical layout
+# --------------------------------------------------------------------------------------------------
+#
+# Only the listed (block, head) slices are gathered, as codes. INT4 codes are never unpacked into
+# token / channel order: the low nibbles (even tokens of keys, even channels of values) and the high
+# nibbles (odd ones) are dequantized as two half-size tensors, each multiplied with the queries or
+# probabilities, and only the small results (logits, outputs) are interleaved. Dequantization is
+# one fused multiply-add per element with the group scale and zero broadcast over the group.
+# Outlier channels replace the dequantized value (as in :func:`dequantize`): for keys their query
+# channels are zeroed for the code part and their exact values add a separate dot product; for
+# values their output channels are overwritten with the dot of the probabilities and the exact values.
+
+
+def _dequantized_parts(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor | None, kind: str) -> list[torch.Tensor]:
+    """fp32 ``code * scale + zero`` for gathered codes; (low nibbles, high nibbles) for INT4.
+
+    ``scale``/``zero`` broadcast against ``codes`` (and against each nibble half for INT4).
+    """
+    if kind == "int4":
+        parts = [(codes & 0x0F).float(), (codes >> 4).float()]
+    else:
+        parts = [codes.float()]
+    if zero is None:
+        return [part.mul_(scale) for part in parts]
+    return [torch.addcmul(zero, part, scale) for part in parts]
+
+
+def _outlier_rows(qt: QuantizedTensor, n_heads: int) -> torch.Tensor | None:
+    """Per-head outlier channel indices ``[H, n]`` (int64) of a paged tensor, or None."""
+    if qt.outlier_idx is None or qt.outlier_values is None:
+        return None
+    idx = qt.outlier_idx.reshape(-1, qt.outlier_idx.shape[-1])
+    return idx.expand(n_heads, idx.shape[-1]).long()
+
+
+def _fused_layout_ok(qt: QuantizedTensor, axis: int) -> bool:
+    if len(qt.shape) != 4 or qt.axis != axis or qt.kind not in ("int8", "int4", "fp8"):
+        return False
+    length = qt.shape[axis]
+    if qt.group_size <= 0 or length % qt.group_size:
+        return False
+    return qt.kind != "int4" or qt.group_size % 2 == 0
+
+
+def _quantized_key_logits(flat_q: torch.Tensor, kq: QuantizedTensor, block_table: torch.Tensor) -> torch.Tensor:
+    """``q . k`` (unscaled) ``[B, Hkv, R, M * block_size]`` for per-channel quantized paged keys."""
+    batch, n_kv, n_listed = block_table.shape
+    rows, dim = flat_q.shape[2], flat_q.shape[3]
+    block_size, group = kq.shape[1], kq.group_size
+    n_groups = block_size // group
+    n_parts = 2 if kq.kind == "int4" else 1
+    idx = _outlier_rows(kq, n_kv)
+    q_codes = flat_q
+    if idx is not None:
+        q_codes = flat_q.scatter(-1, idx.to(flat_q.device).view(1, n_kv, 1, -1).expand(batch, n_kv, rows, -1), 0.0)
+    param_shape = (batch, n_kv, n_listed, n_groups, 1, dim)
+    scale = gather_pages(kq.scale, block_table).float().view(param_shape)
+    zero = None if kq.zero is None else gather_pages(kq.zero, block_table).float().view(param_shape)
+    codes = gather_pages(kq.data, block_table)  # [B, H, M, bs (bs/2 for INT4), D]
+    codes = codes.view(batch, n_kv, n_listed, n_groups, group // n_parts, dim)
+    keys = _dequantized_parts(codes, scale, zero, kq.kind)
+    logits = [torch.matmul(q_codes, part.view(batch, n_kv, -1, dim).transpose(-1, -2)) for part in keys]
+    # INT4: the low nibble holds the even token of each pair, the high nibble the odd one.
+    logits = logits[0] if n_parts == 1 else torch.stack(logits, dim=-1).view(batch, n_kv, rows, -1)
+    if idx is not None:
+        exact = gather_pages(kq.outlier_values, block_table).float()  # [B, H, M, bs, n]
+        exact = exact.view(batch, n_kv, n_listed * block_size, -1)
+        q_exact = torch.gather(flat_q, -1, idx.to(flat_q.device).view(1, n_kv, 1, -1).expand(batch, n_kv, rows, -1))
+        logits = logits + torch.matmul(q_exact, exact.transpose(-1, -2))
+    return logits
+
+
+def _quantized_value_output(probs: torch.Tensor, vq: QuantizedTensor, block_table: torch.Tensor) -> torch.Tensor:
+    """``probs @ v`` ``[B, Hkv, R, D]`` for per-token quantized paged values; probs ``[B, Hkv, R, N]``.
+
+    Values are never dequantized: with ``v[t, d] = c[t, d] s[t, j] + z[t, j]`` (``j`` the channel
+    group of ``d``), ``out[:, d] = sum_t (p_t s[t, j]) c[t, d] + sum_t p_t z[t, j]``, so the scales
+    fold into one small copy of the probabilities per channel group and each group is one matmul
+    of the probabilities with the codes (as floats) of its channels.
+    """
+    batch, n_kv, n_listed = block_table.shape
+    rows, n_tokens = probs.shape[2], probs.shape[3]
+    dim, group = vq.shape[3], vq.group_size
+    n_groups = dim // group
+    n_parts = 2 if vq.kind == "int4" else 1
+    scale = gather_pages(vq.scale, block_table).float().view(batch, n_kv, n_tokens, n_groups)
+    p_scaled = probs.unsqueeze(2) * scale.permute(0, 1, 3, 2).unsqueeze(3)  # [B, H, nG, R, N]
+    codes = gather_pages(vq.data, block_table)  # [B, H, M, bs, D (D/2 for INT4)]
+    # Channel groups become a batch axis: [B, H, nG, N, per_part] (a copy of bytes, not floats).
+    codes = codes.view(batch, n_kv, n_tokens, n_groups, group // n_parts).transpose(2, 3).contiguous()
+    if vq.kind == "int4":
+        parts = [(codes & 0x0F).float(), (codes >> 4).float()]
+    else:
+        parts = [codes.float()]
+    outs = [torch.matmul(p_scaled, part) for part in parts]  # [B, H, nG, R, per_part]
+    # INT4: the low nibble holds the even channel of each pair, the high nibble the odd one.
+    out = outs[0] if n_parts == 1 else torch.stack(outs, dim=-1)
+    out = out.reshape(batch, n_kv, n_groups, rows, group).transpose(2, 3).reshape(batch, n_kv, rows, dim)
+    if vq.zero is not None:
+        zero = gather_pages(vq.zero, block_table).float().view(batch, n_kv, n_tokens, n_groups)
+        out = out + torch.matmul(probs, zero).repeat_interleave(group, dim=-1)
+    idx = _outlier_rows(vq, n_kv)
+    if idx is not None:
+        exact = gather_pages(vq.outlier_values, block_table).float().view(batch, n_kv, n_tokens, -1)
+        out = out.scatter(-1, idx.to(out.device).view(1, n_kv, 1, -1).expand(batch, n_kv, rows, -1), torch.matmul(probs, exact))
+    return out
+
+
+def _source_logits(flat_q: torch.Tensor, source: torch.Tensor | QuantizedTensor, block_table: torch.Tensor) -> torch.Tensor:
+    """``q . k`` over the listed blocks of one storage: ``[B, Hkv, R, M * block_size]`` (fp32)."""
+    batch, n_kv, n_listed = block_table.shape
+    if isinstance(source, QuantizedTensor):
+        if _fused_layout_ok(source, 1):
+            return _quantized_key_logits(flat_q, source, block_table)
+        keys = dequantize(gather_quantized_pages(source, block_table), torch.float32)
+    else:
+        keys = gather_pages(source, block_table)
+    keys = keys.reshape(batch, n_kv, -1, keys.shape[-1])
+    return torch.matmul(flat_q, keys.float().transpose(-1, -2))
+
+
+def _source_output(probs: torch.Tensor, source: torch.Tensor | QuantizedTensor, block_table: torch.Tensor) -> torch.Tensor:
+    """``probs @ v`` over the listed blocks of one storage: ``[B, Hkv, R, D]`` (fp32)."""
+    batch, n_kv, n_listed = block_table.shape
+    if isinstance(source, QuantizedTensor):
+        if _fused_layout_ok(source, 3):
+            return _quantized_value_output(probs, source, block_table)
+        values = dequantize(gather_quantized_pages(source, block_table), torch.float32)
+    else:
+        values = gather_pages(source, block_table)
+    values = values.reshape(batch, n_kv, -1, values.shape[-1])
+    return torch.matmul(probs, values.float())
 
 
 def renormalised_mass(mass: torch.Tensor, partial: AttentionPartial, merged: AttentionPartial) -> torch.Tensor:
@@ -448,13 +608,16 @@ def paged_attention_partial(
         )
         no_mass = torch.zeros(batch, n_kv, qg.shape[2], qg.shape[3], 0, device=qg.device)
         return empty, (no_mass if return_block_mass else None)
-    keys = gather_kv(k_source, block_table)  # [B, Hkv, M, bs, D]
-    values = gather_kv(v_source, block_table)
-    block_size = keys.shape[3]
-    keys = keys.reshape(batch, n_kv, n_listed * block_size, -1)
-    values = values.reshape(batch, n_kv, n_listed * block_size, -1)
+    groups, n_queries, dim = qg.shape[2], qg.shape[3], qg.shape[4]
+    flat_q = qg.reshape(batch, n_kv, groups * n_queries, dim)
+    logits = _source_logits(flat_q, k_source, block_table)  # [B, Hkv, G*Q, M*bs]
+    block_size = logits.shape[-1] // n_listed
     valid = _valid_from_seq_lens(seq_lens, n_listed, block_size, block_table)
-    partial, probs = _attend(qg, keys, values, valid, scale, softcap, return_probs=return_block_mass)
+    probs, lse = _softmax_with_lse(logits.view(batch, n_kv, groups, n_queries, -1), valid, scale, softcap)
+    out = _source_output(probs.view(batch, n_kv, groups * n_queries, -1), v_source, block_table)
+    partial = AttentionPartial(
+        out=out.reshape(batch, n_kv * groups, n_queries, -1), lse=lse.reshape(batch, n_kv * groups, n_queries)
+    )
     mass = None
     if return_block_mass:
         mass = probs.reshape(*probs.shape[:4], n_listed, block_size).sum(-1)

@@ -62,6 +62,16 @@ def minutia_attention_forward(
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, softcap=softcap, **kwargs
         )
+    if layer.exact_dense_path(query.shape[2], attention_mask):
+        # Nothing compressed and compression off: the same SDPA call DynamicCache's layer would get
+        # (bitwise-equal logits; two correct fp32 attention implementations differ by ~1e-5 on real
+        # models, so the reference path below cannot promise DynamicCache's exact logits).
+        keys, values = layer.dense_kv()
+        out, _ = sdpa_attention_forward(
+            module, query, keys, values, attention_mask, dropout=dropout, scaling=scaling, softcap=softcap, **kwargs
+        )
+        layer.after_dense_attention(query, scaling if scaling is not None else query.shape[-1] ** -0.5)
+        return out, None
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     out = layer.attend(query, key, value, scale, softcap, attention_mask)
     return out.transpose(1, 2).contiguous(), None

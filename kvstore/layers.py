@@ -427,6 +427,37 @@ class TieredLayer(CacheLayerMixin):
         self._run_pending_compression()
         return out
 
+    def exact_dense_path(self, n_queries: int, attention_mask: torch.Tensor | None) -> bool:
+        """Whether the minutia attention should hand this call to SDPA over :meth:`dense_kv`.
+
+        True when compression is off and the read set is every token at full precision (nothing
+        quantized or dropped, no decode top-k): attention is then exactly DynamicCache's, so the
+        stock kernel gives the same logits bit for bit (and faster on CPU). No attention mass is
+        accumulated on this path (it only feeds compression, which is off).
+        """
+        if self.settings.compress or not self.is_initialized:
+            return False
+        self._check_no_padding(attention_mask)
+        if bool((self.table.format != BlockFormat.FULL).any()) or bool((self.summary.count > 0).any()):
+            return False
+        top_k = self.settings.decode_top_k_blocks
+        if n_queries == 1 and top_k is not None:
+            n_past = int((self.table.block_index * self.block_size < self._chunk_start).sum())
+            if n_past > top_k:
+                return False
+        # transformers builds one mask for all full-attention layers, sized by the first one; another
+        # tiered layer may have dropped blocks (KVCacheManager.free), so the mask must fit this layer.
+        kv_len = self.kept_tokens()
+        if attention_mask is None:
+            return n_queries in (1, kv_len)
+        return attention_mask.shape[-1] == kv_len
+
+    def after_dense_attention(self, query: torch.Tensor, scale: float) -> None:
+        """Bookkeeping of :meth:`attend` that still applies on the exact dense path."""
+        self.last_scale = scale
+        self._remember_queries(query)
+        self._run_pending_compression()
+
     def _check_no_padding(self, attention_mask: torch.Tensor | None) -> None:
         """The tiered path has no padding support: refuse masks that hide part of the kept past."""
         if attention_mask is None or attention_mask.dtype != torch.bool or attention_mask.ndim != 4:

@@ -282,3 +282,15 @@ def test_realign_does_not_move_long_tails_or_unfinished_runs():
     # No sentence end in A's run at all: nothing to go by.
     no_end = _words([("A", "well"), ("A", "so"), ("B", "yes"), ("B", "indeed.")])
     assert realign_to_sentences(no_end) == no_end
+
+
+def test_markdown_output_reads_back(tmp_path):
+    from app.transcript import load_transcript, to_markdown
+
+    original = load_transcript(Path(__file__).resolve().parent.parent / "samples" / "standup" / "reference.json")
+    path = tmp_path / "t.md"
+    path.write_text(to_markdown(original))
+    again = load_transcript(path)
+    assert [t.speaker for t in again.turns] == [t.speaker for t in original.turns]
+    assert [t.text for t in again.turns] == [t.text for t in original.turns]
+    assert [int(t.start) for t in again.turns] == [int(t.start) for t in original.turns]

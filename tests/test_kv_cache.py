@@ -32,20 +32,26 @@ def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 # ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("attn", ATTNS)
+# Under the minutia attention an uncompressed cache hands attention to SDPA (exact path); a cache with
+# compression on but under its budget runs the sparse reference path over the same blocks.
+UNDER_BUDGET = dict(compress=True, budget_ratio=100.0)
+
+
+@pytest.mark.parametrize("attn,extra", [("sdpa", {}), (MINUTIA_ATTENTION, {}), (MINUTIA_ATTENTION, UNDER_BUDGET)],
+                         ids=["sdpa", "minutia-exact-path", "minutia-reference-path"])
 @pytest.mark.parametrize("arch", ARCHS)
-def test_same_logits_as_dynamic_cache(arch: str, attn: str) -> None:
+def test_same_logits_as_dynamic_cache(arch: str, attn: str, extra: dict) -> None:
     """One-shot prefill + decode steps, and chunked prefill (chunks cross block and window edges)."""
     model = tiny_model(arch, attn=attn)
     ids = token_ids(45)
     # one-shot prefill, then decode
-    ref, tiered = DynamicCache(config=model.config), TieredCache(config=model.config, block_size=8)
+    ref, tiered = DynamicCache(config=model.config), TieredCache(config=model.config, block_size=8, **extra)
     diffs = [_max_diff(feed(model, ref, ids), feed(model, tiered, ids))]
     for step in range(4):
         nxt = token_ids(1, seed=10 + step)
         diffs.append(_max_diff(feed(model, ref, nxt), feed(model, tiered, nxt)))
     # chunked prefill, chunk 7 against block 8 and sliding window 16, then decode
-    ref, tiered = DynamicCache(config=model.config), TieredCache(config=model.config, block_size=8)
+    ref, tiered = DynamicCache(config=model.config), TieredCache(config=model.config, block_size=8, **extra)
     with torch.no_grad():
         for start in range(0, ids.shape[1], 7):
             chunk = ids[:, start : start + 7]
@@ -218,7 +224,9 @@ def test_decode_top_k_reads_only_the_selected_blocks(monkeypatch) -> None:
     ids, nxt = token_ids(256), token_ids(1, seed=9)
     results = {}
     for top_k in (None, 100, 2, 8):
-        cache = TieredCache(config=model.config, block_size=16, recent_tokens=32, decode_top_k_blocks=top_k)
+        # compression on but never over budget: the sparse reference path reads the blocks itself
+        cache = TieredCache(config=model.config, block_size=16, recent_tokens=32, decode_top_k_blocks=top_k,
+                            **UNDER_BUDGET)
         feed(model, cache, ids, chunk=64)
         monkeypatch.setattr(layers_module.reference, "mixed_sparse_attention", counting)
         listed.clear()
