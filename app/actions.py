@@ -30,6 +30,8 @@ _ASKED = re.compile(
 )
 _DECISION = re.compile(r"\b(?:we|they|you|I)\s+(?:have\s+)?(?:decided|agreed)\b[^.?!]*[.?!]?", re.IGNORECASE)
 _NOT_TASKS = re.compile(r"^(?:be|have|need|see|say|talk|do that|try)\b", re.IGNORECASE)
+_TASK_END = re.compile(r",?\s+(?:but|and then|so that|so|because|if)\s+", re.IGNORECASE)
+_NESTED = re.compile(r"\b(?:I|we|you)(?:'ll|'re| will)\b", re.IGNORECASE)
 _PRONOUNS = {"I", "We", "You", "It", "They", "He", "She", "This", "That", "There", "Also", "And", "So", "But"}
 
 
@@ -73,12 +75,14 @@ def _candidates(index: int, turn: Turn, speakers: set[str]) -> list[ActionItem]:
                 who = match["who"]
                 if pattern is _SELF:
                     owner = turn.speaker if who.lower() == "i" else "the team"
-                elif who in _PRONOUNS or (speakers and who not in speakers and pattern is _NAMED):
+                elif not who[0].isupper() or who in _PRONOUNS or (speakers and who not in speakers and pattern is _NAMED):
                     continue
                 else:
                     owner = who
-                task, due = _split_due(match["task"])
-                if len(task.split()) < 2 or _NOT_TASKS.match(task):
+                task, due = _split_due(_TASK_END.split(match["task"])[0])
+                if len(task.split()) < 2 or _NOT_TASKS.match(task) or _NESTED.search(task):
+                    continue
+                if owner == "the team" and due is None:  # "we'll see", "we will start with": plans, not tasks
                     continue
                 found.append(ActionItem(owner, task, due, index, turn.start))
     return found

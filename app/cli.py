@@ -104,22 +104,26 @@ def _assistant(settings: Settings):
         return Assistant(LLMEngine.from_settings(settings.llm, settings.home, settings.kv))
 
 
-def _summary_markdown(summary, source: str) -> str:
+def _at(start: float | None, turn_index: int) -> str:
     from app.transcript import format_time
 
+    return format_time(start) if start is not None else f"turn {turn_index + 1}"
+
+
+def _summary_markdown(summary, source: str) -> str:
     lines = [f"# Meeting summary: {source}", "", summary.summary, ""]
     if summary.key_facts:
         lines += ["## Key facts", ""]
-        lines += [f"- [{format_time(f.start)}] {f.speaker}: {f.text}" for f in summary.key_facts]
+        lines += [f"- [{_at(f.start, f.turn_index)}] {f.speaker}: {f.text}" for f in summary.key_facts]
         lines.append("")
     if summary.decisions:
         lines += ["## Decisions", ""]
-        lines += [f"- [{format_time(d.start)}] {d.speaker}: {d.text}" for d in summary.decisions]
+        lines += [f"- [{_at(d.start, d.turn_index)}] {d.speaker}: {d.text}" for d in summary.decisions]
         lines.append("")
     lines += ["## Action items", ""]
     if summary.action_items:
         lines += ["| Owner | Task | Due | Said at |", "|---|---|---|---|"]
-        lines += [f"| {a.owner} | {a.task} | {a.due or '-'} | {format_time(a.start)} |" for a in summary.action_items]
+        lines += [f"| {a.owner} | {a.task} | {a.due or '-'} | {_at(a.start, a.turn_index)} |" for a in summary.action_items]
     else:
         lines.append("None found.")
     return "\n".join(lines) + "\n"
@@ -174,7 +178,8 @@ def ask(
         return
     out.print(f"[bold]{answer.text}[/]")
     for c in answer.citations:
-        out.print(f"  [dim]{c.label}[/] {c.speaker}: {c.text}")
+        text = c.text if len(c.text) <= 240 else c.text[:237] + "..."
+        out.print(f"  [dim]{escape(c.label)}[/] {escape(c.speaker)}: {escape(text)}")
 
 
 @app.command()

@@ -30,6 +30,7 @@ inflate every group's step (source 8.2).
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
@@ -432,31 +433,50 @@ def _attend(
 
 
 # --------------------------------------------------------------------------------------------------
-# Attention over quantized pages without restoring K/V to their logical layout
+# Attention over quantized pages without dequantizing K or V
 # --------------------------------------------------------------------------------------------------
 #
-# Only the listed (block, head) slices are gathered, as codes. INT4 codes are never unpacked into
-# token / channel order: the low nibbles (even tokens of keys, even channels of values) and the high
-# nibbles (odd ones) are dequantized as two half-size tensors, each multiplied with the queries or
-# probabilities, and only the small results (logits, outputs) are interleaved. Dequantization is
-# one fused multiply-add per element with the group scale and zero broadcast over the group.
-# Outlier channels replace the dequantized value (as in :func:`dequantize`): for keys their query
-# channels are zeroed for the code part and their exact values add a separate dot product; for
-# values their output channels are overwritten with the dot of the probabilities and the exact values.
+# Only the listed (block, head) slices are gathered, as codes (one index_select of whole rows per
+# tensor). The group scales fold into the small operand of each product instead of the codes:
+# keys (per-channel scales, groups of tokens) into one copy of the queries per token group, values
+# (per-token scales, groups of channels) into one copy of the probabilities per channel group; the
+# zero points become one small matmul each. The codes are only converted to floats, and INT4 codes
+# are never unpacked into token / channel order: the low nibbles (even tokens of keys, even channels
+# of values) and the high nibbles (odd ones) are two half-size products whose small results are
+# interleaved. Outlier channels replace the dequantized value (as in :func:`dequantize`): for keys
+# their query channels are zeroed for the code part and their exact values add a separate dot
+# product; for values their output channels are overwritten with the probabilities times the exact
+# values. Layouts other than the KV store's (keys along tokens, values along channels) fall back to
+# dequantizing the gathered blocks.
 
 
-def _dequantized_parts(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor | None, kind: str) -> list[torch.Tensor]:
-    """fp32 ``code * scale + zero`` for gathered codes; (low nibbles, high nibbles) for INT4.
+_SCRATCH = threading.local()
+_SCRATCH_MAX_BYTES = 64 << 20
 
-    ``scale``/``zero`` broadcast against ``codes`` (and against each nibble half for INT4).
+
+def _codes_as_float(codes: torch.Tensor, kind: str) -> list[torch.Tensor]:
+    """Gathered codes as fp32: one tensor, or (low nibbles, high nibbles) for INT4.
+
+    On CPU the floats go into a per-thread buffer reused across calls (up to 64 MiB): a fresh
+    multi-megabyte tensor per call costs more in page faults than the conversion itself. The
+    returned views are only valid until the next call on the same thread.
     """
-    if kind == "int4":
-        parts = [(codes & 0x0F).float(), (codes >> 4).float()]
+    n_parts = 2 if kind == "int4" else 1
+    numel = codes.numel()
+    if codes.device.type != "cpu" or n_parts * numel * 4 > _SCRATCH_MAX_BYTES:
+        if n_parts == 2:
+            return [(codes & 0x0F).float(), (codes >> 4).float()]
+        return [codes.float()]
+    buf = getattr(_SCRATCH, "floats", None)
+    if buf is None or buf.numel() < n_parts * numel:
+        buf = _SCRATCH.floats = torch.empty(n_parts * numel, dtype=torch.float32)
+    parts = [buf[i * numel : (i + 1) * numel].view(codes.shape) for i in range(n_parts)]
+    if n_parts == 2:
+        parts[0].copy_(codes & 0x0F)
+        parts[1].copy_(codes >> 4)
     else:
-        parts = [codes.float()]
-    if zero is None:
-        return [part.mul_(scale) for part in parts]
-    return [torch.addcmul(zero, part, scale) for part in parts]
+        parts[0].copy_(codes)
+    return parts
 
 
 def _outlier_rows(qt: QuantizedTensor, n_heads: int) -> torch.Tensor | None:
@@ -477,7 +497,13 @@ def _fused_layout_ok(qt: QuantizedTensor, axis: int) -> bool:
 
 
 def _quantized_key_logits(flat_q: torch.Tensor, kq: QuantizedTensor, block_table: torch.Tensor) -> torch.Tensor:
-    """``q . k`` (unscaled) ``[B, Hkv, R, M * block_size]`` for per-channel quantized paged keys."""
+    """``q . k`` (unscaled) ``[B, Hkv, R, M * block_size]`` for per-channel quantized paged keys.
+
+    Keys are never dequantized: with ``k[t, d] = c[t, d] s[g, d] + z[g, d]`` (``g`` the token group
+    of ``t``), ``q . k_t = sum_d (q_d s[g, d]) c[t, d] + sum_d q_d z[g, d]``, so the scales fold into
+    one small copy of the queries per token group (a batched matmul over groups with the codes as
+    floats) and the zero points into one dot per group.
+    """
     batch, n_kv, n_listed = block_table.shape
     rows, dim = flat_q.shape[2], flat_q.shape[3]
     block_size, group = kq.shape[1], kq.group_size
@@ -487,15 +513,19 @@ def _quantized_key_logits(flat_q: torch.Tensor, kq: QuantizedTensor, block_table
     q_codes = flat_q
     if idx is not None:
         q_codes = flat_q.scatter(-1, idx.to(flat_q.device).view(1, n_kv, 1, -1).expand(batch, n_kv, rows, -1), 0.0)
-    param_shape = (batch, n_kv, n_listed, n_groups, 1, dim)
-    scale = gather_pages(kq.scale, block_table).float().view(param_shape)
-    zero = None if kq.zero is None else gather_pages(kq.zero, block_table).float().view(param_shape)
+    scale = gather_pages(kq.scale, block_table).float()  # [B, H, M, nG, D]
+    q_scaled = q_codes.view(batch, n_kv, 1, 1, rows, dim) * scale.unsqueeze(4)  # [B, H, M, nG, R, D]
     codes = gather_pages(kq.data, block_table)  # [B, H, M, bs (bs/2 for INT4), D]
     codes = codes.view(batch, n_kv, n_listed, n_groups, group // n_parts, dim)
-    keys = _dequantized_parts(codes, scale, zero, kq.kind)
-    logits = [torch.matmul(q_codes, part.view(batch, n_kv, -1, dim).transpose(-1, -2)) for part in keys]
+    logits = [torch.matmul(q_scaled, part.transpose(-1, -2)) for part in _codes_as_float(codes, kq.kind)]  # [B, H, M, nG, R, g/parts]
     # INT4: the low nibble holds the even token of each pair, the high nibble the odd one.
-    logits = logits[0] if n_parts == 1 else torch.stack(logits, dim=-1).view(batch, n_kv, rows, -1)
+    logits = logits[0] if n_parts == 1 else torch.stack(logits, dim=-1)
+    logits = logits.reshape(batch, n_kv, n_listed, n_groups, rows, group)
+    if kq.zero is not None:
+        zero = gather_pages(kq.zero, block_table).float().view(batch, n_kv, n_listed * n_groups, dim)
+        offset = torch.matmul(zero, q_codes.transpose(-1, -2))  # [B, H, M * nG, R]
+        logits = logits + offset.view(batch, n_kv, n_listed, n_groups, rows, 1)
+    logits = logits.permute(0, 1, 4, 2, 3, 5).reshape(batch, n_kv, rows, n_listed * block_size)
     if idx is not None:
         exact = gather_pages(kq.outlier_values, block_table).float()  # [B, H, M, bs, n]
         exact = exact.view(batch, n_kv, n_listed * block_size, -1)
@@ -518,15 +548,12 @@ def _quantized_value_output(probs: torch.Tensor, vq: QuantizedTensor, block_tabl
     n_groups = dim // group
     n_parts = 2 if vq.kind == "int4" else 1
     scale = gather_pages(vq.scale, block_table).float().view(batch, n_kv, n_tokens, n_groups)
-    p_scaled = probs.unsqueeze(2) * scale.permute(0, 1, 3, 2).unsqueeze(3)  # [B, H, nG, R, N]
+    scale = scale.permute(0, 1, 3, 2).contiguous()  # [B, H, nG, N]: tokens last, like probs
+    p_scaled = probs.unsqueeze(2) * scale.unsqueeze(3)  # [B, H, nG, R, N]
     codes = gather_pages(vq.data, block_table)  # [B, H, M, bs, D (D/2 for INT4)]
     # Channel groups become a batch axis: [B, H, nG, N, per_part] (a copy of bytes, not floats).
     codes = codes.view(batch, n_kv, n_tokens, n_groups, group // n_parts).transpose(2, 3).contiguous()
-    if vq.kind == "int4":
-        parts = [(codes & 0x0F).float(), (codes >> 4).float()]
-    else:
-        parts = [codes.float()]
-    outs = [torch.matmul(p_scaled, part) for part in parts]  # [B, H, nG, R, per_part]
+    outs = [torch.matmul(p_scaled, part) for part in _codes_as_float(codes, vq.kind)]  # [B, H, nG, R, per_part]
     # INT4: the low nibble holds the even channel of each pair, the high nibble the odd one.
     out = outs[0] if n_parts == 1 else torch.stack(outs, dim=-1)
     out = out.reshape(batch, n_kv, n_groups, rows, group).transpose(2, 3).reshape(batch, n_kv, rows, dim)
