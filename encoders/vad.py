@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from encoders.audio import check_audio, resample
+from encoders.errors import InputError
 
 VAD_RATE = 16000
 
@@ -69,7 +70,7 @@ def detect_speech(
     """
     audio = check_audio(audio, sample_rate)
     if not 0.0 < threshold < 1.0:
-        raise ValueError(f"threshold must be in (0, 1), got {threshold}")
+        raise InputError(f"VAD threshold must be in (0, 1), got {threshold}")
     audio = resample(audio, sample_rate, VAD_RATE)
     model = _vad_model()
     from silero_vad import get_speech_timestamps

@@ -1,0 +1,224 @@
+"""Diarization: word -> speaker assignment, backend selection, and real quality on real speech."""
+
+from __future__ import annotations
+
+import importlib.resources
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from encoders.audio import load_audio
+from encoders.diarize import (
+    EmbeddedDiarizer,
+    PyannoteDiarizer,
+    SpeakerTurn,
+    assign_speakers,
+    make_diarizer,
+)
+from encoders.errors import InputError
+
+SAMPLE_DIR = Path(str(importlib.resources.files("pyannote.audio") / "sample"))
+
+
+@dataclass
+class Word:
+    start: float
+    end: float
+
+
+def turns(*spans: tuple[float, float, str]) -> list[SpeakerTurn]:
+    return [SpeakerTurn(s, e, who) for s, e, who in spans]
+
+
+# ---------------------------------------------------------------------------------------------
+# assign_speakers
+
+
+def test_word_goes_to_the_turn_it_overlaps_most():
+    t = turns((0, 2, "A"), (2, 4, "B"))
+    assert assign_speakers([Word(1.5, 2.2), Word(1.8, 2.9), Word(0.1, 0.4), Word(3.0, 3.5)], t) == ["A", "B", "A", "B"]
+
+
+def test_overlap_is_summed_per_speaker():
+    # A's two short turns cover 0.6 s of the word, B's single turn 0.5 s.
+    t = turns((0.0, 0.3, "A"), (0.3, 0.8, "B"), (0.8, 1.1, "A"))
+    assert assign_speakers([Word(0.0, 1.1)], t) == ["A"]
+
+
+def test_word_in_a_gap_gets_the_nearest_turn():
+    t = turns((0, 1, "A"), (3, 4, "B"))
+    words = [Word(1.2, 1.5), Word(2.6, 2.9), Word(5, 6), Word(-2, -1)]
+    assert assign_speakers(words, t) == ["A", "B", "B", "A"]
+
+
+def test_overlapping_speakers_and_unsorted_turns():
+    t = turns((5, 9, "B"), (0, 10, "A"), (6, 7, "C"))
+    # Word 6-7: A, B and C each overlap 1 s -> tie goes to the speaker who appears first (A).
+    assert assign_speakers([Word(6, 7), Word(10, 11), Word(4.5, 5.5)], t) == ["A", "A", "A"]
+    assert assign_speakers([Word(8.5, 11)], turns((0, 9, "A"), (8.5, 12, "B"))) == ["B"]
+
+
+def test_zero_length_and_reversed_words():
+    t = turns((0, 1, "A"), (1, 2, "B"))
+    assert assign_speakers([Word(1.5, 1.5), Word(0.9, 0.2), Word(2.5, 2.5)], t) == ["B", "A", "B"]
+
+
+def test_no_words_and_no_turns():
+    assert assign_speakers([], turns((0, 1, "A"))) == []
+    with pytest.raises(InputError):
+        assign_speakers([Word(0, 1)], [])
+
+
+def brute_force(words: list[Word], t: list[SpeakerTurn]) -> list[str]:
+    """Reference semantics: most summed overlap per speaker, else smallest gap; ties -> first speaker."""
+    order = list(dict.fromkeys(x.speaker for x in sorted(t, key=lambda x: (x.start, x.end))))
+    out = []
+    for w in words:
+        grid = np.linspace(w.start, w.end, 2001)[:-1] + (w.end - w.start) / 4000  # midpoint sampling
+        ov = {s: sum(np.any([(x.start <= g < x.end) for x in t if x.speaker == s]) for g in grid) for s in order}
+        best = max(order, key=lambda s: (ov[s], -order.index(s)))
+        if ov[best] == 0:
+            gap = {s: min(max(x.start - w.end, w.start - x.end, 0) for x in t if x.speaker == s) for s in order}
+            best = min(order, key=lambda s: (gap[s], order.index(s)))
+        out.append(best)
+    return out
+
+
+def test_matches_brute_force_on_random_meetings():
+    rng = np.random.default_rng(7)
+    for _ in range(5):
+        t = []
+        clock = 0.0
+        for _ in range(12):
+            clock += rng.uniform(0.0, 1.5)
+            t.append(SpeakerTurn(clock, clock + rng.uniform(0.3, 3.0), f"S{rng.integers(3)}"))
+        words = []
+        for _ in range(30):
+            s = rng.uniform(-1, clock + 4)
+            words.append(Word(s, s + rng.uniform(0.05, 0.6)))
+        assert assign_speakers(words, t) == brute_force(words, t)
+
+
+def test_scales_to_hours():
+    rng = np.random.default_rng(0)
+    bounds = np.cumsum(rng.uniform(0.5, 8.0, 3000))  # ~4 h of turns
+    t = [SpeakerTurn(a, b - 0.2, f"S{i % 5}") for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
+    starts = np.sort(rng.uniform(0, bounds[-1], 60000))
+    words = [Word(s, s + 0.3) for s in starts]
+    begin = time.perf_counter()
+    out = assign_speakers(words, t)
+    assert time.perf_counter() - begin < 5.0
+    assert len(out) == len(words)
+
+
+# ---------------------------------------------------------------------------------------------
+# Backends
+
+
+def test_make_diarizer_picks_backends(tmp_path):
+    assert isinstance(make_diarizer("auto", None), EmbeddedDiarizer)
+    assert isinstance(make_diarizer("auto", str(tmp_path)), EmbeddedDiarizer)  # no config.yaml
+    assert isinstance(make_diarizer("embedded", None), EmbeddedDiarizer)
+    (tmp_path / "config.yaml").write_text("pipeline: {name: x.Y}\n")
+    assert isinstance(make_diarizer("auto", str(tmp_path)), PyannoteDiarizer)
+    assert isinstance(make_diarizer("pyannote", str(tmp_path)), PyannoteDiarizer)
+
+
+def test_make_diarizer_errors(tmp_path):
+    with pytest.raises(InputError, match="needs a model"):
+        make_diarizer("pyannote", None)
+    with pytest.raises(InputError, match="unknown diarization backend"):
+        make_diarizer("nemo", None)
+    with pytest.raises(InputError, match="not found"):
+        make_diarizer("pyannote", str(tmp_path / "missing"))
+
+
+def test_pyannote_folder_errors(tmp_path):
+    with pytest.raises(InputError, match="not found"):
+        PyannoteDiarizer(tmp_path / "nope")
+    with pytest.raises(InputError, match="config.yaml"):
+        PyannoteDiarizer(tmp_path)
+    (tmp_path / "config.yaml").write_text("pipeline: {name: nonexistent_module.Pipeline, params: {}}\n")
+    with pytest.raises(InputError, match="cannot load"):
+        PyannoteDiarizer(tmp_path).diarize(np.zeros(16000, dtype=np.float32))
+
+
+# ---------------------------------------------------------------------------------------------
+# EmbeddedDiarizer on real speech
+
+
+def read_rttm(path: Path) -> list[SpeakerTurn]:
+    rows = [line.split() for line in path.read_text().splitlines()]
+    return [SpeakerTurn(float(f[3]), float(f[3]) + float(f[4]), f[7]) for f in rows if f and f[0] == "SPEAKER"]
+
+
+def der(reference: list[SpeakerTurn], hypothesis: list[SpeakerTurn], duration: float, collar: float = 0.0) -> float:
+    from pyannote.core import Annotation, Segment, Timeline
+    from pyannote.metrics.diarization import DiarizationErrorRate
+
+    def ann(ts: list[SpeakerTurn]) -> Annotation:
+        a = Annotation()
+        for i, t in enumerate(ts):
+            a[Segment(t.start, t.end), i] = t.speaker
+        return a
+
+    metric = DiarizationErrorRate(collar=collar, skip_overlap=False)
+    return metric(ann(reference), ann(hypothesis), uem=Timeline([Segment(0, duration)]))
+
+
+@pytest.fixture(scope="module")
+def sample() -> np.ndarray:
+    return load_audio(SAMPLE_DIR / "sample.wav")
+
+
+@pytest.fixture(scope="module")
+def sample_turns(sample) -> list[SpeakerTurn]:
+    return EmbeddedDiarizer().diarize(sample)
+
+
+def test_embedded_der_on_real_two_speaker_recording(sample, sample_turns):
+    """Real quality check (pyannote's benchmark setting: collar 0, overlap scored)."""
+    reference = read_rttm(SAMPLE_DIR / "sample.rttm")
+    assert len({t.speaker for t in sample_turns}) == 2
+    assert der(reference, sample_turns, len(sample) / 16000) <= 0.20
+
+
+def test_turns_are_sorted_disjoint_and_named_by_first_appearance(sample, sample_turns):
+    assert all(0 <= t.start < t.end <= len(sample) / 16000 for t in sample_turns)
+    assert all(a.end <= b.start for a, b in zip(sample_turns, sample_turns[1:]))
+    first_seen = list(dict.fromkeys(t.speaker for t in sample_turns))
+    assert first_seen == [f"SPEAKER_{i:02d}" for i in range(len(first_seen))]
+
+
+def test_speaker_count_hints(sample):
+    one = EmbeddedDiarizer().diarize(sample, num_speakers=1)
+    assert {t.speaker for t in one} == {"SPEAKER_00"}
+
+
+def test_one_voice_is_one_speaker(sample):
+    # speaker91's longest turn alone, with pauses: must not be split into several speakers.
+    alone = np.concatenate([sample[int(21.8 * 16000) : int(27.8 * 16000)], np.zeros(8000, np.float32)] * 2)
+    assert len({t.speaker for t in EmbeddedDiarizer().diarize(alone)}) == 1
+
+
+def test_silence_gives_no_turns():
+    assert EmbeddedDiarizer().diarize(np.zeros(16000 * 3, dtype=np.float32)) == []
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"num_speakers": 0}, {"min_speakers": 3, "max_speakers": 2}, {"min_speakers": 0}],
+)
+def test_bad_speaker_counts(kwargs):
+    with pytest.raises(InputError):
+        EmbeddedDiarizer().diarize(np.zeros(16000, dtype=np.float32), **kwargs)
+
+
+def test_bad_audio():
+    with pytest.raises(InputError):
+        EmbeddedDiarizer().diarize(np.zeros((2, 16000), dtype=np.float32))
+    with pytest.raises(InputError):
+        EmbeddedDiarizer().diarize(np.zeros(0, dtype=np.float32))
