@@ -86,6 +86,7 @@ class LLMEngine:
         model_max = getattr(self.model.config, "max_position_embeddings", None) or settings.max_context_tokens
         self.context_tokens = min(settings.max_context_tokens, int(model_max))
         self._lock = threading.Lock()
+        self._stops: dict[tuple[str, ...], object] = {}
 
     @classmethod
     def from_settings(cls, settings: LLMSettings, home: Path, kv: KVSettings | None = None) -> "LLMEngine":
@@ -127,6 +128,17 @@ class LLMEngine:
             )
         return body
 
+    def _stop_criteria(self, stop: tuple[str, ...]):
+        """Stop-string criteria, built once per set of strings: building one scans the whole vocabulary
+        (seconds for Gemma's 262k tokens), so it must not happen on every question."""
+        from transformers import StoppingCriteriaList, StopStringCriteria
+
+        if not stop:
+            return None
+        if stop not in self._stops:
+            self._stops[stop] = StoppingCriteriaList([StopStringCriteria(self.tokenizer, list(stop))])
+        return self._stops[stop]
+
     def complete(self, prompt: str, max_new_tokens: int | None = None, stop: tuple[str, ...] = ()) -> Completion:
         import torch
 
@@ -147,8 +159,7 @@ class LLMEngine:
                 do_sample=False,
                 # No repetition penalty / no_repeat_ngram: in HF they also count the prompt, and
                 # answering from a transcript means copying from it.
-                stop_strings=list(stop) or None,
-                tokenizer=self.tokenizer,
+                stopping_criteria=self._stop_criteria(stop),
                 return_dict_in_generate=True,
                 output_scores=True,
                 pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id,

@@ -1,5 +1,6 @@
 """How often `minutia ask` gets the facts of the bundled sample right, with minutia's TieredCache
-(compressed to the configured budget) and with transformers' DynamicCache, side by side.
+(compressed to the configured budget) and with transformers' DynamicCache, side by side, and from the
+3 most relevant turns versus the whole transcript.
 
 A question counts as answered when the answer contains one of the fact's keywords
 (samples/standup/facts.json). Uses the reference transcript, so ASR errors do not enter.
@@ -38,8 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     facts = json.loads((args.sample / "facts.json").read_text())["questions"]
     transcript = load_transcript(args.sample / "reference.json")
     rows, totals = [], {}
-    for label, enabled in (("TieredCache", True), ("DynamicCache", False)):
-        settings = load_settings(args.config, {"kv": {"enabled": enabled}})
+    modes = (
+        ("TieredCache, 3 most relevant turns", True, 3),
+        ("DynamicCache, 3 most relevant turns", False, 3),
+        ("TieredCache, whole transcript", True, 0),
+    )
+    for label, enabled, turns in modes:
+        settings = load_settings(args.config, {"kv": {"enabled": enabled}, "llm": {"answer_context_turns": turns}})
         assistant = Assistant(LLMEngine.from_settings(settings.llm, settings.home, settings.kv))
         correct, started = 0, time.perf_counter()
         for fact in facts:
@@ -52,10 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     print("| cache | correct | seconds |\n|---|---|---|")
     for label, t in totals.items():
         print(f"| {label} | {t['correct']}/{t['total']} | {t['seconds']} |")
-    print("\n| question | TieredCache | DynamicCache |\n|---|---|---|")
-    half = len(facts)
-    for a, b in zip(rows[:half], rows[half:]):
-        print(f"| {a['question']} | {a['answer']} {'✓' if a['correct'] else '✗'} | {b['answer']} {'✓' if b['correct'] else '✗'} |")
+    n = len(facts)
+    print("\n| question | " + " | ".join(label for label, _, _ in modes) + " |")
+    print("|---" * (len(modes) + 1) + "|")
+    for i, fact in enumerate(facts):
+        cells = [rows[m * n + i] for m in range(len(modes))]
+        print(f"| {fact['question']} | " + " | ".join(f"{c['answer']} {'✓' if c['correct'] else '✗'}" for c in cells) + " |")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "ask_accuracy.json").write_text(json.dumps({"totals": totals, "rows": rows}, indent=2) + "\n")

@@ -610,6 +610,51 @@ def _valid_from_seq_lens(seq_lens: torch.Tensor, n_blocks: int, block_size: int,
     return valid & listed
 
 
+# Reads of many blocks are split into chunks of listed blocks whose fp32 temporaries stay within
+# this many bytes (each chunk is one vectorised pass; the chunks merge exactly by log-sum-exp). It
+# bounds the working set: multi-hundred-megabyte temporaries cost more in page faults and cache
+# misses than the arithmetic. A decode step that reads a top-k selection is usually one chunk.
+_CHUNK_BYTES = 32 << 20
+
+
+def _page_geometry(source: torch.Tensor | QuantizedTensor) -> tuple[int, int]:
+    """(block size, head dim) of a paged ``[P, block_size, H, D]`` storage."""
+    shape = source.shape if isinstance(source, QuantizedTensor) else tuple(source.shape)
+    return int(shape[1]), int(shape[-1])
+
+
+def _chunked_partial(
+    q: torch.Tensor,
+    k_source: torch.Tensor | QuantizedTensor,
+    v_source: torch.Tensor | QuantizedTensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    softcap: float | None,
+    return_block_mass: bool,
+    width: int,
+) -> tuple[AttentionPartial, torch.Tensor | None]:
+    """:func:`paged_attention_partial` over column chunks of ``width`` listed blocks, merged by LSE."""
+    block_size, _ = _page_geometry(k_source)
+    n_listed = block_table.shape[2]
+    partials, masses = [], []
+    for start in range(0, n_listed, width):
+        table = block_table[..., start : start + width]
+        lens = (seq_lens.to(table.device) - start * block_size).clamp(0, table.shape[-1] * block_size)
+        partial, mass = paged_attention_partial(q, k_source, v_source, table, lens, scale, softcap, return_block_mass)
+        partials.append(partial)
+        masses.append(mass)
+    merged = merge_partials(partials)
+    if not return_block_mass:
+        return merged, None
+    finite = torch.isfinite(merged.lse)
+    rescaled = []
+    for partial, mass in zip(partials, masses):
+        ratio = torch.where(finite, torch.exp(partial.lse - merged.lse.where(finite, torch.zeros_like(merged.lse))), 0.0)
+        rescaled.append(mass * ratio.reshape(*mass.shape[:4], 1))
+    return merged, torch.cat(rescaled, dim=-1)
+
+
 def paged_attention_partial(
     q: torch.Tensor,
     k_source: torch.Tensor | QuantizedTensor,
@@ -628,6 +673,11 @@ def paged_attention_partial(
     """
     qg, _ = _group_queries(q, block_table.shape[1])
     batch, n_kv, n_listed = block_table.shape
+    block_size, k_dim = _page_geometry(k_source)
+    _, v_dim = _page_geometry(v_source)
+    width = max(1, _CHUNK_BYTES // (batch * n_kv * block_size * max(k_dim, v_dim) * 4))
+    if n_listed > width:
+        return _chunked_partial(q, k_source, v_source, block_table, seq_lens, scale, softcap, return_block_mass, width)
     if n_listed == 0:
         empty = AttentionPartial(
             out=torch.zeros(batch, qg.shape[1] * qg.shape[2], qg.shape[3], qg.shape[4], device=qg.device),
@@ -842,9 +892,16 @@ def quest_scores(
     qg, _ = _group_queries(q, block_table.shape[1])  # [B, Hkv, G, Q, D]
     lo = gather_pages(kmin.unsqueeze(1), block_table).squeeze(3).float()  # [B, Hkv, M, D]
     hi = gather_pages(kmax.unsqueeze(1), block_table).squeeze(3).float()
-    q_exp = qg.unsqueeze(4)  # [B, Hkv, G, Q, 1, D]
-    bound = torch.maximum(q_exp * lo[:, :, None, None], q_exp * hi[:, :, None, None]).sum(-1)  # [B,Hkv,G,Q,M]
-    bound = bound.amax(dim=(2, 3))
+    if bool(torch.isfinite(lo).all()) and bool(torch.isfinite(hi).all()):
+        # With kmin <= kmax, max(q_d kmin_d, q_d kmax_d) = max(q_d, 0) kmax_d + min(q_d, 0) kmin_d: two
+        # matmuls instead of a [.., G, Q, M, D] temporary.
+        flat = qg.reshape(qg.shape[0], qg.shape[1], -1, qg.shape[-1])  # [B, Hkv, G*Q, D]
+        bound = torch.matmul(flat.clamp(min=0), hi.transpose(-1, -2)) + torch.matmul(flat.clamp(max=0), lo.transpose(-1, -2))
+        bound = bound.amax(dim=2)
+    else:  # empty blocks have infinite bounds: keep the elementwise form (0 * inf must not appear)
+        q_exp = qg.unsqueeze(4)  # [B, Hkv, G, Q, 1, D]
+        bound = torch.maximum(q_exp * lo[:, :, None, None], q_exp * hi[:, :, None, None]).sum(-1)  # [B,Hkv,G,Q,M]
+        bound = bound.amax(dim=(2, 3))
     return bound.masked_fill(block_table < 0, -math.inf)
 
 

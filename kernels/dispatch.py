@@ -1,0 +1,223 @@
+"""The one dispatch point of the KV kernels: Triton on CUDA tensors, the torch reference elsewhere.
+
+Every function here has the signature of its :mod:`kernels.reference` namesake and returns the same
+thing, so a caller can swap ``from kernels import reference`` for ``from kernels import dispatch``.
+Names without a Triton kernel (packing helpers, merges, top-k selection, ...) are the reference's.
+
+Which backend runs, per call, from the device of the main input tensor:
+
+* ``MINUTIA_KERNELS=reference`` — always the reference.
+* ``MINUTIA_KERNELS=triton`` — always Triton; on CPU this needs ``TRITON_INTERPRET=1`` (the Triton
+  interpreter, for tests) and raises otherwise. Cases a kernel does not cover raise.
+* ``MINUTIA_KERNELS=auto`` (default) — Triton for CUDA tensors (compute capability >= 8.0) and for
+  CPU tensors under ``TRITON_INTERPRET=1``; the reference otherwise, and for any case a kernel does
+  not cover (``NotImplementedError`` from the Triton wrapper falls back to the reference).
+
+The environment is read at each call, so tests can switch it; ``TRITON_INTERPRET`` must be set
+before Triton kernels are first imported (Triton reads it when the kernels are defined).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from functools import lru_cache
+from types import ModuleType
+from typing import Any, Callable, Sequence
+
+import torch
+
+from kernels import reference
+from kernels.reference import *  # noqa: F401,F403  (re-export the reference API unchanged)
+from kernels.reference import AttentionPartial, GlobalSummary, PagedSource, QuantizedTensor
+
+BACKENDS = ("auto", "reference", "triton")
+
+
+def requested_backend() -> str:
+    """``MINUTIA_KERNELS`` (auto | reference | triton)."""
+    mode = os.environ.get("MINUTIA_KERNELS", "auto").strip().lower() or "auto"
+    if mode not in BACKENDS:
+        raise ValueError(f"MINUTIA_KERNELS={mode!r}; expected one of {BACKENDS}")
+    return mode
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@lru_cache(maxsize=None)
+def _triton_module(name: str) -> ModuleType | None:
+    try:
+        return importlib.import_module(f"kernels.{name}")
+    except Exception:  # triton missing or broken: the reference serves
+        return None
+
+
+@lru_cache(maxsize=None)
+def _cuda_capable(index: int) -> bool:
+    return torch.cuda.get_device_capability(index) >= (8, 0)
+
+
+def backend_for(device: torch.device | str) -> str:
+    """``"triton"`` or ``"reference"``: the backend a call with inputs on ``device`` uses."""
+    device = torch.device(device)
+    mode = requested_backend()
+    if mode == "reference":
+        return "reference"
+    if mode == "triton":
+        if device.type == "cpu" and not _interpreting():
+            raise RuntimeError("MINUTIA_KERNELS=triton on CPU needs TRITON_INTERPRET=1 (the Triton interpreter)")
+        return "triton"
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        if _cuda_capable(index) and _triton_module("triton_decode") is not None:
+            return "triton"
+        return "reference"
+    if device.type == "cpu" and _interpreting() and _triton_module("triton_decode") is not None:
+        return "triton"
+    return "reference"
+
+
+def _call(module: str, name: str, device: torch.device, *args: Any, **kwargs: Any) -> Any:
+    """Run ``kernels.<module>.<name>`` when the backend is Triton, else the reference namesake."""
+    backend = backend_for(device)
+    ref_fn: Callable[..., Any] = getattr(reference, name)
+    if backend == "reference":
+        return ref_fn(*args, **kwargs)
+    mod = _triton_module(module)
+    if mod is None:
+        raise RuntimeError("Triton kernels are not importable (is triton installed?)")
+    try:
+        return getattr(mod, name)(*args, **kwargs)
+    except NotImplementedError:
+        if requested_backend() == "triton":
+            raise
+        return ref_fn(*args, **kwargs)
+
+
+# --------------------------------------------------------------------------------------------------
+# Quantization
+# --------------------------------------------------------------------------------------------------
+
+
+def quantize(
+    x: torch.Tensor,
+    kind: reference.QuantKind,
+    axis: int,
+    group_size: int,
+    outlier_idx: torch.Tensor | None = None,
+    param_dtype: torch.dtype = torch.float32,
+) -> QuantizedTensor:
+    return _call("triton_quant", "quantize", x.device, x, kind, axis, group_size, outlier_idx, param_dtype)
+
+
+def quantize_keys(
+    k: torch.Tensor,
+    kind: reference.QuantKind,
+    group_size: int,
+    token_axis: int,
+    outlier_idx: torch.Tensor | None = None,
+    param_dtype: torch.dtype = torch.float32,
+) -> QuantizedTensor:
+    return quantize(k, kind, token_axis, group_size, outlier_idx, param_dtype)
+
+
+def quantize_values(
+    v: torch.Tensor,
+    kind: reference.QuantKind,
+    group_size: int,
+    outlier_idx: torch.Tensor | None = None,
+    param_dtype: torch.dtype = torch.float32,
+) -> QuantizedTensor:
+    return quantize(v, kind, -1, group_size, outlier_idx, param_dtype)
+
+
+# --------------------------------------------------------------------------------------------------
+# Attention
+# --------------------------------------------------------------------------------------------------
+
+
+def paged_attention_partial(
+    q: torch.Tensor,
+    k_source: torch.Tensor | QuantizedTensor,
+    v_source: torch.Tensor | QuantizedTensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    softcap: float | None = None,
+    return_block_mass: bool = False,
+) -> tuple[AttentionPartial, torch.Tensor | None]:
+    return _call(
+        "triton_decode",
+        "paged_attention_partial",
+        q.device,
+        q,
+        k_source,
+        v_source,
+        block_table,
+        seq_lens,
+        scale,
+        softcap,
+        return_block_mass,
+    )
+
+
+def sparse_decode_attention(
+    q: torch.Tensor,
+    k_pages: torch.Tensor | QuantizedTensor,
+    v_pages: torch.Tensor | QuantizedTensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float | None = None,
+    summary: GlobalSummary | None = None,
+    softcap: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return _call(
+        "triton_decode",
+        "sparse_decode_attention",
+        q.device,
+        q,
+        k_pages,
+        v_pages,
+        block_table,
+        seq_lens,
+        scale,
+        summary,
+        softcap,
+    )
+
+
+def mixed_sparse_attention(
+    q: torch.Tensor,
+    sources: Sequence[PagedSource],
+    scale: float | None = None,
+    summary: GlobalSummary | None = None,
+    softcap: float | None = None,
+    extra: Sequence[AttentionPartial] = (),
+) -> tuple[AttentionPartial, list[torch.Tensor]]:
+    return _call("triton_decode", "mixed_sparse_attention", q.device, q, sources, scale, summary, softcap, extra)
+
+
+# --------------------------------------------------------------------------------------------------
+# Quest block scores and selection
+# --------------------------------------------------------------------------------------------------
+
+
+def quest_scores(q: torch.Tensor, kmin: torch.Tensor, kmax: torch.Tensor, block_table: torch.Tensor) -> torch.Tensor:
+    return _call("triton_decode", "quest_scores", q.device, q, kmin, kmax, block_table)
+
+
+def quest_top_k(
+    q: torch.Tensor,
+    kmin: torch.Tensor,
+    kmax: torch.Tensor,
+    block_table: torch.Tensor,
+    k: int,
+    always: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Quest scores then top-k selection: the ``[B, Hkv, min(k, M)]`` table of kept blocks."""
+    return reference.select_top_k_blocks(quest_scores(q, kmin, kmax, block_table), block_table, k, always)
+
+
+__all__ = [*reference.__all__, "BACKENDS", "backend_for", "quest_top_k", "requested_backend"]
