@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers.cache_utils import CacheLayerMixin, DynamicSlidingWindowLayer
 
-from kernels import reference
+from kernels import dispatch as ops  # Triton on CUDA, the torch reference elsewhere
 from kernels.reference import GlobalSummary, PagedSource, QuantizedTensor
 from kvstore.blocks import BlockFormat, BlockPool, PageTable, SlotSpec
 from kvstore.config import TieredCacheConfig
@@ -130,7 +130,7 @@ class TieredLayer(CacheLayerMixin):
         ):
             probe = torch.zeros(1, self.block_size, self.n_heads, width, dtype=self.dtype)
             idx = self._outlier_probe(width)
-            qt = quantizer.quantize(probe, None if idx is None else reference.outlier_index_for(idx, 4, 2))
+            qt = quantizer.quantize(probe, None if idx is None else ops.outlier_index_for(idx, 4, 2))
             specs[f"{prefix}_data"] = SlotSpec(tuple(qt.data.shape[1:]), qt.data.dtype)
             specs[f"{prefix}_scale"] = SlotSpec(tuple(qt.scale.shape[1:]), qt.scale.dtype)
             if qt.zero is not None:
@@ -155,7 +155,7 @@ class TieredLayer(CacheLayerMixin):
             group_size=group,
             shape=(pool.capacity, self.block_size, self.n_heads, width),
             dtype=self.dtype,
-            outlier_idx=None if idx is None else reference.outlier_index_for(idx, 4, 2),
+            outlier_idx=None if idx is None else ops.outlier_index_for(idx, 4, 2),
             outlier_values=pool.tensors.get(f"{prefix}_outliers"),
         )
 
@@ -327,7 +327,7 @@ class TieredLayer(CacheLayerMixin):
             outlier_idx=paged.outlier_idx,
             outlier_values=None if paged.outlier_values is None else paged.outlier_values.index_select(0, index),
         )
-        return reference.dequantize(picked)
+        return ops.dequantize(picked)
 
     def dense_kv(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Every kept token in logical order, dequantized: ``[B, H, kept, D]`` (what DynamicCache returns)."""
@@ -395,7 +395,7 @@ class TieredLayer(CacheLayerMixin):
         for fmt in past_formats.unique().tolist():
             safe = chosen.clamp(min=0)
             in_fmt = (chosen >= 0) & (past_formats[safe] == fmt)
-            rows, count = reference.compact_block_table(torch.where(in_fmt, chosen, torch.full_like(chosen, -1)))
+            rows, count = ops.compact_block_table(torch.where(in_fmt, chosen, torch.full_like(chosen, -1)))
             width = int(count.max()) if count.numel() else 0
             rows = rows[..., :width]
             physical = self.table.slot[rows.clamp(min=0), batch_idx.expand_as(rows)]
@@ -413,15 +413,15 @@ class TieredLayer(CacheLayerMixin):
             sources.append(PagedSource(k_src, v_src, physical.to(self.device), seq_lens.to(self.device)))
             source_rows.append(rows)
 
-        chunk_partial, chunk_probs = reference.dense_attention_partial(
+        chunk_partial, chunk_probs = ops.dense_attention_partial(
             query, key_chunk, value_chunk, scale, causal=True, softcap=softcap, return_probs=True
         )
         summary = self.summary if bool((self.summary.count > 0).any()) else None
-        merged, masses = reference.mixed_sparse_attention(
+        merged, masses = ops.mixed_sparse_attention(
             query, sources, scale, summary=summary, softcap=softcap, extra=[chunk_partial]
         )
         self._accumulate(source_rows, masses, groups * n_queries)
-        self._accumulate_chunk(reference.renormalised_mass(chunk_probs, chunk_partial, merged), groups, n_queries)
+        self._accumulate_chunk(ops.renormalised_mass(chunk_probs, chunk_partial, merged), groups, n_queries)
         self._remember_queries(query)
         out = merged.out.to(query.dtype)
         self._run_pending_compression()
@@ -474,13 +474,13 @@ class TieredLayer(CacheLayerMixin):
         kmax = self.table.columns["key_max"][:n_past].reshape(n_past * self.batch, self.n_heads, self.head_dim)
         rows = torch.arange(n_past).view(1, 1, -1).expand(self.batch, self.n_heads, n_past)
         pseudo_pages = rows * self.batch + torch.arange(self.batch).view(-1, 1, 1)
-        scores = reference.quest_scores(query, kmin, kmax, pseudo_pages.to(self.device)).cpu()
+        scores = ops.quest_scores(query, kmin, kmax, pseudo_pages.to(self.device)).cpu()
         starts = self.table.block_index[:n_past] * bs
         ends = starts + self.table.fill[:n_past]
         forced = (starts < self.settings.sink_tokens) | (ends > self.cumulative_length - self.settings.recent_tokens)
         forced[-1] = True  # the block shared with the chunk (or the newest past block)
         forced = forced.view(1, 1, -1).expand_as(rows)
-        return reference.select_top_k_blocks(scores, rows.contiguous(), top_k + int(forced[0, 0].sum()), forced)
+        return ops.select_top_k_blocks(scores, rows.contiguous(), top_k + int(forced[0, 0].sum()), forced)
 
     def _accumulate(self, source_rows: list[torch.Tensor], masses: list[torch.Tensor], observations: int) -> None:
         mass_col = self.table.columns["attention_mass"]
@@ -642,11 +642,11 @@ class TieredLayer(CacheLayerMixin):
             fields: dict[str, torch.Tensor] = {}
             for prefix, data, quantizers in (("k", flat_k, self.key_quantizers), ("v", flat_v, self.value_quantizers)):
                 if self.settings.outlier_channels > 0 and self.outlier_idx[prefix] is None:
-                    self.outlier_idx[prefix] = reference.select_outlier_channels(
+                    self.outlier_idx[prefix] = ops.select_outlier_channels(
                         data, self.settings.outlier_channels, head_axis=2
                     )
                 idx = self.outlier_idx[prefix]
-                qt = quantizers[fmt].quantize(data, None if idx is None else reference.outlier_index_for(idx, 4, 2))
+                qt = quantizers[fmt].quantize(data, None if idx is None else ops.outlier_index_for(idx, 4, 2))
                 fields[f"{prefix}_data"] = qt.data
                 fields[f"{prefix}_scale"] = qt.scale
                 if qt.zero is not None:

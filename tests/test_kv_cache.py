@@ -214,7 +214,7 @@ def test_decode_top_k_reads_only_the_selected_blocks(monkeypatch) -> None:
     import kvstore.layers as layers_module
 
     listed: list[int] = []
-    real = layers_module.reference.mixed_sparse_attention
+    real = layers_module.ops.mixed_sparse_attention
 
     def counting(query, sources, *args, **kwargs):
         listed.append(max(int((s.block_table >= 0).sum(-1).max()) for s in sources))
@@ -228,10 +228,10 @@ def test_decode_top_k_reads_only_the_selected_blocks(monkeypatch) -> None:
         cache = TieredCache(config=model.config, block_size=16, recent_tokens=32, decode_top_k_blocks=top_k,
                             **UNDER_BUDGET)
         feed(model, cache, ids, chunk=64)
-        monkeypatch.setattr(layers_module.reference, "mixed_sparse_attention", counting)
+        monkeypatch.setattr(layers_module.ops, "mixed_sparse_attention", counting)
         listed.clear()
         results[top_k] = feed(model, cache, nxt)
-        monkeypatch.setattr(layers_module.reference, "mixed_sparse_attention", real)
+        monkeypatch.setattr(layers_module.ops, "mixed_sparse_attention", real)
         forced = 3  # block 0 (sinks), blocks 14-15 (recent 32 tokens, the tail)
         assert max(listed) == (16 if top_k in (None, 100) else top_k + forced)
     assert _max_diff(results[None], results[100]) <= EXACT

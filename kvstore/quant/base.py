@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import torch
 
-from kernels import reference
+from kernels import dispatch as ops  # Triton on CUDA, the torch reference elsewhere
 from kernels.reference import QuantizedTensor
 
 
@@ -38,11 +38,11 @@ class GroupQuantizer:
     def quantize(self, x: torch.Tensor, outlier_idx: torch.Tensor | None = None) -> QuantizedTensor:
         """Compress ``x``; ``outlier_idx`` (broadcastable, see kernels.reference) keeps channels exact."""
         group = effective_group_size(self.group_size, x.shape[self.axis])
-        return reference.quantize(x, self.kind, self.axis, group, outlier_idx, self.param_dtype)
+        return ops.quantize(x, self.kind, self.axis, group, outlier_idx, self.param_dtype)
 
     def dequantize(self, qt: QuantizedTensor, dtype: torch.dtype | None = None) -> torch.Tensor:
         """Restore the tensor (in the source dtype unless ``dtype`` is given)."""
-        return reference.dequantize(qt, dtype)
+        return ops.dequantize(qt, dtype)
 
     def for_keys(self, token_axis: int) -> "GroupQuantizer":
         return replace(self, axis=token_axis)
