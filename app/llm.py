@@ -95,8 +95,21 @@ class LLMEngine:
         folder = resolve_model(settings.model, home, "LLM", EMBEDDED_LLM, "config.json")
         return cls(folder, settings, kv)
 
-    def new_cache(self):
-        """A fresh KV cache for one prompt: minutia's TieredCache unless disabled in the config."""
+    def full_kv_bytes_per_token(self) -> int:
+        """KV bytes one token costs in the full-attention layers at the model's precision."""
+        cfg = self.model.config.get_text_config(decoder=True)
+        kinds = getattr(cfg, "layer_types", None) or ["full_attention"] * cfg.num_hidden_layers
+        full_layers = sum(1 for kind in kinds if kind not in ("sliding_attention", "chunked_attention"))
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        return 2 * full_layers * cfg.num_key_value_heads * head_dim * self.model.dtype.itemsize
+
+    def new_cache(self, expected_tokens: int):
+        """A fresh KV cache for one prompt: minutia's TieredCache unless disabled in the config.
+
+        The budget is a byte budget for the whole prompt (``budget_ratio`` of its full KV bytes), not a
+        ratio of the tokens seen so far: a ratio enforced from the first prefill chunk on squeezes the
+        early context against a tiny budget and drops it for good (bench/kv_quality.py, "ratio" rows).
+        """
         if not self.kv.enabled:
             from transformers import DynamicCache
 
@@ -109,7 +122,8 @@ class LLMEngine:
             settings=TieredCacheConfig(
                 block_size=self.kv.block_size,
                 compress=self.kv.compress,
-                budget_ratio=self.kv.budget_ratio,
+                budget_ratio=None,
+                budget_bytes=int(self.kv.budget_ratio * self.full_kv_bytes_per_token() * expected_tokens),
                 sink_tokens=self.kv.sink_tokens,
                 recent_tokens=self.kv.recent_tokens,
                 warm_kinds=tuple(self.kv.warm_kinds),
@@ -151,7 +165,7 @@ class LLMEngine:
                 f"context of {self.context_tokens} tokens"
             )
         with self._lock, torch.inference_mode():
-            cache = self.new_cache()
+            cache = self.new_cache(n_prompt + max_new)
             out = self.model.generate(
                 **encoded,
                 past_key_values=cache,
