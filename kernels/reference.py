@@ -567,30 +567,28 @@ def _quantized_value_output(probs: torch.Tensor, vq: QuantizedTensor, block_tabl
     return out
 
 
+def _listed_rows(source: torch.Tensor | QuantizedTensor, block_table: torch.Tensor) -> torch.Tensor:
+    """The listed blocks of one storage as ``[B, Hkv, M * block_size, D]`` fp32, dequantized when needed."""
+    batch, n_kv, _ = block_table.shape
+    if isinstance(source, QuantizedTensor):
+        rows = dequantize(gather_quantized_pages(source, block_table), torch.float32)
+    else:
+        rows = gather_pages(source, block_table)
+    return rows.reshape(batch, n_kv, -1, rows.shape[-1]).float()
+
+
 def _source_logits(flat_q: torch.Tensor, source: torch.Tensor | QuantizedTensor, block_table: torch.Tensor) -> torch.Tensor:
     """``q . k`` over the listed blocks of one storage: ``[B, Hkv, R, M * block_size]`` (fp32)."""
-    batch, n_kv, n_listed = block_table.shape
-    if isinstance(source, QuantizedTensor):
-        if _fused_layout_ok(source, 1):
-            return _quantized_key_logits(flat_q, source, block_table)
-        keys = dequantize(gather_quantized_pages(source, block_table), torch.float32)
-    else:
-        keys = gather_pages(source, block_table)
-    keys = keys.reshape(batch, n_kv, -1, keys.shape[-1])
-    return torch.matmul(flat_q, keys.float().transpose(-1, -2))
+    if isinstance(source, QuantizedTensor) and _fused_layout_ok(source, 1):
+        return _quantized_key_logits(flat_q, source, block_table)
+    return torch.matmul(flat_q, _listed_rows(source, block_table).transpose(-1, -2))
 
 
 def _source_output(probs: torch.Tensor, source: torch.Tensor | QuantizedTensor, block_table: torch.Tensor) -> torch.Tensor:
     """``probs @ v`` over the listed blocks of one storage: ``[B, Hkv, R, D]`` (fp32)."""
-    batch, n_kv, n_listed = block_table.shape
-    if isinstance(source, QuantizedTensor):
-        if _fused_layout_ok(source, 3):
-            return _quantized_value_output(probs, source, block_table)
-        values = dequantize(gather_quantized_pages(source, block_table), torch.float32)
-    else:
-        values = gather_pages(source, block_table)
-    values = values.reshape(batch, n_kv, -1, values.shape[-1])
-    return torch.matmul(probs, values.float())
+    if isinstance(source, QuantizedTensor) and _fused_layout_ok(source, 3):
+        return _quantized_value_output(probs, source, block_table)
+    return torch.matmul(probs, _listed_rows(source, block_table))
 
 
 def renormalised_mass(mass: torch.Tensor, partial: AttentionPartial, merged: AttentionPartial) -> torch.Tensor:
