@@ -1,6 +1,6 @@
 """Regenerate the bundled sample meeting in samples/standup/.
 
-    .venv/bin/python samples/make_sample.py [--out DIR] [--keep-wav]
+    .venv/bin/python samples/make_sample.py [--out DIR] [--keep-wav] [--video-out DIR | --no-video]
 
 Needs the Debian packages espeak-ng, sox and ffmpeg (with libopus). Each turn is
 synthesised with espeak-ng, resampled to 16 kHz mono and trimmed of the silence
@@ -15,6 +15,9 @@ Writes:
   reference.rttm   speech regions per speaker, for DER scoring
   reference.txt    "Speaker: text", one turn per line
   facts.json       questions with answers, decisions and action items for `minutia ask` tests
+
+Then samples/make_slides.py builds the same meeting with a slide video in samples/standup-video/
+(meeting.webm: slides timed to the topics + this audio; slides.json gold), unless --no-video.
 """
 
 from __future__ import annotations
@@ -197,6 +200,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "standup")
     ap.add_argument("--keep-wav", action="store_true", help="also write the uncompressed meeting.wav")
+    # --- video sample (samples/make_slides.py) ---
+    ap.add_argument("--video-out", type=Path, default=Path(__file__).resolve().parent / "standup-video",
+                    help="where samples/make_slides.py writes the video version of the meeting")
+    ap.add_argument("--no-video", action="store_true", help="skip the video version")
+    # --- end video sample ---
     args = ap.parse_args(argv)
     ref = build(args.out, keep_wav=args.keep_wav)
     names = [AUDIO_NAME, "reference.json", "reference.rttm", "reference.txt", "facts.json"]
@@ -210,6 +218,13 @@ def main(argv: list[str] | None = None) -> int:
           + ", ".join(f"{s} {d:.1f} s" for s, d in per.items()))
     for s, v in VOICES.items():
         print(f"  {s}: espeak-ng -v {v['voice']} -p {v['pitch']} -s {v['speed']} -a {v['amplitude']}")
+    # --- video sample (samples/make_slides.py) ---
+    if not args.no_video:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import make_slides
+
+        make_slides.main(["--audio-dir", str(args.out), "--out", str(args.video_out)])
+    # --- end video sample ---
     return 0
 
 

@@ -1,0 +1,413 @@
+"""Vision encoders: keyframes of the video stream, slide/screen text (OCR), CLIP embeddings, slide events.
+
+A meeting's video is mostly a shared screen or a camera that changes little, so the expensive work
+(OCR, ViT) runs only on keyframes: frames that differ enough from the last keyframe. Each block is a
+small ABC with one implementation (diart style), and :class:`VisionPipeline` chains them into one
+``feed(frame, t) -> SlideEvent | None`` call for the live session.
+
+Frames are HxWx3 uint8 RGB arrays everywhere (what :func:`encoders.video.read_video_frames` yields).
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import pickle
+import re
+import shutil
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from encoders.errors import InputError
+
+log = logging.getLogger(__name__)
+
+UNTRAINED_WARNING = "untrained weights"
+
+
+def check_frame(frame: np.ndarray) -> np.ndarray:
+    """Validate the frame convention once, so every block can fail with one clear line."""
+    frame = np.asarray(frame)
+    if frame.ndim != 3 or frame.shape[2] != 3 or frame.shape[0] < 2 or frame.shape[1] < 2:
+        raise InputError(f"a video frame must be HxWx3 RGB, got shape {frame.shape}")
+    if frame.dtype != np.uint8:
+        raise InputError(f"a video frame must be uint8, got dtype {frame.dtype}")
+    return frame
+
+
+def thumbnail(frame: np.ndarray, max_size: tuple[int, int] = (160, 90)) -> np.ndarray:
+    """A small HxWx3 uint8 copy of ``frame`` (aspect ratio kept) for timelines and UIs."""
+    from PIL import Image
+
+    img = Image.fromarray(check_frame(frame))
+    img.thumbnail(max_size, Image.Resampling.BILINEAR)
+    return np.asarray(img, dtype=np.uint8).copy()
+
+
+def _signature(frame: np.ndarray, width: int) -> np.ndarray:
+    """Downscaled grayscale frame (int16, so differences do not wrap) for cheap change detection."""
+    from PIL import Image
+
+    img = Image.fromarray(frame).convert("L")
+    height = max(1, round(img.height * width / img.width))
+    return np.asarray(img.resize((width, height), Image.Resampling.BOX), dtype=np.int16)
+
+
+def _changed_fraction(a: np.ndarray, b: np.ndarray, pixel_delta: int) -> float:
+    if a.shape != b.shape:  # resolution changed (screen share switched): a new picture
+        return 1.0
+    return float((np.abs(a - b) > pixel_delta).mean())
+
+
+# --------------------------------------------------------------------------- keyframes
+
+
+@dataclass(frozen=True)
+class Keyframe:
+    time: float
+    frame: np.ndarray  # HxWx3 uint8 RGB, the frame as fed
+    score: float  # fraction of downscaled pixels that changed against the previous keyframe (1.0 for the first)
+
+
+class BaseKeyframeDetector(ABC):
+    @abstractmethod
+    def feed(self, frame: np.ndarray, t: float) -> Keyframe | None:
+        """Return a Keyframe when ``frame`` starts a new picture, else None."""
+
+    @abstractmethod
+    def reset(self) -> None:
+        """Forget the previous keyframe (the next frame is a keyframe)."""
+
+
+@dataclass
+class KeyframeOptions:
+    width: int = 160  # frames are compared at this width (grayscale): ignores compression noise, fast
+    pixel_delta: int = 24  # a downscaled pixel counts as changed when its gray level moves more than this
+    threshold: float = 0.02  # a keyframe when more than this fraction of pixels changed
+    min_interval: float = 1.0  # seconds between keyframes; a change inside it is emitted when it ends
+    check_interval: float = 0.2  # frames closer than this to the last compared one are skipped unread (30 fps feeds)
+
+
+class KeyframeDetector(BaseKeyframeDetector):
+    """Frame difference against the last keyframe on a downscaled grayscale copy.
+
+    Comparing with the last keyframe (not the previous frame) means a slow change (a scroll, a fade)
+    still adds up to a keyframe, and a change inside ``min_interval`` is not lost: it is still there,
+    and emitted, once the interval has passed.
+    """
+
+    def __init__(self, options: KeyframeOptions | None = None) -> None:
+        self.options = options or KeyframeOptions()
+        if not 0.0 < self.options.threshold < 1.0:
+            raise InputError(f"keyframe threshold must be in (0, 1), got {self.options.threshold}")
+        self._reference: np.ndarray | None = None
+        self._last_time: float | None = None
+        self._last_seen: float | None = None
+        self._last_checked: float | None = None
+
+    def reset(self) -> None:
+        self._reference = self._last_time = self._last_seen = self._last_checked = None
+
+    def feed(self, frame: np.ndarray, t: float) -> Keyframe | None:
+        frame = check_frame(frame)
+        if self._last_seen is not None and t < self._last_seen:
+            raise InputError(f"video frame times must not go back: {t:.3f} s after {self._last_seen:.3f} s")
+        self._last_seen = t
+        if self._last_time is not None and t - self._last_time < self.options.min_interval:
+            return None
+        if self._last_checked is not None and t - self._last_checked < self.options.check_interval:
+            return None
+        self._last_checked = t
+        sig = _signature(frame, self.options.width)
+        score = 1.0 if self._reference is None else _changed_fraction(sig, self._reference, self.options.pixel_delta)
+        if score <= self.options.threshold:
+            return None
+        self._reference, self._last_time = sig, t
+        return Keyframe(time=t, frame=frame, score=score)
+
+
+# --------------------------------------------------------------------------- OCR
+
+
+@dataclass(frozen=True)
+class OcrWord:
+    text: str
+    confidence: float  # 0-100, tesseract's word confidence
+    box: tuple[int, int, int, int]  # left, top, width, height in the frame's pixels
+
+
+@dataclass(frozen=True)
+class SlideText:
+    text: str  # lines joined with "\n", words of a line with " "
+    confidence: float  # mean word confidence 0-100 (0.0 when no words)
+    words: list[OcrWord] = field(default_factory=list)
+
+
+class TesseractNotFound(RuntimeError):
+    """The tesseract binary is not installed; OCR cannot run (install Debian's tesseract-ocr)."""
+
+
+class BaseSlideReader(ABC):
+    @abstractmethod
+    def read(self, frame: np.ndarray) -> SlideText:
+        """The text on ``frame``."""
+
+
+@dataclass
+class OcrOptions:
+    lang: str = "eng"
+    psm: int = 3  # tesseract page segmentation: 3 = automatic layout (titles, bullets, columns)
+    min_confidence: float = 50.0  # words below this are dropped (noise, bullet glyphs read as letters)
+    min_height: int = 360  # smaller frames are upscaled to this height first (small screen text)
+    polarity_radius: int = 24  # box radius (px) for the local background estimate, see preprocess()
+    tesseract_cmd: str | None = None  # path of the tesseract binary; None = found on PATH
+
+
+class SlideReader(BaseSlideReader):
+    """OCR of slides and shared screens with tesseract (Debian's tesseract-ocr, through pytesseract)."""
+
+    def __init__(self, options: OcrOptions | None = None) -> None:
+        import pytesseract
+
+        self.options = options or OcrOptions()
+        cmd = self.options.tesseract_cmd or shutil.which("tesseract")
+        if cmd is None or shutil.which(cmd) is None:
+            raise TesseractNotFound(
+                f"tesseract not found ({cmd or 'not on PATH'}): install it with `apt-get install tesseract-ocr`"
+            )
+        self._pytesseract = pytesseract
+        self._cmd = cmd
+        try:
+            langs = self._run(lambda: pytesseract.get_languages(config=""))
+        except pytesseract.TesseractError as exc:
+            raise TesseractNotFound(f"tesseract at {cmd} does not run: {exc}") from exc
+        missing = [lang for lang in self.options.lang.split("+") if lang not in langs]
+        if missing:
+            raise TesseractNotFound(
+                f"tesseract has no language data for {', '.join(missing)} (has {', '.join(langs)}): "
+                f"install tesseract-ocr-{missing[0]}"
+            )
+
+    def _run(self, call):
+        # pytesseract keeps the binary's path in a module global; set it around each call so two
+        # readers with different binaries do not interfere.
+        self._pytesseract.pytesseract.tesseract_cmd = self._cmd
+        return call()
+
+    def preprocess(self, frame: np.ndarray):
+        """Grayscale, upscaled when small, light-on-dark regions inverted.
+
+        Slides mix dark text on light background with light text on dark bars (titles, headers);
+        tesseract reads dark-on-light best, so pixels whose neighbourhood is mostly dark are inverted.
+        """
+        from PIL import Image, ImageFilter
+
+        img = Image.fromarray(check_frame(frame)).convert("L")
+        if img.height < self.options.min_height:
+            scale = self.options.min_height / img.height
+            img = img.resize((round(img.width * scale), self.options.min_height), Image.Resampling.LANCZOS)
+        gray = np.asarray(img)
+        dark = Image.fromarray(((gray < 128) * 255).astype(np.uint8))
+        dark_around = np.asarray(dark.filter(ImageFilter.BoxBlur(self.options.polarity_radius))) > 127
+        return Image.fromarray(np.where(dark_around, 255 - gray, gray).astype(np.uint8))
+
+    def read(self, frame: np.ndarray) -> SlideText:
+        pt = self._pytesseract
+        img = self.preprocess(frame)
+        scale = frame.shape[0] / img.height
+        try:
+            data = self._run(lambda: pt.image_to_data(
+                img, lang=self.options.lang, config=f"--psm {self.options.psm}", output_type=pt.Output.DICT))
+        except pt.TesseractError as exc:
+            raise InputError(f"OCR failed on a {frame.shape[1]}x{frame.shape[0]} frame: {exc}") from exc
+        lines: dict[tuple[int, int, int], list[str]] = {}
+        words: list[OcrWord] = []
+        for i, raw in enumerate(data["text"]):
+            text, conf = raw.strip(), float(data["conf"][i])
+            if not text or conf < self.options.min_confidence or not re.search(r"[0-9A-Za-z]", text):
+                continue
+            box = tuple(round(data[k][i] * scale) for k in ("left", "top", "width", "height"))
+            words.append(OcrWord(text, conf, box))  # type: ignore[arg-type]
+            lines.setdefault((data["block_num"][i], data["par_num"][i], data["line_num"][i]), []).append(text)
+        confidence = float(np.mean([w.confidence for w in words])) if words else 0.0
+        return SlideText("\n".join(" ".join(ws) for ws in lines.values()), confidence, words)
+
+
+# --------------------------------------------------------------------------- CLIP embeddings
+
+
+class BaseImageEmbedder(ABC):
+    dim: int
+
+    @abstractmethod
+    def embed_images(self, frames: Sequence[np.ndarray]) -> np.ndarray:
+        """(n, dim) float32, rows L2-normalised."""
+
+    @abstractmethod
+    def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
+        """(n, dim) float32 in the same space as the images, rows L2-normalised."""
+
+
+@dataclass
+class ClipOptions:
+    model: str = "ViT-B-32"  # an open_clip architecture with its built-in tokenizer
+    checkpoint: Path | None = None  # local open_clip checkpoint file; None = untrained weights
+    device: str = "cpu"
+    seed: int = 0  # initialisation of untrained weights (so two processes embed alike)
+    batch_size: int = 16
+    resize_mode: str = "longest"  # whole frame, padded to a square: slide text at the edges stays in view
+
+
+class ClipEmbedder(BaseImageEmbedder):
+    """open_clip ViT image and text towers. Never touches the network.
+
+    With ``checkpoint`` the real pretrained weights are loaded from that local file; without it the
+    same architecture is initialised at random (deterministic from ``seed``) and a WARNING says
+    "untrained weights": embeddings then have the right shape and are stable, but carry no meaning.
+    """
+
+    def __init__(self, options: ClipOptions | None = None) -> None:
+        import open_clip
+        import torch
+
+        self.options = opts = options or ClipOptions()
+        config = open_clip.get_model_config(opts.model)
+        if config is None:
+            raise InputError(f"unknown open_clip model {opts.model!r} (see open_clip.list_models())")
+        text_cfg = config.get("text_cfg", {})
+        if text_cfg.get("hf_model_name") or "hf_tokenizer_name" in text_cfg:
+            raise InputError(f"open_clip model {opts.model!r} needs files from the Hugging Face hub; "
+                             "choose one with a built-in tokenizer, e.g. ViT-B-32")
+        checkpoint = None
+        if opts.checkpoint is not None:
+            checkpoint = Path(opts.checkpoint).expanduser()
+            if not checkpoint.is_file():
+                raise InputError(f"CLIP checkpoint not found: {checkpoint} (give a local open_clip .pt/.bin file)")
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(opts.seed)
+            try:
+                model, _, preprocess = open_clip.create_model_and_transforms(
+                    opts.model, pretrained=str(checkpoint) if checkpoint else None, device=opts.device,
+                    pretrained_text=False, image_resize_mode=opts.resize_mode)
+            except (RuntimeError, KeyError, ValueError, EOFError, pickle.UnpicklingError) as exc:
+                raise InputError(f"cannot load CLIP checkpoint {checkpoint} into {opts.model}: {exc}") from exc
+        self.pretrained = checkpoint is not None
+        if not self.pretrained:
+            log.warning("CLIP %s has %s (no checkpoint given): image embeddings carry no meaning",
+                        opts.model, UNTRAINED_WARNING)
+        self._model = model.eval()
+        self._preprocess = preprocess
+        self._tokenizer = open_clip.get_tokenizer(opts.model)
+        self._torch = torch
+        self.dim = int(config["embed_dim"])
+
+    def _normalised(self, x) -> np.ndarray:
+        x = x.float()
+        return (x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)).cpu().numpy().astype(np.float32)
+
+    def embed_images(self, frames: Sequence[np.ndarray]) -> np.ndarray:
+        from PIL import Image
+
+        if not len(frames):
+            return np.zeros((0, self.dim), np.float32)
+        out = []
+        with self._torch.inference_mode():
+            for i in range(0, len(frames), self.options.batch_size):
+                chunk = frames[i:i + self.options.batch_size]
+                batch = [self._preprocess(Image.fromarray(check_frame(f))) for f in chunk]
+                x = self._torch.stack(batch).to(self.options.device)
+                out.append(self._normalised(self._model.encode_image(x)))
+        return np.concatenate(out)
+
+    def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
+        if isinstance(texts, str):
+            raise InputError("embed_texts takes a list of strings, got one string")
+        if not len(texts):
+            return np.zeros((0, self.dim), np.float32)
+        out = []
+        with self._torch.inference_mode():
+            for i in range(0, len(texts), self.options.batch_size):
+                tokens = self._tokenizer(list(texts[i:i + self.options.batch_size])).to(self.options.device)
+                out.append(self._normalised(self._model.encode_text(tokens)))
+        return np.concatenate(out)
+
+
+# --------------------------------------------------------------------------- the pipeline
+
+
+@dataclass(frozen=True)
+class SlideEvent:
+    time: float  # stream time of the keyframe, seconds
+    text: str  # OCR text ("" when the picture has no readable text)
+    confidence: float  # OCR mean word confidence 0-100
+    embedding: np.ndarray | None  # (dim,) float32 L2-normalised CLIP image embedding; None without an embedder
+    thumbnail: np.ndarray  # small HxWx3 uint8
+    score: float  # the keyframe's change score
+
+
+@dataclass
+class VisionOptions:
+    remember: int = 32  # a keyframe that repeats one of the last `remember` slides is not emitted again
+    same_picture: float = 0.02  # at most this fraction of downscaled pixels changed: the same slide
+    same_text: float = 0.9  # OCR texts this similar (difflib ratio, case/space-insensitive) are the same slide
+    thumbnail_size: tuple[int, int] = (160, 90)
+
+
+_LOOK = KeyframeOptions()  # the downscale and pixel tolerance of the "same picture" comparison
+
+
+def _norm_text(text: str) -> str:
+    return " ".join(re.findall(r"[0-9a-z%$]+", text.lower()))
+
+
+class VisionPipeline:
+    """Keyframes -> OCR -> CLIP, one ``feed`` per frame; emits a SlideEvent for each new slide.
+
+    De-duplication: the detector fires on any big enough change, including a camera overlay or a
+    return to an earlier slide. A keyframe is dropped when it looks like (downscaled pixels) or reads
+    like (OCR text) one of the last ``remember`` emitted slides, so a slide reaches the timeline once.
+    One thread feeds a pipeline (the session's video consumer); OCR and CLIP run only on keyframes.
+    """
+
+    def __init__(self, detector: BaseKeyframeDetector | None = None, reader: BaseSlideReader | None = None,
+                 embedder: BaseImageEmbedder | None = None, options: VisionOptions | None = None) -> None:
+        self.detector = detector or KeyframeDetector()
+        self.reader = reader
+        self.embedder = embedder
+        self.options = options or VisionOptions()
+        self._seen: deque[tuple[np.ndarray, str]] = deque(maxlen=max(1, self.options.remember))
+        self.keyframes = 0  # counters for metrics and tests
+        self.duplicates = 0
+
+    def _duplicate(self, signature: np.ndarray, text: str) -> bool:
+        for seen_sig, seen_text in self._seen:
+            if _changed_fraction(signature, seen_sig, _LOOK.pixel_delta) <= self.options.same_picture:
+                return True
+            if text and seen_text and difflib.SequenceMatcher(None, text, seen_text).ratio() >= self.options.same_text:
+                return True
+        return False
+
+    def feed(self, frame: np.ndarray, t: float) -> SlideEvent | None:
+        keyframe = self.detector.feed(frame, t)
+        if keyframe is None:
+            return None
+        self.keyframes += 1
+        signature = _signature(keyframe.frame, _LOOK.width)
+        if self._duplicate(signature, ""):  # cheap check first: no OCR for a picture seen before
+            self.duplicates += 1
+            return None
+        slide_text = self.reader.read(keyframe.frame) if self.reader else SlideText("", 0.0)
+        normalised = _norm_text(slide_text.text)
+        if self._duplicate(signature, normalised):
+            self.duplicates += 1
+            return None
+        self._seen.append((signature, normalised))
+        embedding = self.embedder.embed_images([keyframe.frame])[0] if self.embedder else None
+        return SlideEvent(time=keyframe.time, text=slide_text.text, confidence=slide_text.confidence,
+                          embedding=embedding, thumbnail=thumbnail(keyframe.frame, self.options.thumbnail_size),
+                          score=keyframe.score)
