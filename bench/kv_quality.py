@@ -628,18 +628,23 @@ def prepare_minutia(model, ids, meeting: Meeting, budget: float, args, mode: str
         settings = TieredCacheConfig(compress=True, budget_ratio=None,
                                      budget_bytes=int(budget * full_kv_bytes(model, ids.shape[1])),
                                      block_size=args.block_size, recent_tokens=args.recent_tokens)
-    else:  # the ratio applies to the tokens seen so far, at every step of the prefill
+    elif mode == "ratio":  # the ratio applies to the tokens seen so far, at every step of the prefill
         settings = TieredCacheConfig(compress=True, budget_ratio=budget, block_size=args.block_size,
                                      recent_tokens=args.recent_tokens)
+    else:  # "live": open-ended prefill in small chunks, as words arrive (issue 6)
+        settings = TieredCacheConfig(compress=True, budget_ratio=budget, block_size=args.block_size,
+                                     recent_tokens=args.recent_tokens, budget_floor_tokens=args.live_floor,
+                                     drop_last_resort=True, hysteresis=args.live_hysteresis)
     cache = TieredCache(config=model.config, settings=settings)
     if args.annotations:
         starts, changes = turn_start_annotations(meeting)
         cache.annotate(starts, TokenFlag.TURN_START)
         cache.annotate(changes, TokenFlag.SPEAKER_CHANGE)
+    chunk = args.live_chunk if mode == "live" else args.chunk
     t0 = time.perf_counter()
     with torch.no_grad():
-        for start in range(0, ids.shape[1], args.chunk):
-            model(ids[:, start:start + args.chunk], past_key_values=cache, use_cache=True, logits_to_keep=1)
+        for start in range(0, ids.shape[1], chunk):
+            model(ids[:, start:start + chunk], past_key_values=cache, use_cache=True, logits_to_keep=1)
     elapsed = time.perf_counter() - t0
 
     def kept_positions() -> list[Any]:
@@ -907,8 +912,15 @@ def aggregate(per_meeting: list[dict[str, Any]], full_key: str = "full") -> dict
     return out
 
 
+MODE_LABELS = {
+    "bytes": "minutia TieredCache",
+    "ratio": "minutia TieredCache (ratio budget from chunk 1)",
+    "live": "minutia TieredCache (live: ratio budget + floor, quantize before drop, small chunks)",
+}
+
+
 def minutia_key(mode: str, budget: float) -> str:
-    return f"minutia@{budget:g}" if mode == "bytes" else f"minutia-ratio@{budget:g}"
+    return f"minutia@{budget:g}" if mode == "bytes" else f"minutia-{mode}@{budget:g}"
 
 
 def method_order(budgets: list[float], press_names: list[str], modes: tuple[str, ...] = ("bytes",)
@@ -916,8 +928,7 @@ def method_order(budgets: list[float], press_names: list[str], modes: tuple[str,
     rows = [("full", "full cache (DynamicCache)", 1.0)]
     for b in budgets:
         for mode in modes:
-            rows.append((minutia_key(mode, b), "minutia TieredCache" + ("" if mode == "bytes" else
-                                                                          " (ratio budget from chunk 1)"), b))
+            rows.append((minutia_key(mode, b), MODE_LABELS[mode], b))
         for name in press_names:
             rows.append((f"{name}@{b:g}", f"kvpress {name}", b))
     return rows
@@ -1102,6 +1113,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "fixed byte budget equal to the fraction of the context's full bf16 KV (the deployment case; "
                         "compression starts when the cache outgrows it); 'ratio' = TieredCacheConfig.budget_ratio, the "
                         "fraction of the tokens seen so far, enforced from the first chunk on")
+    p.add_argument("--incremental", action="store_true",
+                   help="live-meeting comparison: --budget-mode bytes,ratio,live (chunks of --live-chunk tokens)")
+    p.add_argument("--live-chunk", type=int, default=128, help="prefill chunk of the 'live' budget mode")
+    p.add_argument("--live-floor", type=int, default=2048,
+                   help="budget_floor_tokens of the 'live' budget mode (it must cover the protected window: "
+                        "a 512 floor still drops early context at 50%%, docs/benchmarks.md)")
+    p.add_argument("--live-hysteresis", type=float, default=0.05, help="hysteresis of the 'live' budget mode")
     p.add_argument("--max-answer-tokens", type=int, default=96)
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--threads", type=int, default=0,
@@ -1271,9 +1289,11 @@ def main(argv: list[str] | None = None) -> int:
     presses = make_presses(press_names, budgets, rotary_shim=("ExpectedAttention" in press_names
                                                               and not args.no_rotary_shim))
     press_keys = sorted({name for name, _, _ in presses}, key=lambda n: (PRESS_NAMES + ("ExpectedAttention+shim",)).index(n))
+    if args.incremental:
+        args.budget_mode = "bytes,ratio,live"
     modes = tuple(m.strip() for m in args.budget_mode.split(",") if m.strip())
-    if not modes or set(modes) - {"bytes", "ratio"}:
-        console.print(f"[red]--budget-mode takes bytes, ratio or both, not {args.budget_mode!r}")
+    if not modes or set(modes) - set(MODE_LABELS):
+        console.print(f"[red]--budget-mode takes a comma list of {', '.join(MODE_LABELS)}, not {args.budget_mode!r}")
         return 2
     rows = method_order(budgets, press_keys, modes)
     n_methods = len(rows)
@@ -1349,6 +1369,9 @@ def main(argv: list[str] | None = None) -> int:
         "layers) - a fixed byte budget, compression starts when the cache outgrows it"
         + ("; 'ratio budget from chunk 1' rows use budget_ratio=b instead (b of the tokens seen so far, enforced at "
            "every chunk, as configs/cpu-small.yaml does)" if "ratio" in modes else "")
+        + (f"; 'live' rows use budget_ratio=b with budget_floor_tokens={args.live_floor}, drop_last_resort=True, "
+           f"hysteresis={args.live_hysteresis}, prefilled in chunks of {args.live_chunk} tokens as a live meeting "
+           "would (the final budget equals the bytes rows' when b x tokens >= the floor)" if "live" in modes else "")
         + " - under the minutia_sparse attention, chunked prefill of "
         f"{args.chunk} tokens that compresses as it goes (peak = budget + one chunk); its bytes include its metadata "
         "(block key bounds, scores, recent queries, summary). Turn starts and speaker changes are annotated "

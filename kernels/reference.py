@@ -577,17 +577,25 @@ def _listed_rows(source: torch.Tensor | QuantizedTensor, block_table: torch.Tens
     return rows.reshape(batch, n_kv, -1, rows.shape[-1]).float()
 
 
+# The fused paths copy the queries once per token group of each block (keys) and the probabilities
+# once per channel group (values): cheap at decode (a few query rows), but for a prefill chunk (R =
+# 2048 rows) that is R * groups floats per block against block_size * D for the dequantized block,
+# so there the gathered blocks are dequantized instead (hundreds of MiB less, and less arithmetic).
+
+
 def _source_logits(flat_q: torch.Tensor, source: torch.Tensor | QuantizedTensor, block_table: torch.Tensor) -> torch.Tensor:
     """``q . k`` over the listed blocks of one storage: ``[B, Hkv, R, M * block_size]`` (fp32)."""
     if isinstance(source, QuantizedTensor) and _fused_layout_ok(source, 1):
-        return _quantized_key_logits(flat_q, source, block_table)
+        if flat_q.shape[2] * (source.shape[1] // source.group_size) <= source.shape[1]:
+            return _quantized_key_logits(flat_q, source, block_table)
     return torch.matmul(flat_q, _listed_rows(source, block_table).transpose(-1, -2))
 
 
 def _source_output(probs: torch.Tensor, source: torch.Tensor | QuantizedTensor, block_table: torch.Tensor) -> torch.Tensor:
     """``probs @ v`` over the listed blocks of one storage: ``[B, Hkv, R, D]`` (fp32)."""
     if isinstance(source, QuantizedTensor) and _fused_layout_ok(source, 3):
-        return _quantized_value_output(probs, source, block_table)
+        if probs.shape[2] * (source.shape[3] // source.group_size) <= source.shape[3]:
+            return _quantized_value_output(probs, source, block_table)
     return torch.matmul(probs, _listed_rows(source, block_table))
 
 
@@ -613,6 +621,7 @@ def _valid_from_seq_lens(seq_lens: torch.Tensor, n_blocks: int, block_size: int,
 # bounds the working set: multi-hundred-megabyte temporaries cost more in page faults and cache
 # misses than the arithmetic. A decode step that reads a top-k selection is usually one chunk.
 _CHUNK_BYTES = 32 << 20
+_LOGIT_CHUNK_BYTES = 8 << 20  # for the [queries x listed tokens] logits: bounds prefill peak memory
 
 
 def _page_geometry(source: torch.Tensor | QuantizedTensor) -> tuple[int, int]:
@@ -673,7 +682,12 @@ def paged_attention_partial(
     batch, n_kv, n_listed = block_table.shape
     block_size, k_dim = _page_geometry(k_source)
     _, v_dim = _page_geometry(v_source)
-    width = max(1, _CHUNK_BYTES // (batch * n_kv * block_size * max(k_dim, v_dim) * 4))
+    # fp32 temporaries per listed block: its K/V rows, and the logits / probabilities of every query
+    # row of the group (a 512-token prefill chunk of 4 query heads is 2048 rows: far more than K/V;
+    # softmax makes several copies of them, hence the smaller budget).
+    per_block = max(batch * n_kv * block_size * max(k_dim, v_dim) * 4 / _CHUNK_BYTES,
+                    batch * n_kv * block_size * qg.shape[2] * qg.shape[3] * 4 / _LOGIT_CHUNK_BYTES)
+    width = max(1, int(1 / per_block))
     if n_listed > width:
         return _chunked_partial(q, k_source, v_source, block_table, seq_lens, scale, softcap, return_block_mass, width)
     if n_listed == 0:

@@ -3,6 +3,7 @@
 Modules: ``blocks`` (allocator, pools, page table), ``quant`` (INT8/INT4/FP8 quantizers), ``scoring``
 (importance scorers and the budget planner), ``annotations`` (structural flags and modality per
 token), ``layers`` / ``cache`` (TieredCache for stock transformers models), ``attention`` (the
-``minutia_sparse`` AttentionInterface function), ``manager`` (KVCacheManager). Imports are explicit
+``minutia_sparse`` AttentionInterface function), ``manager`` (KVCacheManager), ``timeline``
+(TimelineIndex: stream time <-> token positions <-> KV blocks per modality). Imports are explicit
 (``from kvstore.cache import TieredCache``) so that light modules do not pull in transformers.
 """

@@ -28,6 +28,20 @@ class Modality(enum.IntEnum):
     AUDIO = 1
     VIDEO = 2
 
+    @classmethod
+    def parse(cls, value: "Modality | int | str") -> "Modality":
+        """``"audio"`` / ``Modality.AUDIO`` / ``1`` -> ``Modality.AUDIO`` (clear error otherwise)."""
+        if isinstance(value, str):
+            try:
+                return cls[value.upper()]
+            except KeyError:
+                raise ValueError(f"unknown modality {value!r} (expected text, audio or video)") from None
+        return cls(int(value))
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
 
 class TokenAnnotations:
     """Per-position flag bits and modality, growable, shared by every layer of a cache (2 bytes per token)."""
@@ -43,6 +57,11 @@ class TokenAnnotations:
             return
         self._grow(int(positions.max()) + 1)
         self.modality[positions] = int(modality)
+
+    def tokens_by_modality(self, length: int) -> torch.Tensor:
+        """Token count per modality code among positions ``[0, length)``: ``[len(Modality)]``."""
+        self._grow(length)
+        return torch.bincount(self.modality[:length].long(), minlength=len(Modality))[: len(Modality)]
 
     def block_modality(self, block_index: torch.Tensor, block_size: int) -> torch.Tensor:
         """Modality of each block: that of its first token (blocks rarely straddle streams)."""
@@ -86,3 +105,53 @@ class TokenAnnotations:
                 grown = torch.zeros(size, dtype=torch.uint8)
                 grown[: old.numel()] = old
                 setattr(self, name, grown)
+
+
+class BlockPriorities:
+    """Query-aware promotion state per logical block: a score boost and a pin (seed 4).
+
+    A question about a time window raises the importance of that window's blocks (the boost stays:
+    the meeting showed interest in that moment) and pins them while the answer is produced: pinned
+    blocks keep their current format and are always read at decode.
+    """
+
+    def __init__(self) -> None:
+        self.boost = torch.zeros(0, dtype=torch.float32)
+        self.pinned = torch.zeros(0, dtype=torch.bool)
+
+    def promote(self, blocks: torch.Tensor, boost: float, pin: bool) -> None:
+        blocks = torch.as_tensor(blocks, dtype=torch.long).flatten()
+        if blocks.numel() == 0:
+            return
+        self._grow(int(blocks.max()) + 1)
+        self.boost[blocks] = torch.clamp(self.boost[blocks], min=float(boost))
+        if pin:
+            self.pinned[blocks] = True
+
+    def unpin(self) -> None:
+        self.pinned.zero_()
+
+    def for_blocks(self, block_index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(boost [N] float, pinned [N] bool)`` of the given logical blocks."""
+        block_index = block_index.cpu().long()
+        if block_index.numel() == 0:
+            return torch.zeros(0), torch.zeros(0, dtype=torch.bool)
+        self._grow(int(block_index.max()) + 1)
+        return self.boost[block_index], self.pinned[block_index]
+
+    @property
+    def any_pinned(self) -> bool:
+        return bool(self.pinned.any())
+
+    def truncate(self, first_block: int) -> None:
+        """Forget blocks from ``first_block`` on (after a rollback)."""
+        self.boost[first_block:] = 0
+        self.pinned[first_block:] = False
+
+    def _grow(self, length: int) -> None:
+        if self.boost.numel() < length:
+            size = max(length, 2 * self.boost.numel())
+            boost, pinned = torch.zeros(size), torch.zeros(size, dtype=torch.bool)
+            boost[: self.boost.numel()] = self.boost
+            pinned[: self.pinned.numel()] = self.pinned
+            self.boost, self.pinned = boost, pinned

@@ -9,24 +9,76 @@ Usage::
 Layer kinds follow the model config exactly like DynamicCache: sliding-window / chunked layers
 (Gemma 3's local layers) keep transformers' sliding behaviour, every full-attention layer becomes a
 :class:`~kvstore.layers.TieredLayer`. With compression off the logits equal DynamicCache's.
+
+A live meeting session (app/session.py) drives one cache like this::
+
+    # budget = max(0.25 x tokens seen, the full KV of 8192 tokens): below the floor compression only
+    # keeps the floor (like a fixed byte budget, the best-measured policy); past it the ratio rules.
+    settings = TieredCacheConfig(compress=True, budget_ratio=0.25, budget_floor_tokens=8192,
+                                 drop_last_resort=True, hysteresis=0.05,
+                                 modalities={"audio": ModalityPolicy(preferred="int8"),
+                                             "video": ModalityPolicy(preferred="int4", budget_share=0.2)})
+    cache = TieredCache(config=model.config, settings=settings)
+    timeline = TimelineIndex()                                   # kvstore.timeline
+    # ingestion, for each committed turn / slide text / prompt of n tokens at position p = cache.get_seq_length():
+    cache.mark_modality((p, p + n), "audio")                     # before prefilling them (compression runs in it)
+    cache.annotate([p], TokenFlag.SPEAKER_CHANGE)                # rare structural events only
+    model(ids, past_key_values=cache)                            # chunked prefill, compresses as it goes
+    timeline.add("audio", start_s, end_s, p, p + n, speaker=..., text=...)
+    # a question about a moment ("the budget slide"):
+    report = cache.promote_window(timeline, t0, t1)              # boost + pin those blocks
+    cp = cache.checkpoint()                                      # question + answer tokens ...
+    ...generate...
+    cache.rollback(cp); timeline.truncate(cp.seq_length); cache.unpin()
+    # dashboard:
+    cache.stats()   # bytes_by_tier, bytes_by_modality, budget_bytes, full_precision_bytes, compression_ratio, tokens
+
+Ingestion and questions must not run model forwards on one cache at the same time (one LLM thread).
+Compression is suspended while a checkpoint is open, so new words prefilled during an answer would
+be rolled back with it: queue them and prefill after the rollback.
 """
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 from transformers.cache_utils import Cache
 from transformers.configuration_utils import PreTrainedConfig
 
-from kvstore.annotations import TokenAnnotations, TokenFlag
+from kvstore.annotations import BlockPriorities, Modality, TokenAnnotations, TokenFlag
 from kvstore.attention import MINUTIA_ATTENTION, bind_layer
 from kvstore.config import TieredCacheConfig
+from kvstore.blocks import BlockFormat
 from kvstore.layers import SlidingWindowLayer, TieredLayer
 
+if TYPE_CHECKING:
+    from kvstore.timeline import TimelineIndex
+
 _checkpoint_ids = itertools.count()
+
+TokenRanges = Sequence[tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class PromotionReport:
+    """Where the promoted blocks are, counted over (tiered layer, block) pairs.
+
+    Full-precision and quantized blocks are read by the answer; dropped ones survive only in the
+    layer's summary (bringing them back from host/disk tiers is issue 5's job).
+    """
+
+    blocks: int  # logical blocks requested
+    full: int
+    quantized: int
+    dropped: int
+
+    @property
+    def readable_share(self) -> float:
+        total = self.full + self.quantized + self.dropped
+        return (self.full + self.quantized) / total if total else 1.0
 
 
 @dataclass(frozen=True)
@@ -53,6 +105,7 @@ class TieredCache(Cache):
         self.settings = settings
         self.text_config = config.get_text_config(decoder=True)
         self.annotations = TokenAnnotations()
+        self.priorities = BlockPriorities()
         self._checkpoints: list[CacheCheckpoint] = []
         layers: list[Any] = []
         for layer_idx, layer_type in enumerate(self._layer_types(self.text_config)):
@@ -131,6 +184,7 @@ class TieredCache(Cache):
         for layer, state in zip(self.layers, checkpoint.layer_states):
             layer.restore(state)
         self.annotations.truncate(checkpoint.seq_length)
+        self.priorities.truncate(-(-checkpoint.seq_length // self.settings.block_size))
         del self._checkpoints[position:]
 
     def release(self, checkpoint: CacheCheckpoint) -> None:
@@ -150,6 +204,53 @@ class TieredCache(Cache):
     def annotate(self, positions: torch.Tensor | list[int], flags: TokenFlag | int) -> None:
         """Mark token positions (past or upcoming) with structural flags for the importance score."""
         self.annotations.mark(positions, int(flags))
+
+    def mark_modality(self, positions: torch.Tensor | list[int] | tuple[int, int], modality: Modality | str) -> None:
+        """Tag tokens (a ``(start, end)`` range or explicit positions, past or upcoming) with their stream.
+
+        Each modality follows its ``TieredCacheConfig.modalities`` policy; untagged tokens are "text".
+        """
+        if isinstance(positions, tuple) and len(positions) == 2:
+            positions = torch.arange(int(positions[0]), int(positions[1]))
+        self.annotations.set_modality(positions, Modality.parse(modality))
+
+    def promote_tokens(self, token_ranges: TokenRanges, boost: float = 1.0, pin: bool = True) -> PromotionReport:
+        """Query-aware promotion: raise the importance of the blocks holding ``token_ranges``.
+
+        ``boost`` is added to those blocks' importance score from now on (max with earlier boosts);
+        ``pin`` also keeps them in their current format and always reads them at decode until
+        :meth:`unpin` (call it when the answer is done). Returns where the blocks are now.
+        """
+        from kvstore.timeline import blocks_of_ranges
+
+        blocks = blocks_of_ranges(list(token_ranges), self.settings.block_size)
+        self.priorities.promote(blocks, boost, pin)
+        return self.block_residency(blocks)
+
+    def promote_window(self, timeline: "TimelineIndex", t0: float, t1: float,
+                       modality: str | Sequence[str] | None = None, boost: float = 1.0,
+                       pin: bool = True) -> PromotionReport:
+        """:meth:`promote_tokens` for the tokens the timeline places in ``[t0, t1]`` seconds."""
+        return self.promote_tokens(timeline.tokens_in(t0, t1, modality), boost=boost, pin=pin)
+
+    def unpin(self) -> None:
+        """End the pins of :meth:`promote_tokens` (boosts stay); compression may move those blocks again."""
+        self.priorities.unpin()
+
+    def block_residency(self, blocks: torch.Tensor) -> PromotionReport:
+        full = quantized = dropped = 0
+        for layer in self.tiered_layers:
+            if not layer.is_initialized:
+                continue
+            index = layer.table.block_index
+            seen = blocks[blocks * layer.block_size < layer.cumulative_length]
+            rows = torch.searchsorted(index, seen).clamp(max=max(len(index) - 1, 0))
+            found = index[rows] == seen if len(index) else torch.zeros_like(seen, dtype=torch.bool)
+            is_full = layer.table.format[rows[found]] == BlockFormat.FULL
+            full += int(is_full.sum())
+            quantized += int((~is_full).sum())
+            dropped += int((~found).sum())
+        return PromotionReport(int(blocks.numel()), full, quantized, dropped)
 
     def compress(self) -> bool:
         """Enforce the budget now on every tiered layer (normally done after each update)."""
@@ -185,10 +286,59 @@ class TieredCache(Cache):
         return sum(layer.budget() for layer in self.tiered_layers)
 
     def stats(self) -> dict[str, Any]:
+        """Dashboard numbers, all measured from the storage tensors.
+
+        ``bytes_by_tier``: L1 (full-precision blocks), L2 (quantized blocks), L3 (summaries of
+        dropped blocks), ``metadata`` (page table, key bounds, scores) and ``sliding`` (the window
+        layers). ``bytes_by_modality``: block bytes of each stream; ``modalities`` adds tokens seen /
+        kept and bytes per format. ``compression_ratio`` = full-precision bytes / tiered KV bytes.
+        """
+        by_tier = {"L1": 0, "L2": 0, "L3": 0, "metadata": 0, "sliding": 0}
+        modalities = {
+            m.label: {"tokens_seen": 0, "tokens_kept": 0, "bytes": 0, "bytes_by_format": {}} for m in Modality
+        }
+        for layer in self.layers:
+            if not isinstance(layer, TieredLayer):
+                by_tier["sliding"] += layer.kv_bytes()
+                continue
+            if not layer.is_initialized:
+                continue
+            table = layer.table
+            by_tier["L3"] += layer.summary.nbytes()
+            by_tier["metadata"] += layer.metadata_bytes() - layer.summary.nbytes()
+            modality = self.annotations.block_modality(table.block_index, layer.block_size)
+            for fmt, pool in layer.pools.items():
+                in_fmt = table.format == fmt
+                block_bytes = layer.batch * pool.slot_bytes
+                by_tier["L1" if fmt == BlockFormat.FULL else "L2"] += int(in_fmt.sum()) * block_bytes
+                for m in Modality:
+                    rows = in_fmt & (modality == int(m))
+                    n_rows = int(rows.sum())
+                    if not n_rows:
+                        continue
+                    entry = modalities[m.label]
+                    entry["tokens_kept"] += int(table.fill[rows].sum())
+                    entry["bytes"] += n_rows * block_bytes
+                    kind = BlockFormat(fmt).kind
+                    entry["bytes_by_format"][kind] = entry["bytes_by_format"].get(kind, 0) + n_rows * block_bytes
+        seq = self.get_seq_length()
+        seen = self.annotations.tokens_by_modality(seq).tolist()
+        layers = max(self.num_tiered_layers, 1)
+        for m in Modality:
+            modalities[m.label]["tokens_seen"] = int(seen[int(m)])
+            modalities[m.label]["tokens_kept"] //= layers  # mean over tiered layers
+        tiered = self.kv_bytes(include_sliding=False)
+        full = self.full_precision_bytes()
         return {
-            "seq_length": self.get_seq_length(),
+            "tokens": seq,
+            "seq_length": seq,
             "kv_bytes": self.kv_bytes(),
-            "tiered_kv_bytes": self.kv_bytes(include_sliding=False),
-            "full_precision_bytes": self.full_precision_bytes(),
+            "tiered_kv_bytes": tiered,
+            "full_precision_bytes": full,
+            "budget_bytes": self.budget_bytes(),
+            "compression_ratio": full / tiered if tiered else 1.0,
+            "bytes_by_tier": by_tier,
+            "bytes_by_modality": {name: entry["bytes"] for name, entry in modalities.items()},
+            "modalities": modalities,
             "layers": [layer.stats() for layer in self.layers],
         }

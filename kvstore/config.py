@@ -15,6 +15,32 @@ def _default_fidelity() -> dict[str, float]:
     return {"full": 1.0, "int8": 0.99, "fp8": 0.97, "int4": 0.9}
 
 
+MODALITY_NAMES = ("text", "audio", "video")  # = kvstore.annotations.Modality / kvstore.timeline.MODALITIES
+
+
+@dataclass(frozen=True)
+class ModalityPolicy:
+    """Tier policy of one modality's blocks (a live meeting keeps speech sharper than slide text).
+
+    ``budget_share`` / ``budget_bytes`` are ceilings for this modality's blocks (share of the cache
+    budget, or bytes for all tiered layers together); the cache budget still bounds the total.
+    ``warm_kinds`` restricts the quantized formats (None: the cache's), ``allow_drop`` whether its
+    blocks may be dropped, ``preferred`` the most precise format a settled block keeps (blocks
+    leave full precision for it once out of the sink/recent window, even under budget).
+    """
+
+    budget_share: float | None = None
+    budget_bytes: int | None = None
+    warm_kinds: tuple[str, ...] | None = None
+    allow_drop: bool = True
+    preferred: str | None = None
+
+    def formats(self, cache_warm_kinds: tuple[str, ...]) -> tuple[str, ...]:
+        """Formats this modality may use: full precision plus its allowed warm kinds."""
+        warm = cache_warm_kinds if self.warm_kinds is None else self.warm_kinds
+        return ("full", *warm)
+
+
 @dataclass
 class TieredCacheConfig:
     """How TieredCache stores and compresses the KV of full-attention layers.
@@ -28,6 +54,12 @@ class TieredCacheConfig:
     compress: bool = False
     budget_ratio: float | None = 0.25  # of the full-precision bytes of the tokens seen so far
     budget_bytes: int | None = None  # absolute, for all tiered layers together (overrides the ratio)
+    # Open-ended (live) prefill with budget_ratio: the budget never falls below this many tokens at
+    # full precision, so the first chunks are not squeezed against a tiny budget and dropped for good.
+    budget_floor_tokens: int = 0
+    # Drop blocks only when quantizing every unprotected block cannot meet the budget (decisions that
+    # can still be revised later win over irreversible ones while the budget is growing).
+    drop_last_resort: bool = False
     hysteresis: float = 0.05  # compress down to (1 - hysteresis) * budget, so passes are spaced out
     sink_tokens: int = 4
     recent_tokens: int = 256
@@ -42,6 +74,7 @@ class TieredCacheConfig:
     # Blocks read per decode step and KV head on top of the always-read ones (sinks, recent window,
     # tail), chosen by Quest bound against the current query; None reads every kept block.
     decode_top_k_blocks: int | None = None
+    modalities: dict[str, ModalityPolicy] = field(default_factory=dict)  # keyed "text" / "audio" / "video"
 
     def __post_init__(self) -> None:
         if self.block_size <= 0:
@@ -51,3 +84,15 @@ class TieredCacheConfig:
             raise ValueError(f"unknown warm formats {sorted(unknown)}")
         if self.budget_ratio is not None and self.budget_ratio < 0:
             raise ValueError("budget_ratio must be >= 0")
+        if self.budget_floor_tokens < 0:
+            raise ValueError("budget_floor_tokens must be >= 0")
+        for name, policy in self.modalities.items():
+            if name not in MODALITY_NAMES:
+                raise ValueError(f"unknown modality {name!r} (expected one of {', '.join(MODALITY_NAMES)})")
+            extra = set(policy.warm_kinds or ()) - set(self.warm_kinds)
+            if extra:
+                raise ValueError(f"{name}: warm formats {sorted(extra)} are not among the cache's {self.warm_kinds}")
+            if policy.preferred is not None and policy.preferred not in policy.formats(self.warm_kinds):
+                raise ValueError(f"{name}: preferred format {policy.preferred!r} is not allowed for it")
+            if policy.budget_share is not None and not 0 <= policy.budget_share <= 1:
+                raise ValueError(f"{name}: budget_share must be in [0, 1]")

@@ -11,6 +11,7 @@ from transformers.cache_utils import CacheLayerMixin, DynamicSlidingWindowLayer
 
 from kernels import dispatch as ops  # Triton on CUDA, the torch reference elsewhere
 from kernels.reference import GlobalSummary, PagedSource, QuantizedTensor
+from kvstore.annotations import Modality
 from kvstore.blocks import BlockFormat, BlockPool, PageTable, SlotSpec
 from kvstore.config import TieredCacheConfig
 from kvstore.quant import get_quantizer
@@ -479,6 +480,7 @@ class TieredLayer(CacheLayerMixin):
         ends = starts + self.table.fill[:n_past]
         forced = (starts < self.settings.sink_tokens) | (ends > self.cumulative_length - self.settings.recent_tokens)
         forced[-1] = True  # the block shared with the chunk (or the newest past block)
+        forced |= self.owner.priorities.for_blocks(self.table.block_index[:n_past])[1]  # promoted by a question
         forced = forced.view(1, 1, -1).expand_as(rows)
         return ops.select_top_k_blocks(scores, rows.contiguous(), top_k + int(forced[0, 0].sum()), forced)
 
@@ -554,7 +556,25 @@ class TieredLayer(CacheLayerMixin):
         if self.settings.budget_bytes is not None:
             return int(self.settings.budget_bytes / max(self.owner.num_tiered_layers, 1))
         ratio = self.settings.budget_ratio if self.settings.budget_ratio is not None else 1.0
-        return int(ratio * self.full_precision_bytes())
+        floor = self.settings.budget_floor_tokens * self.full_precision_bytes_per_token()
+        return int(max(ratio * self.full_precision_bytes(), floor))
+
+    def full_precision_bytes_per_token(self) -> int:
+        if not self.is_initialized:
+            return 0
+        element = torch.empty(0, dtype=self.dtype).element_size()
+        return self.batch * self.n_heads * (self.head_dim + self.value_dim) * element
+
+    def modality_budgets(self) -> dict[int, int]:
+        """Per-layer byte ceilings of the modalities whose policy sets one (code -> bytes)."""
+        ceilings = {}
+        for name, policy in self.settings.modalities.items():
+            code = int(Modality.parse(name))
+            if policy.budget_bytes is not None:
+                ceilings[code] = int(policy.budget_bytes / max(self.owner.num_tiered_layers, 1))
+            elif policy.budget_share is not None:
+                ceilings[code] = int(policy.budget_share * self.budget())
+        return ceilings
 
     def _row_metadata_bytes(self) -> int:
         table = self.table
@@ -580,41 +600,83 @@ class TieredLayer(CacheLayerMixin):
             queries=None if queries is None else queries.cpu(),
             scale=self.last_scale if self.last_scale is not None else self.head_dim**-0.5,
             flags=self.owner.annotations.block_flags(self.table.block_index, self.block_size),
+            boost=self.owner.priorities.for_blocks(self.table.block_index)[0],
         )
 
     def compress(self, protect_from: int | None = None) -> bool:
-        """Bring the layer under its budget: re-plan every block's format, then convert/drop.
+        """Bring the layer under its budget and its modalities' policies: re-plan every block's format.
 
         Partially filled blocks, sinks, the recent window and blocks holding tokens at or after
-        ``protect_from`` stay at full precision. Returns whether anything changed.
+        ``protect_from`` stay at full precision; blocks pinned by a question keep their format.
+        Each block may only use its modality's formats and is capped at its ``preferred`` one;
+        modalities with a byte ceiling are planned against it first. Returns whether anything changed.
         """
         if not self.is_initialized or len(self.table) == 0:
             return False
         budget = self.budget()
-        if self.kv_bytes() <= budget:
-            return False
-        target = int(budget * (1.0 - self.settings.hysteresis))
         protect_from = self.cumulative_length if protect_from is None else protect_from
         inputs = self.scoring_inputs()
-        scores = self.scorer.block_scores(inputs)
         starts = inputs.block_start
         protected = self.scorer.position.protected(inputs)
         protected |= self.table.fill < self.block_size
         protected |= starts + self.block_size > protect_from
+        _, pinned = self.owner.priorities.for_blocks(self.table.block_index)
+        pinned = pinned & ~protected
 
         formats = [BlockFormat.FULL] + [BlockFormat.from_kind(k) for k in self.settings.warm_kinds]
-        meta = self._row_metadata_bytes()
-        options = [
-            TierOption(f.kind, self.batch * self.pools[f].slot_bytes + meta, self.settings.fidelity[f.kind])
-            for f in formats
-        ]
-        fidelity_of = torch.tensor([self.settings.fidelity[BlockFormat(f).kind] for f in range(len(BlockFormat))])
+        fidelity = self.settings.fidelity
+        fidelity_of = torch.tensor([fidelity[BlockFormat(f).kind] for f in range(len(BlockFormat))])
         current_fidelity = fidelity_of[self.table.format]
+        meta = self._row_metadata_bytes()
+        format_bytes = torch.zeros(len(BlockFormat), dtype=torch.long)
+        for f in formats:
+            format_bytes[int(f)] = self.batch * self.pools[int(f)].slot_bytes + meta
+        current_bytes = format_bytes[self.table.format]
         fixed = self.metadata_bytes() - meta * len(self.table)  # summary, queries, outlier index
-        allow_drop = self.settings.allow_drop and self.owner.sparse_attention
-        plan = plan_tiers(scores, options, target - fixed, protected, current_fidelity, allow_drop)
-        new_format = torch.tensor([int(formats[i]) if i != DROP else -1 for i in plan.level.tolist()],
-                                  dtype=torch.long)
+
+        # Per-block options: the modality's formats (pinned blocks: only their current one).
+        modality = self.owner.annotations.block_modality(self.table.block_index, self.block_size)
+        allowed = torch.ones(len(self.table), len(formats), dtype=torch.bool)
+        drop_ok = torch.full((len(self.table),), self.settings.allow_drop and self.owner.sparse_attention)
+        cap = current_fidelity.clone()
+        for name, policy in self.settings.modalities.items():
+            rows = modality == int(Modality.parse(name))
+            usable = policy.formats(self.settings.warm_kinds)
+            allowed[rows] = torch.tensor([f.kind in usable for f in formats])
+            drop_ok &= ~rows | policy.allow_drop
+            if policy.preferred is not None:
+                settled = rows & ~protected & ~pinned
+                cap[settled] = torch.clamp(cap[settled], max=fidelity[policy.preferred])
+        allowed[pinned] = torch.stack([self.table.format[pinned] == int(f) for f in formats], dim=1)
+        drop_ok &= ~pinned
+
+        ceilings = self.modality_budgets()
+        over_ceiling = {code: int(current_bytes[modality == code].sum()) > limit for code, limit in ceilings.items()}
+        needs_pass = self.kv_bytes() > budget or any(over_ceiling.values()) or bool((cap < current_fidelity - 1e-9).any())
+        if not needs_pass:
+            return False
+        scores = self.scorer.block_scores(inputs)
+        options = [TierOption(f.kind, int(format_bytes[int(f)]), fidelity[f.kind]) for f in formats]
+        keep = 1.0 - self.settings.hysteresis
+
+        def plan(rows: torch.Tensor, target: int, caps: torch.Tensor) -> torch.Tensor:
+            """Option index (into ``formats``, DROP = -1) per row in ``rows``."""
+            args = (scores[rows], options, target, protected[rows], caps[rows])
+            if self.settings.drop_last_resort:
+                quantize_only = plan_tiers(*args, allow_drop=False, allowed=allowed[rows])
+                if not quantize_only.over_budget:
+                    return quantize_only.level
+            return plan_tiers(*args, allow_drop=drop_ok[rows], allowed=allowed[rows]).level
+
+        for code, limit in ceilings.items():  # modalities with a ceiling first, against it alone
+            if over_ceiling[code] or bool((cap[modality == code] < current_fidelity[modality == code] - 1e-9).any()):
+                rows = modality == code
+                level = plan(rows, int(limit * keep), cap)
+                chosen_fid = torch.tensor([fidelity[formats[i].kind] if i != DROP else 0.0 for i in level.tolist()])
+                cap[rows] = torch.minimum(cap[rows], chosen_fid)
+        every = torch.ones(len(self.table), dtype=torch.bool)
+        level = plan(every, int(budget * keep) - fixed, cap)
+        new_format = torch.tensor([int(formats[i]) if i != DROP else -1 for i in level.tolist()], dtype=torch.long)
         changed = new_format != self.table.format
         if not bool(changed.any()):
             return False
@@ -742,6 +804,85 @@ class TieredLayer(CacheLayerMixin):
             "full_precision_bytes": self.full_precision_bytes(),
             "budget_bytes": self.budget(),
         }
+
+
+    # ---- issue 5 (durable sessions): state_dict / block_payload / load_state_dict, begin ----
+    def state_dict(self) -> dict[str, Any]:
+        """Everything this layer holds except block payloads (:meth:`block_payload`), on the CPU."""
+        if not self.is_initialized:
+            return {"initialized": False, "cumulative_length": self.cumulative_length}
+
+        def cpu(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.detach().cpu().clone()
+
+        return {
+            "initialized": True,
+            "cumulative_length": self.cumulative_length,
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "shape": [self.batch, self.n_heads, self.head_dim, self.value_dim],
+            "block_index": cpu(self.table.block_index),
+            "format": cpu(self.table.format),
+            "fill": cpu(self.table.fill),
+            "columns": {name: cpu(col) for name, col in self.table.columns.items()},
+            "outlier_idx": {prefix: cpu(idx) for prefix, idx in self.outlier_idx.items()},
+            "summary": {"key_sum": cpu(self.summary.key_sum), "value_sum": cpu(self.summary.value_sum),
+                        "count": cpu(self.summary.count)},
+            "recent_queries": cpu(self.recent_queries),
+            "last_scale": self.last_scale,
+            "chunk_start": self._chunk_start,
+            "compression_pending": self._compression_pending,
+        }
+
+    def block_payload(self, row: int) -> dict[str, torch.Tensor]:
+        """The stored tensors of page-table row ``row`` in its pool's format: ``[B, *slot shape]`` each."""
+        pool = self.pools[int(self.table.format[row])]
+        slots = self.table.slot[row]
+        return {name: pool.read(name, slots).cpu() for name in pool.tensors}
+
+    def load_state_dict(self, state: dict[str, Any], payloads: list[dict[str, torch.Tensor]],
+                        device: torch.device | str = "cpu") -> None:
+        """Rebuild the layer from :meth:`state_dict` and one payload per row (pools come back packed)."""
+        self.cumulative_length = int(state["cumulative_length"])
+        if not state["initialized"]:
+            self.is_initialized = False
+            return
+        dtype = getattr(torch, state["dtype"])
+        batch, n_heads, head_dim, value_dim = state["shape"]
+        self.lazy_initialization(torch.zeros(batch, n_heads, 0, head_dim, dtype=dtype, device=device),
+                                 torch.zeros(batch, n_heads, 0, value_dim, dtype=dtype, device=device))
+        formats = state["format"].long()
+        if len(payloads) != formats.numel():
+            raise ValueError(f"layer {self.layer_idx}: {len(payloads)} block payloads for {formats.numel()} blocks")
+        slots = torch.zeros(formats.numel(), batch, dtype=torch.long)
+        for fmt in formats.unique().tolist():
+            if fmt not in self.pools:
+                raise ValueError(f"layer {self.layer_idx} was saved with {BlockFormat(fmt).kind} blocks, which this "
+                                 f"cache's warm_kinds {self.settings.warm_kinds} do not include")
+            rows = torch.nonzero(formats == fmt).flatten()
+            pool = self.pools[fmt]
+            new = pool.alloc(rows.numel() * batch)
+            values = {name: torch.stack([payloads[r][name] for r in rows.tolist()]).to(device).flatten(0, 1)
+                      for name in pool.specs}
+            pool.write(new, **values)
+            slots[rows] = new.view(-1, batch)
+        table = self.table
+        table.block_index = state["block_index"].long().clone()
+        table.format = formats.clone()
+        table.slot = slots
+        table.fill = state["fill"].long().clone()
+        for name, column in state["columns"].items():
+            table.columns[name] = column.to(table.columns[name].device if name in table.columns else device)
+        self.outlier_idx = {prefix: None if idx is None else idx.to(device) for prefix, idx in state["outlier_idx"].items()}
+        summary = state["summary"]
+        self.summary = GlobalSummary(summary["key_sum"].to(device), summary["value_sum"].to(device),
+                                     summary["count"].to(device))
+        queries = state["recent_queries"]
+        self.recent_queries = None if queries is None else queries.to(device)
+        self.last_scale = state["last_scale"]
+        self._chunk_start = int(state["chunk_start"])
+        self._chunk_blocks = None
+        self._compression_pending = bool(state["compression_pending"])
+    # ---- issue 5 (durable sessions): end ----
 
 
 class SlidingWindowLayer(DynamicSlidingWindowLayer):

@@ -23,6 +23,8 @@ from kvstore.annotations import Modality
 from kvstore.blocks import BlockFormat
 from kvstore.cache import TieredCache
 from kvstore.layers import TieredLayer
+from kvstore.placement import TierPlacement
+from kvstore.stores.base import pack_block
 
 
 class Tier(enum.IntEnum):
@@ -58,17 +60,25 @@ class ManagerStats:
     per_modality: dict[Modality, TierUsage] = field(default_factory=dict)
     prefetch_requests: int = 0
     prefetch_hits: int = 0
+    # memory-hierarchy placement (kvstore.placement), when a TierPlacement is attached
+    bytes_per_tier: dict[str, int] = field(default_factory=dict)  # device / host / disk / redis
+    mode: str = "normal"  # "fallback": L1/L2-only after a low prefetch hit rate
+    transfer_gbps: dict[str, float] = field(default_factory=dict)  # per tier pair, e.g. "disk->device"
+    placement_hit_rate: float | None = None
 
     @property
     def prefetch_hit_rate(self) -> float:
+        if self.placement_hit_rate is not None:
+            return self.placement_hit_rate
         return self.prefetch_hits / self.prefetch_requests if self.prefetch_requests else 1.0
 
 
 class KVCacheManager:
     """Block-level control of a :class:`TieredCache` (one manager per cache / meeting session)."""
 
-    def __init__(self, cache: TieredCache) -> None:
+    def __init__(self, cache: TieredCache, placement: "TierPlacement | None" = None) -> None:
         self.cache = cache
+        self.placement = placement
         self._prefetch_requests = 0
         self._prefetch_hits = 0
 
@@ -161,6 +171,30 @@ class KVCacheManager:
         self._prefetch_hits += int(found.sum())
         return found
 
+    def spill(self, layer_idx: int, blocks: torch.Tensor | list[int] | None = None,
+              score: float | None = None) -> int:
+        """Copy blocks (payload in their stored format) into the attached tier placement.
+
+        The placement then keeps them on device / host / disk / Redis by score and budgets, so
+        they can be persisted or brought back; returns the number of blocks copied.
+        """
+        if self.placement is None:
+            raise RuntimeError("no TierPlacement attached to this manager")
+        layer = self._layer(layer_idx)
+        if blocks is None:
+            rows = torch.arange(len(layer.table))
+        else:
+            rows, _ = self._rows(layer, blocks)
+        scores = layer.scorer.block_scores(layer.scoring_inputs()) if score is None else None
+        modality = self.cache.annotations.block_modality(layer.table.block_index, layer.block_size)
+        for row in rows.tolist():
+            block = int(layer.table.block_index[row])
+            data = pack_block(layer.block_payload(row), layer=layer_idx, block=block,
+                              format=int(layer.table.format[row]))
+            value = float(score) if scores is None else float(scores[row])
+            self.placement.put(f"L{layer_idx}.b{block}", data, value, int(modality[row]))
+        return int(rows.numel())
+
     # ------------------------------------------------------------------------------------------
     # stats
     # ------------------------------------------------------------------------------------------
@@ -168,6 +202,12 @@ class KVCacheManager:
     def stats(self) -> ManagerStats:
         """Usage per tier, per tiered layer and per modality; bytes are counted from the pools' tensors."""
         stats = ManagerStats(prefetch_requests=self._prefetch_requests, prefetch_hits=self._prefetch_hits)
+        if self.placement is not None:
+            placed = self.placement.stats()
+            stats.bytes_per_tier = dict(placed["bytes_per_tier"])
+            stats.mode = str(placed["mode"])
+            stats.transfer_gbps = dict(placed["transfer_gbps"])
+            stats.placement_hit_rate = float(placed["prefetch_hit_rate"])
         for tier in Tier:
             stats.per_tier[tier] = TierUsage()
         for layer_idx, layer in enumerate(self.cache.layers):
@@ -211,4 +251,7 @@ class KVCacheManager:
             "tiers": {t.name: vars(u) for t, u in stats.per_tier.items()},
             "modalities": {m.name: vars(u) for m, u in stats.per_modality.items()},
             "prefetch_hit_rate": stats.prefetch_hit_rate,
+            "bytes_per_tier": stats.bytes_per_tier,
+            "mode": stats.mode,
+            "transfer_gbps": stats.transfer_gbps,
         }

@@ -42,3 +42,49 @@ def tiny_llm_dir(tmp_path_factory) -> Path:
     Gemma3ForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+# ---- issue 5 (tiered KV stores): redis_server fixture, begin ----
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    """A real redis-server on a free loopback port (no persistence), for the whole test session; yields its URL."""
+    import socket
+    import subprocess
+    import time
+
+    import redis
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    folder = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen(
+        ["/usr/bin/redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(folder)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"redis-server did not start on port {port}")
+            time.sleep(0.05)
+    try:
+        yield url
+    finally:
+        try:
+            client.shutdown(nosave=True)
+        except redis.ConnectionError:
+            pass
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        client.close()
+# ---- issue 5 (tiered KV stores): redis_server fixture, end ----

@@ -131,8 +131,13 @@ def test_structural_bonus_from_annotations() -> None:
     flags = notes.block_flags(torch.arange(6), 16)
     assert flags.tolist() == [0, int(TokenFlag.TURN_START | TokenFlag.SPEAKER_CHANGE), int(TokenFlag.ENTITY), 0, 0,
                               int(TokenFlag.TIMESTAMP)]
+    bonus = StructuralBonusScorer(rarity=False).score(_inputs(n=6, k=1, flags=flags)).flatten()
+    assert bonus.tolist() == [0.0, 1.0, 1.0, 0.0, 0.0, 0.5]  # a turn start alone earns nothing
+    # rarity: each flag is on 1 of 6 blocks, so it keeps 5/6 of its weight; a flag on every block, none
     bonus = StructuralBonusScorer().score(_inputs(n=6, k=1, flags=flags)).flatten()
-    assert bonus.tolist() == [0.0, 1.0, 1.0, 0.0, 0.0, 0.5]
+    torch.testing.assert_close(bonus, torch.tensor([0.0, 5 / 6, 5 / 6, 0.0, 0.0, 5 / 12]))
+    everywhere = torch.full((6,), int(TokenFlag.SPEAKER_CHANGE))
+    assert StructuralBonusScorer().score(_inputs(n=6, k=1, flags=everywhere)).abs().max() == 0
     notes.truncate(40)
     assert notes.block_flags(torch.arange(6), 16)[2] == 0
 

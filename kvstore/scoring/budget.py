@@ -70,48 +70,71 @@ def plan_tiers(
     budget_bytes: int,
     protected: torch.Tensor | None = None,
     max_fidelity: torch.Tensor | None = None,
-    allow_drop: bool = True,
+    allow_drop: bool | torch.Tensor = True,
+    allowed: torch.Tensor | None = None,
 ) -> TierPlan:
     """Pick an option per block maximising ``sum score * fidelity`` with total bytes <= budget.
 
     ``protected`` blocks take the highest-fidelity option whatever it costs (sinks, recent window).
     ``max_fidelity`` ``[N]`` caps each block at its current fidelity: precision lost to quantization
     cannot be bought back. Options off the convex hull (never the best value per byte) are not used.
+    ``allowed`` ``[N, len(options)]`` and a ``[N]`` ``allow_drop`` restrict each block to some
+    options (per-modality tier policies, blocks pinned to their current format); blocks sharing a
+    set of options share a hull, and all steps compete for the budget in one greedy pass.
     """
     n_blocks = int(scores.shape[0])
+    n_options = len(options)
     scores = scores.float().clamp(min=0.0).cpu()
-    points = [(o.block_bytes, o.fidelity, i) for i, o in enumerate(options)]
-    if allow_drop:
-        points.append((0, 0.0, DROP))
-    hull = _hull(points)
-    if not hull:
-        raise ValueError("no storage option")
-    best = max(range(len(options)), key=lambda i: (options[i].fidelity, -options[i].block_bytes))
+    best = max(range(n_options), key=lambda i: (options[i].fidelity, -options[i].block_bytes))
     protected = torch.zeros(n_blocks, dtype=torch.bool) if protected is None else protected.cpu().bool()
     cap = torch.full((n_blocks,), float("inf")) if max_fidelity is None else max_fidelity.float().cpu()
+    allowed = torch.ones(n_blocks, n_options, dtype=torch.bool) if allowed is None else allowed.cpu().bool()
+    drop_ok = torch.as_tensor(allow_drop, dtype=torch.bool).expand(n_blocks)
+    patterns = torch.cat([allowed, drop_ok.view(-1, 1)], dim=1)
+    unique, group = torch.unique(patterns, dim=0, return_inverse=True) if n_blocks else (patterns[:0], patterns[:0, 0].long())
 
-    hull_bytes = torch.tensor([p[0] for p in hull], dtype=torch.float64)
-    hull_fid = torch.tensor([p[1] for p in hull], dtype=torch.float64)
-    hull_option = torch.tensor([p[2] for p in hull], dtype=torch.long)
+    hulls = []
+    for pattern in unique.tolist():
+        points = [(o.block_bytes, o.fidelity, i) for i, o in enumerate(options) if pattern[i]]
+        if pattern[-1]:
+            points.append((0, 0.0, DROP))
+        hull = _hull(points)
+        if not hull:
+            raise ValueError("a block has no storage option")
+        hulls.append(hull)
+    n_steps = max((len(h) - 1 for h in hulls), default=0)
+    # Per group: base bytes/option and padded step tables (invalid steps cost nothing, gain nothing).
+    base_bytes = torch.tensor([float(h[0][0]) for h in hulls], dtype=torch.float64)
+    level_option = torch.full((len(hulls), n_steps + 1), DROP, dtype=torch.long)
+    step_bytes = torch.ones(len(hulls), max(n_steps, 1), dtype=torch.float64)
+    step_fid = torch.zeros(len(hulls), max(n_steps, 1), dtype=torch.float64)
+    upper_fid = torch.full((len(hulls), max(n_steps, 1)), float("inf"), dtype=torch.float64)
+    for g, hull in enumerate(hulls):
+        for j, (b, f, option) in enumerate(hull):
+            level_option[g, j] = option
+            if j:
+                step_bytes[g, j - 1] = b - hull[j - 1][0]
+                step_fid[g, j - 1] = f - hull[j - 1][1]
+                upper_fid[g, j - 1] = f
 
     fixed = float(protected.sum()) * options[best].block_bytes
-    base_cost = float((~protected).sum()) * float(hull_bytes[0])
+    base_cost = float(base_bytes[group][~protected].sum()) if n_blocks else 0.0
     remaining = budget_bytes - fixed - base_cost
-    level = torch.zeros(n_blocks, dtype=torch.long)  # index into the hull
-    if len(hull) > 1 and remaining > 0:
-        step_bytes = hull_bytes[1:] - hull_bytes[:-1]  # [L]
-        step_fid = hull_fid[1:] - hull_fid[:-1]
-        efficiency = scores.double().unsqueeze(0) * (step_fid / step_bytes).unsqueeze(1)  # [L, N]
-        valid = (~protected).unsqueeze(0) & (hull_fid[1:].unsqueeze(1) <= cap.double().unsqueeze(0) + 1e-6)
+    level = torch.zeros(n_blocks, dtype=torch.long)  # index into the block's hull
+    if n_steps and remaining > 0 and n_blocks:
+        sb = step_bytes[group].t()  # [L, N]
+        sf = step_fid[group].t()
+        efficiency = scores.double().unsqueeze(0) * (sf / sb)
+        valid = (~protected).unsqueeze(0) & (sf > 0) & (upper_fid[group].t() <= cap.double().unsqueeze(0) + 1e-6)
         flat_eff = efficiency.masked_fill(~valid, -1.0).flatten()  # step-major: lower steps first on ties
         order = torch.sort(flat_eff, descending=True, stable=True).indices
-        cost = step_bytes.unsqueeze(1).expand_as(efficiency).flatten()[order]
+        cost = sb.flatten()[order]
         ok = valid.flatten()[order]
         cumulative = torch.cumsum(torch.where(ok, cost, torch.zeros_like(cost)), 0)
         taken = ok & (cumulative <= remaining)
         block_of_step = order % n_blocks
         level = torch.bincount(block_of_step[taken], minlength=n_blocks)
-    chosen = hull_option[level]
+    chosen = level_option[group, level] if n_blocks else torch.zeros(0, dtype=torch.long)
     chosen = torch.where(protected, torch.full_like(chosen, best), chosen)
     option_bytes = torch.tensor([o.block_bytes for o in options] + [0], dtype=torch.float64)
     option_fid = torch.tensor([o.fidelity for o in options] + [0.0], dtype=torch.float64)

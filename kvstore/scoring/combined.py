@@ -50,6 +50,8 @@ class CombinedScorer:
             + w.position * self.position.score(inputs)
             + w.structural * self.structural.score(inputs)
         )
+        if inputs.boost is not None:  # query-aware promotion (a question asked about these blocks)
+            total = total + inputs.boost.float().view(-1, 1)
         return total
 
     def block_scores(self, inputs: BlockScoringInputs) -> torch.Tensor:

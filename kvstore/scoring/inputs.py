@@ -24,6 +24,7 @@ class BlockScoringInputs:
     queries: torch.Tensor | None = None  # [K, Q, D] recent queries grouped by the KV head they read
     scale: float = 1.0  # softmax scale of the attention (head_dim ** -0.5 for most models)
     flags: torch.Tensor | None = None  # [N] OR of the TokenFlag bits of the block's tokens
+    boost: torch.Tensor | None = None  # [N] query-aware promotion (score units), added as is
 
     @property
     def num_blocks(self) -> int:

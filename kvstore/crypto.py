@@ -1,0 +1,297 @@
+"""Encryption at rest for the disk and Redis tiers: AES-256-GCM, a key hierarchy, crypto-shredding.
+
+Keys::
+
+    master key (32 bytes: a 0600 key file, or MINUTIA_MASTER_KEY as base64)
+      -> session key-encryption key = HKDF-SHA256(master, salt="minutia/session/" + session)
+        -> data key per (session, source): 32 random bytes, stored only wrapped (AES-GCM) by that KEK
+          -> block key = HKDF-SHA256(data key, info=block id)
+
+A data key is random rather than derived so that it can be destroyed: deriving it from the master
+would let anyone holding the master re-create it. Forgetting a source (a recording, a speaker)
+deletes its wrapped data keys and its blocks; a copy of the ciphertext kept elsewhere (a backup, a
+Redis replica) can then no longer be decrypted by anyone, which :func:`verify_shredded` checks.
+
+Each block is sealed with a fresh 96-bit nonce; the AAD binds it to its session, block id and
+source, so a block moved, swapped, truncated or edited fails authentication (:class:`TamperedBlock`).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import stat
+import struct
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from kvstore.stores.base import BlockNotFound, BlockStore, CorruptBlock, StoreError, check_name
+
+MASTER_KEY_ENV = "MINUTIA_MASTER_KEY"
+KEY_PREFIX = "~key/"  # block ids of wrapped data keys, inside each session
+_MAGIC = b"MKVE"
+_VERSION = 1
+_HEAD = struct.Struct("<4sBH")  # magic, version, len(source)
+_NONCE = 12
+
+
+class KeyFileError(Exception):
+    """The master key is missing, malformed or not protected (permissions looser than 0600)."""
+
+
+class MissingKeyError(StoreError):
+    """A block's data key is gone (crypto-shredded or never written): the block cannot be read."""
+
+
+class WrongKeyError(StoreError):
+    """The master key does not open this session's data keys."""
+
+
+class TamperedBlock(CorruptBlock):
+    """An encrypted block failed authentication: edited, truncated, moved or swapped."""
+
+
+def _hkdf(secret: bytes, salt: bytes | None, info: bytes) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=salt, info=info).derive(secret)
+
+
+@dataclass(frozen=True, repr=False)
+class MasterKey:
+    secret: bytes
+
+    def __post_init__(self) -> None:
+        if len(self.secret) != 32:
+            raise KeyFileError(f"the master key must be 32 bytes (AES-256), got {len(self.secret)}")
+
+    def __repr__(self) -> str:
+        return "MasterKey(<hidden>)"
+
+    @classmethod
+    def load(cls, key_file: str | Path | None = None, env: str = MASTER_KEY_ENV) -> "MasterKey":
+        """From ``key_file`` (32 raw bytes or base64 text, mode 0600 or stricter) or else the ``env`` variable."""
+        if key_file is not None:
+            path = Path(key_file)
+            try:
+                mode = path.stat().st_mode
+            except FileNotFoundError:
+                raise KeyFileError(f"master key file {path} does not exist "
+                                   f"(create one with kvstore.crypto.MasterKey.generate)") from None
+            if mode & (stat.S_IRWXG | stat.S_IRWXO):
+                raise KeyFileError(f"master key file {path} has permissions {stat.S_IMODE(mode):04o}; it must not "
+                                   f"be readable by group or others (chmod 600 {path})")
+            return cls(cls._decode(path.read_bytes(), str(path)))
+        value = os.environ.get(env)
+        if not value:
+            raise KeyFileError(f"no master key: pass a key file or set {env} (base64 of 32 random bytes)")
+        return cls(cls._decode(value.encode(), f"${env}"))
+
+    @staticmethod
+    def _decode(raw: bytes, where: str) -> bytes:
+        if len(raw) == 32:
+            return raw
+        try:
+            return base64.b64decode(raw.strip(), validate=True)
+        except ValueError:
+            raise KeyFileError(f"{where} is neither 32 raw bytes nor base64") from None
+
+    @classmethod
+    def generate(cls, key_file: str | Path) -> "MasterKey":
+        """Create a new random key file with mode 0600 (refuses to overwrite one)."""
+        secret = os.urandom(32)
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(base64.b64encode(secret) + b"\n")
+        return cls(secret)
+
+    def session_kek(self, session: str) -> bytes:
+        return _hkdf(self.secret, b"minutia/session/" + session.encode(), b"minutia key-encryption key v1")
+
+
+@dataclass
+class ShredReport:
+    source: str
+    sessions: list[str] = field(default_factory=list)
+    keys_destroyed: int = 0
+    blocks_deleted: int = 0
+
+
+class EncryptedStore(BlockStore):
+    """Any :class:`BlockStore` with every block AES-256-GCM sealed; ``put`` takes a source tag."""
+
+    def __init__(self, inner: BlockStore, master: MasterKey) -> None:
+        self.inner = inner
+        self.master = master
+        self.tier = inner.tier
+        self._data_keys: dict[tuple[str, str], bytes] = {}
+        self._lock = threading.Lock()
+
+    # -------------------------------------------------------------------------------------------
+    # keys
+    # -------------------------------------------------------------------------------------------
+
+    def _key_aad(self, session: str, source: str) -> bytes:
+        return b"minutia data key v1\0" + session.encode() + b"\0" + source.encode()
+
+    def _data_key(self, session: str, source: str, create: bool) -> bytes:
+        with self._lock:
+            cached = self._data_keys.get((session, source))
+            if cached is not None:
+                return cached
+            kek = AESGCM(self.master.session_kek(session))
+            try:
+                wrapped = self.inner.get(session, KEY_PREFIX + source)
+            except BlockNotFound:
+                if not create:
+                    raise MissingKeyError(f"the data key of source {source!r} in session {session!r} is gone "
+                                          f"(crypto-shredded or never written): its blocks cannot be read") from None
+                key = os.urandom(32)
+                nonce = os.urandom(_NONCE)
+                self.inner.put(session, KEY_PREFIX + source, nonce + kek.encrypt(nonce, key, self._key_aad(session, source)))
+            else:
+                try:
+                    key = kek.decrypt(wrapped[:_NONCE], wrapped[_NONCE:], self._key_aad(session, source))
+                except InvalidTag:
+                    raise WrongKeyError(f"the master key does not open the data key of source {source!r} in "
+                                        f"session {session!r} (wrong key, or the key record was tampered with)") from None
+            self._data_keys[(session, source)] = key
+            return key
+
+    @staticmethod
+    def _block_key(data_key: bytes, block_id: str) -> AESGCM:
+        return AESGCM(_hkdf(data_key, None, b"minutia block v1\0" + block_id.encode()))
+
+    @staticmethod
+    def _aad(session: str, block_id: str, source: str) -> bytes:
+        return _MAGIC + bytes([_VERSION]) + b"\0".join(s.encode() for s in (session, block_id, source))
+
+    # -------------------------------------------------------------------------------------------
+    # BlockStore
+    # -------------------------------------------------------------------------------------------
+
+    def put(self, session: str, block_id: str, data: bytes, source: str | None = None) -> None:
+        """Seal and store; ``source`` (default: the session) is what :meth:`shred` forgets by."""
+        check_name("block id", block_id)
+        if block_id.startswith(KEY_PREFIX):
+            raise ValueError(f"block ids starting with {KEY_PREFIX!r} are reserved for keys")
+        source = check_name("source", source or session)
+        key = self._block_key(self._data_key(session, source, create=True), block_id)
+        nonce = os.urandom(_NONCE)
+        src = source.encode()
+        sealed = key.encrypt(nonce, bytes(data), self._aad(session, block_id, source))
+        self.inner.put(session, block_id, _HEAD.pack(_MAGIC, _VERSION, len(src)) + src + nonce + sealed)
+
+    @staticmethod
+    def source_of(blob: bytes, where: str = "block") -> tuple[str, int]:
+        """The source tag of a sealed blob (readable without keys) and where its nonce starts."""
+        if len(blob) < _HEAD.size:
+            raise TamperedBlock(f"{where}: truncated ({len(blob)} bytes)")
+        magic, version, n = _HEAD.unpack_from(blob)
+        if magic != _MAGIC or version != _VERSION:
+            raise TamperedBlock(f"{where}: not an encrypted minutia block")
+        try:
+            return bytes(blob[_HEAD.size:_HEAD.size + n]).decode(), _HEAD.size + n
+        except UnicodeDecodeError:
+            raise TamperedBlock(f"{where}: damaged source tag") from None
+
+    def get(self, session: str, block_id: str) -> bytes:
+        blob = self.inner.get(session, block_id)
+        where = f"block {block_id!r} of session {session!r}"
+        source, start = self.source_of(blob, where)
+        if len(blob) < start + _NONCE + 16:
+            raise TamperedBlock(f"{where}: truncated ({len(blob)} bytes)")
+        key = self._block_key(self._data_key(session, source, create=False), block_id)
+        try:
+            return key.decrypt(blob[start:start + _NONCE], blob[start + _NONCE:], self._aad(session, block_id, source))
+        except InvalidTag:
+            raise TamperedBlock(f"{where} failed authentication: it was modified, truncated or moved") from None
+
+    def delete(self, session: str, block_id: str) -> bool:
+        return self.inner.delete(session, block_id)
+
+    def contains(self, session: str, block_id: str) -> bool:
+        return self.inner.contains(session, block_id)
+
+    def list(self, session: str) -> list[str]:
+        return [b for b in self.inner.list(session) if not b.startswith(KEY_PREFIX)]
+
+    def sessions(self) -> list[str]:
+        return self.inner.sessions()
+
+    def nbytes(self) -> int:
+        return self.inner.nbytes()
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def delete_session(self, session: str) -> int:
+        """Delete a session's blocks and its data keys."""
+        count = super().delete_session(session)
+        for key_id in [b for b in self.inner.list(session) if b.startswith(KEY_PREFIX)]:
+            self.inner.delete(session, key_id)
+        with self._lock:
+            for pair in [p for p in self._data_keys if p[0] == session]:
+                del self._data_keys[pair]
+        return count
+
+    # -------------------------------------------------------------------------------------------
+    # crypto-shredding
+    # -------------------------------------------------------------------------------------------
+
+    def sources(self, session: str) -> list[str]:
+        return sorted(b[len(KEY_PREFIX):] for b in self.inner.list(session) if b.startswith(KEY_PREFIX))
+
+    def shred(self, source: str) -> ShredReport:
+        """Forget everything from ``source`` in every session: destroy its data keys, delete its blocks."""
+        report = ShredReport(source)
+        for session in self.inner.sessions():
+            touched = False
+            if self.inner.delete(session, KEY_PREFIX + source):
+                report.keys_destroyed += 1
+                touched = True
+            with self._lock:
+                self._data_keys.pop((session, source), None)
+            for block_id in self.list(session):
+                try:
+                    tag, _ = self.source_of(self.inner.get(session, block_id))
+                except CorruptBlock:
+                    continue  # damaged blocks have no readable tag; they cannot be decrypted anyway
+                if tag == source:
+                    self.inner.delete(session, block_id)
+                    report.blocks_deleted += 1
+                    touched = True
+            if touched:
+                report.sessions.append(session)
+        self.inner.flush()
+        return report
+
+    def verify_shredded(self, source: str, copies: list[tuple[str, str, bytes]] = ()) -> bool:
+        """True when no key and no block of ``source`` is left, and every given ciphertext copy
+        ``(session, block_id, blob)`` (e.g. from a backup) is now undecryptable."""
+        for session in self.inner.sessions():
+            if self.inner.contains(session, KEY_PREFIX + source):
+                return False
+            for block_id in self.list(session):
+                try:
+                    if self.source_of(self.inner.get(session, block_id))[0] == source:
+                        return False
+                except CorruptBlock:
+                    continue
+        for session, block_id, blob in copies:
+            tag, _ = self.source_of(blob)
+            if tag != source:
+                continue
+            try:
+                self._data_key(session, source, create=False)
+            except MissingKeyError:
+                continue
+            return False
+        return True

@@ -1,0 +1,370 @@
+"""Per-block tier placement (device / host / disk / Redis), prefetch, hit-rate fallback, watermarks.
+
+:class:`TierPlacement` keeps blocks (packed bytes, see ``kvstore.stores``) of one session across the
+tiers it is given and decides where each lives from its score, its modality and the budgets:
+the best blocks go to the device up to the device budget, the next ones to the host, the rest to
+the lowest tier (disk, or Redis). A :class:`WatermarkController` sets the device budget so device
+bytes sit at a target share (85%) of a hard cap, with a hysteresis band; no move ever crosses the cap.
+
+Before a decode step the app asks :class:`Prefetcher` to bring up the blocks the current query's
+block scores predict for the next step; a worker thread copies them (on CUDA: on a second stream
+into pinned double buffers) while the step computes. Each read of a block counts as a hit if the
+block was already on the device. When the hit rate over a window stays below 50%, placement falls
+back to "L1/L2-only" mode (nothing below the host tier; logged and reported in the stats) and
+retries normal mode after a cool-down.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import enum
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from kvstore.annotations import Modality
+from kvstore.stores.base import BlockNotFound, BlockStore, StoreError, StoreFull
+from kvstore.stores.memory import MemoryStore
+
+log = logging.getLogger(__name__)
+
+
+class Tier(str, enum.Enum):
+    DEVICE = "device"
+    HOST = "host"
+    DISK = "disk"
+    REDIS = "redis"
+
+
+TIER_ORDER = (Tier.DEVICE, Tier.HOST, Tier.DISK, Tier.REDIS)
+
+
+@dataclass
+class PlacementPolicy:
+    """Budgets per tier (None: unbounded) and how much each modality's score counts."""
+
+    host_bytes: int | None = None
+    modality_weight: dict[int, float] = field(default_factory=lambda: {
+        int(Modality.TEXT): 1.0, int(Modality.AUDIO): 1.0, int(Modality.VIDEO): 0.8})
+
+
+class WatermarkController:
+    """Device budget that keeps device bytes near ``target`` x ``cap_bytes`` with a hysteresis band.
+
+    Inside ``[target - band, target + band]`` nothing moves (no ping-pong); above it the budget is
+    the target (demote down to it); below it the budget is the target too (promote up to it).
+    The hard cap is enforced separately by :meth:`admits` on every move.
+    """
+
+    def __init__(self, cap_bytes: int, target: float = 0.85, band: float = 0.05) -> None:
+        if not 0 < target <= 1 or band < 0 or target + band > 1:
+            raise ValueError("need 0 < target <= 1 and target + band <= 1")
+        self.cap_bytes = cap_bytes
+        self.target = target
+        self.band = band
+        self.peak_bytes = 0
+
+    @property
+    def target_bytes(self) -> int:
+        return int(self.target * self.cap_bytes)
+
+    def device_budget(self, device_bytes: int) -> int | None:
+        """Bytes the device should hold after rebalancing, or None to leave it as it is."""
+        self.peak_bytes = max(self.peak_bytes, device_bytes)
+        high = (self.target + self.band) * self.cap_bytes
+        low = (self.target - self.band) * self.cap_bytes
+        if device_bytes > high or device_bytes < low:
+            return self.target_bytes
+        return None
+
+    def admits(self, device_bytes: int, extra: int) -> bool:
+        return device_bytes + extra <= self.cap_bytes
+
+
+class HitRateWindow:
+    """Hits over the last ``window`` reads; decides the normal / fallback mode."""
+
+    def __init__(self, window: int = 256, threshold: float = 0.5, cooldown: int = 1024) -> None:
+        self.window = window
+        self.threshold = threshold
+        self.cooldown = cooldown
+        self._hits: collections.deque[bool] = collections.deque(maxlen=window)
+        self.total_reads = 0
+        self.total_hits = 0
+        self.mode = "normal"
+        self._fallback_reads = 0
+
+    def record(self, hit: bool) -> str | None:
+        """Count one read; returns the new mode when it changes."""
+        self._hits.append(hit)
+        self.total_reads += 1
+        self.total_hits += int(hit)
+        if self.mode == "normal":
+            if len(self._hits) == self.window and self.rate < self.threshold:
+                self.mode = "fallback"
+                self._fallback_reads = 0
+                return self.mode
+        else:
+            self._fallback_reads += 1
+            if self._fallback_reads >= self.cooldown:
+                self.mode = "normal"
+                self._hits.clear()
+                return self.mode
+        return None
+
+    @property
+    def rate(self) -> float:
+        return sum(self._hits) / len(self._hits) if self._hits else 1.0
+
+    @property
+    def overall_rate(self) -> float:
+        return self.total_hits / self.total_reads if self.total_reads else 1.0
+
+
+@dataclass
+class BlockInfo:
+    tier: Tier
+    nbytes: int
+    score: float
+    modality: int = int(Modality.TEXT)
+
+
+@dataclass
+class TransferCounter:
+    bytes: int = 0
+    seconds: float = 0.0
+    count: int = 0
+
+    @property
+    def gbps(self) -> float:
+        return self.bytes / self.seconds / 1e9 if self.seconds else 0.0
+
+
+class TierPlacement:
+    """One session's blocks across tiers; thread-safe (the prefetch worker moves blocks too)."""
+
+    def __init__(self, tiers: dict[Tier, BlockStore], session: str, controller: WatermarkController,
+                 policy: PlacementPolicy | None = None, window: HitRateWindow | None = None) -> None:
+        if Tier.DEVICE not in tiers:
+            raise ValueError("a device tier is required")
+        self.tiers = dict(tiers)
+        self.session = session
+        self.controller = controller
+        self.policy = policy or PlacementPolicy()
+        self.hits = window or HitRateWindow()
+        self.blocks: dict[str, BlockInfo] = {}
+        self.transfers: dict[tuple[Tier, Tier], TransferCounter] = collections.defaultdict(TransferCounter)
+        self._lock = threading.RLock()
+
+    # -------------------------------------------------------------------------------------------
+
+    @property
+    def mode(self) -> str:
+        return self.hits.mode
+
+    def lowest_tier(self) -> Tier:
+        allowed = [t for t in TIER_ORDER if t in self.tiers]
+        if self.mode == "fallback":
+            allowed = [t for t in allowed if t in (Tier.DEVICE, Tier.HOST)]
+        return allowed[-1]
+
+    def tier_bytes(self) -> dict[str, int]:
+        with self._lock:
+            out = {t.value: 0 for t in TIER_ORDER}
+            for info in self.blocks.values():
+                out[info.tier.value] += info.nbytes
+            return out
+
+    def _priority(self, info: BlockInfo) -> float:
+        return info.score * self.policy.modality_weight.get(info.modality, 1.0)
+
+    def plan(self, device_budget: int | None) -> dict[str, Tier]:
+        """Target tier of every block: by priority, device up to its budget, host up to its, then the lowest.
+
+        ``device_budget=None`` keeps the device set as it is (inside the watermark band) and plans the rest.
+        """
+        with self._lock:
+            order = sorted(self.blocks.items(), key=lambda kv: -self._priority(kv[1]))
+            lowest = self.lowest_tier()
+            keep_device = device_budget is None
+            budgets = {Tier.DEVICE: 0 if keep_device else min(device_budget, self.controller.cap_bytes),
+                       Tier.HOST: self.policy.host_bytes if Tier.HOST in self.tiers else 0}
+            used = {Tier.DEVICE: 0, Tier.HOST: 0}
+            plan: dict[str, Tier] = {}
+            for block_id, info in order:
+                if keep_device and info.tier == Tier.DEVICE:
+                    plan[block_id] = Tier.DEVICE
+                    continue
+                for tier in (Tier.DEVICE, Tier.HOST):
+                    budget = budgets[tier]
+                    if budget is not None and used[tier] + info.nbytes > budget:
+                        continue
+                    if tier == Tier.HOST and lowest == Tier.DEVICE:
+                        continue
+                    plan[block_id] = tier
+                    used[tier] += info.nbytes
+                    break
+                else:
+                    plan[block_id] = lowest
+            return plan
+
+    # -------------------------------------------------------------------------------------------
+
+    def put(self, block_id: str, data: bytes, score: float, modality: int = int(Modality.TEXT)) -> Tier:
+        """Add a block where its priority puts it (new blocks start on the lowest tier that fits)."""
+        with self._lock:
+            info = BlockInfo(self.lowest_tier(), len(data), score, modality)
+            device_bytes = self.tier_bytes()[Tier.DEVICE.value]
+            budget = self.controller.device_budget(device_bytes) or self.controller.target_bytes
+            if device_bytes + len(data) <= budget and self.controller.admits(device_bytes, len(data)):
+                info.tier = Tier.DEVICE
+            self.tiers[info.tier].put(self.session, block_id, data)
+            self.blocks[block_id] = info
+            return info.tier
+
+    def update_scores(self, scores: dict[str, float]) -> None:
+        with self._lock:
+            for block_id, score in scores.items():
+                if block_id in self.blocks:
+                    self.blocks[block_id].score = score
+
+    def move(self, block_id: str, tier: Tier) -> bool:
+        """Copy a block to ``tier`` and delete it from its old one; refuses moves over the device cap."""
+        with self._lock:
+            info = self.blocks[block_id]
+            source = info.tier
+            if source == tier:
+                return False
+            if tier == Tier.DEVICE and not self.controller.admits(self.tier_bytes()[Tier.DEVICE.value], info.nbytes):
+                return False
+            start = time.perf_counter()
+            src_store, dst_store = self.tiers[source], self.tiers[tier]
+            if isinstance(src_store, MemoryStore) and isinstance(dst_store, MemoryStore):
+                dst_store.put_tensor(self.session, block_id, src_store.get_tensor(self.session, block_id))
+            else:
+                dst_store.put(self.session, block_id, src_store.get(self.session, block_id))
+            src_store.delete(self.session, block_id)
+            info.tier = tier
+            counter = self.transfers[(source, tier)]
+            counter.bytes += info.nbytes
+            counter.seconds += time.perf_counter() - start
+            counter.count += 1
+            return True
+
+    def rebalance(self) -> int:
+        """Apply the watermark controller's budget (demotions first, so the cap is never crossed)."""
+        with self._lock:
+            device_bytes = self.tier_bytes()[Tier.DEVICE.value]
+            budget = self.controller.device_budget(device_bytes)
+            plan = self.plan(budget)
+            down = [b for b, t in plan.items() if TIER_ORDER.index(t) > TIER_ORDER.index(self.blocks[b].tier)]
+            up = [b for b, t in plan.items() if TIER_ORDER.index(t) < TIER_ORDER.index(self.blocks[b].tier)]
+            moved = 0
+            for block_id in down + up:
+                moved += self.move(block_id, plan[block_id])
+            self.controller.device_budget(self.tier_bytes()[Tier.DEVICE.value])  # record the peak
+            return moved
+
+    def read(self, block_id: str) -> bytes:
+        """The block's bytes; a read of a block not on the device is a prefetch miss (then promoted)."""
+        with self._lock:
+            info = self.blocks.get(block_id)
+            if info is None:
+                raise BlockNotFound(f"no block {block_id!r} in session {self.session!r}")
+            hit = info.tier == Tier.DEVICE
+            change = self.hits.record(hit)
+            if change:
+                log.warning("KV placement of session %r: prefetch hit rate %.0f%% over %d reads -> %s mode%s",
+                            self.session, 100 * self.hits.rate, self.hits.window, change,
+                            " (L1/L2-only: nothing below the host tier)" if change == "fallback" else "")
+                if change == "fallback":
+                    self.rebalance()
+            store = self.tiers[info.tier]
+            if isinstance(store, MemoryStore):
+                return store.get_tensor(self.session, block_id).cpu().numpy().tobytes()
+            return store.get(self.session, block_id)
+
+    def stats(self) -> dict[str, object]:
+        with self._lock:
+            return {
+                "bytes_per_tier": self.tier_bytes(),
+                "prefetch_hit_rate": self.hits.overall_rate,
+                "window_hit_rate": self.hits.rate,
+                "mode": self.mode,
+                "transfer_gbps": {f"{a.value}->{b.value}": c.gbps for (a, b), c in self.transfers.items()},
+                "device_cap_bytes": self.controller.cap_bytes,
+                "device_target_bytes": self.controller.target_bytes,
+                "peak_device_bytes": self.controller.peak_bytes,
+            }
+
+
+class Prefetcher:
+    """Moves the blocks predicted for the next step up to the device on a worker thread.
+
+    ``request`` returns at once; ``wait`` blocks until the queued moves are done (the decode step
+    calls it before reading). On CUDA the copies run on a side stream so they overlap compute.
+    """
+
+    def __init__(self, placement: TierPlacement, top_k: int = 8) -> None:
+        self.placement = placement
+        self.top_k = top_k
+        self.stream = torch.cuda.Stream() if torch.cuda.is_available() else None
+        self._queue: queue.Queue[list[str] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="kv-prefetch", daemon=True)
+        self._thread.start()
+        self.errors: list[str] = []
+
+    def predict(self, block_scores: dict[str, float]) -> list[str]:
+        """The ``top_k`` blocks by the current query's scores: what the next step will most likely read."""
+        return [b for b, _ in sorted(block_scores.items(), key=lambda kv: -kv[1])[: self.top_k]]
+
+    def request(self, block_ids: list[str]) -> None:
+        self._queue.put(list(block_ids))
+
+    def wait(self) -> None:
+        self._queue.join()
+
+    def _run(self) -> None:
+        while True:
+            ids = self._queue.get()
+            try:
+                if ids is None:
+                    return
+                ctx = torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
+                with ctx:
+                    self._promote(ids)
+                if self.stream is not None:
+                    self.stream.synchronize()
+            finally:
+                self._queue.task_done()
+
+    def _promote(self, ids: list[str]) -> None:
+        placement = self.placement
+        need = [b for b in ids if b in placement.blocks and placement.blocks[b].tier != Tier.DEVICE]
+        for block_id in need:
+            with placement._lock:
+                nbytes = placement.blocks[block_id].nbytes
+                room = placement.controller.cap_bytes - placement.tier_bytes()[Tier.DEVICE.value]
+                if room < nbytes:  # make room: demote the lowest-priority device block not requested
+                    victims = sorted((b for b, i in placement.blocks.items()
+                                      if i.tier == Tier.DEVICE and b not in ids),
+                                     key=lambda b: placement._priority(placement.blocks[b]))
+                    for victim in victims:
+                        if room >= nbytes:
+                            break
+                        placement.move(victim, Tier.HOST if Tier.HOST in placement.tiers else placement.lowest_tier())
+                        room += placement.blocks[victim].nbytes
+                try:
+                    placement.move(block_id, Tier.DEVICE)
+                except (StoreError, StoreFull) as exc:
+                    self.errors.append(str(exc))
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=10)
+

@@ -1,0 +1,158 @@
+"""The BlockStore interface, its errors, and the one block format every tier uses.
+
+A store holds opaque byte blocks addressed by ``(session, block_id)``; what is inside is the
+caller's business. KV payloads and session state are packed with :func:`pack_block` (a small header
+naming the format version and each tensor's name, dtype and shape, then the raw payload), so a block
+read back from any tier -- device, host, disk or Redis -- decodes the same way.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import struct
+from typing import Iterator
+
+import torch
+
+
+class StoreError(Exception):
+    """A store could not serve a request (the message names the session and block)."""
+
+
+class BlockNotFound(StoreError, KeyError):
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
+        return str(self.args[0]) if self.args else "block not found"
+
+
+class CorruptBlock(StoreError):
+    """A block's bytes are damaged, truncated or not a minutia block."""
+
+
+class StoreUnavailable(StoreError):
+    """The backend cannot be reached (e.g. Redis is down)."""
+
+
+class StoreFull(StoreError):
+    """The quota or the file system is full; the block was not stored."""
+
+
+class BlockStore(abc.ABC):
+    """Bytes in, bytes out, per session. ``flush`` makes everything put so far durable."""
+
+    tier: str = "?"
+
+    @abc.abstractmethod
+    def put(self, session: str, block_id: str, data: bytes) -> None: ...
+
+    @abc.abstractmethod
+    def get(self, session: str, block_id: str) -> bytes:
+        """The block's bytes; :class:`BlockNotFound` if absent, :class:`CorruptBlock` if damaged."""
+
+    @abc.abstractmethod
+    def delete(self, session: str, block_id: str) -> bool:
+        """Remove a block; returns whether it existed."""
+
+    @abc.abstractmethod
+    def contains(self, session: str, block_id: str) -> bool: ...
+
+    @abc.abstractmethod
+    def list(self, session: str) -> list[str]:
+        """Block ids of a session, sorted."""
+
+    @abc.abstractmethod
+    def sessions(self) -> list[str]: ...
+
+    @abc.abstractmethod
+    def nbytes(self) -> int:
+        """Bytes of block data held (what the tier's budget counts)."""
+
+    def flush(self) -> None:
+        """Make every put so far durable (no-op for volatile tiers)."""
+
+    def close(self) -> None:
+        self.flush()
+
+    def delete_session(self, session: str) -> int:
+        ids = self.list(session)
+        for block_id in ids:
+            self.delete(session, block_id)
+        return len(ids)
+
+    def __enter__(self) -> "BlockStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def check_name(kind: str, name: str) -> str:
+    if not name or len(name) > 200 or any(ord(c) < 32 for c in name):
+        raise ValueError(f"invalid {kind} {name!r} (1-200 printable characters)")
+    return name
+
+
+# ------------------------------------------------------------------------------------------------
+# Block format
+# ------------------------------------------------------------------------------------------------
+
+BLOCK_MAGIC = b"MKVB"
+BLOCK_VERSION = 1
+_HEADER = struct.Struct("<4sBI")  # magic, version, header-json length
+
+_DTYPES = {str(d).removeprefix("torch."): d for d in (
+    torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32, torch.int16,
+    torch.int8, torch.uint8, torch.bool, torch.float8_e4m3fn, torch.float8_e5m2,
+)}
+
+
+def pack_block(tensors: dict[str, torch.Tensor], **attrs: object) -> bytes:
+    """Header (version, then per tensor name/dtype/shape, plus small JSON ``attrs``) + raw payloads."""
+    entries = []
+    payloads = []
+    for name, tensor in tensors.items():
+        t = tensor.detach().contiguous().cpu()
+        raw = t.view(torch.uint8) if t.element_size() == 1 and t.dtype != torch.uint8 else t
+        data = raw.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        entries.append({"name": name, "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
+                        "nbytes": len(data)})
+        payloads.append(data)
+    header = json.dumps({"tensors": entries, "attrs": attrs}, separators=(",", ":")).encode()
+    return _HEADER.pack(BLOCK_MAGIC, BLOCK_VERSION, len(header)) + header + b"".join(payloads)
+
+
+def unpack_block(data: bytes | memoryview, device: torch.device | str = "cpu") -> tuple[dict[str, torch.Tensor], dict]:
+    """Inverse of :func:`pack_block`: ``(tensors, attrs)``; :class:`CorruptBlock` on any mismatch."""
+    data = memoryview(data)
+    if len(data) < _HEADER.size:
+        raise CorruptBlock(f"block of {len(data)} bytes is shorter than its header")
+    magic, version, header_len = _HEADER.unpack_from(data)
+    if magic != BLOCK_MAGIC or version != BLOCK_VERSION:
+        raise CorruptBlock(f"not a minutia block (magic {bytes(magic)!r}, version {version})")
+    try:
+        header = json.loads(bytes(data[_HEADER.size:_HEADER.size + header_len]))
+    except ValueError as exc:
+        raise CorruptBlock(f"unreadable block header: {exc}") from None
+    offset = _HEADER.size + header_len
+    tensors: dict[str, torch.Tensor] = {}
+    for entry in header["tensors"]:
+        dtype = _DTYPES.get(entry["dtype"])
+        if dtype is None:
+            raise CorruptBlock(f"unknown dtype {entry['dtype']!r} in block")
+        n = entry["nbytes"]
+        chunk = data[offset:offset + n]
+        if len(chunk) != n:
+            raise CorruptBlock(f"block payload truncated ({len(chunk)} of {n} bytes for {entry['name']!r})")
+        flat = torch.frombuffer(bytearray(chunk), dtype=torch.uint8) if n else torch.zeros(0, dtype=torch.uint8)
+        t = flat.view(dtype) if n else torch.zeros(0, dtype=dtype)
+        tensors[entry["name"]] = t.reshape(entry["shape"]).to(device)
+        offset += n
+    if offset != len(data):
+        raise CorruptBlock(f"block has {len(data) - offset} trailing bytes")
+    return tensors, header["attrs"]
+
+
+def iter_all(store: BlockStore) -> Iterator[tuple[str, str]]:
+    for session in store.sessions():
+        for block_id in store.list(session):
+            yield session, block_id
