@@ -1,0 +1,90 @@
+"""Online diarization on the stand-up's real audio (3 voices): label accuracy, stability, bounded state."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from encoders.asr import Word
+from encoders.audio import SAMPLE_RATE, load_audio
+from encoders.diarize import SpeakerTurn, assign_speakers
+from encoders.errors import InputError
+from encoders.online_diarize import LabelChange, OnlineDiarizer, make_online_diarizer, speaker_accuracy
+
+STANDUP = Path(__file__).resolve().parent.parent / "samples" / "standup"
+
+
+def test_speaker_accuracy_uses_the_best_label_mapping():
+    assert speaker_accuracy(["x", "x", "y", "z"], ["A", "A", "B", "B"]) == 0.75
+    assert speaker_accuracy(["S1", "S0"], ["A", "B"]) == 1.0
+    with pytest.raises(InputError):
+        speaker_accuracy(["x"], [])
+
+
+def test_backend_choice_and_bad_input(tmp_path):
+    assert isinstance(make_online_diarizer("auto", str(tmp_path)), OnlineDiarizer)  # no config.yaml: embedded
+    with pytest.raises(InputError):
+        make_online_diarizer("pyannote", None)
+    with pytest.raises(InputError):
+        make_online_diarizer("magic")
+    d = OnlineDiarizer()
+    with pytest.raises(InputError):
+        d.label_words([Word("hi", 0.0, 0.3)])  # no audio yet
+    with pytest.raises(InputError):
+        d.insert_audio(np.zeros((4, 2), dtype=np.float32))
+
+
+def replay(diarizer: OnlineDiarizer, audio: np.ndarray, words: list[Word], lag: float = 1.5):
+    """Feed audio second by second; commit each word ``lag`` s after it ends (as streaming ASR does)."""
+    first: dict[int, str] = {}
+    final: dict[int, str] = {}
+    changes: list[LabelChange] = []
+    i = 0
+    for k in range(len(audio) // SAMPLE_RATE + 1):
+        diarizer.insert_audio(audio[k * SAMPLE_RATE : (k + 1) * SAMPLE_RATE])
+        batch = []
+        while i < len(words) and words[i].end <= k + 1 - lag:
+            batch.append(words[i])
+            i += 1
+        for j, label in zip(range(i - len(batch), i), diarizer.label_words(batch)):
+            first[j] = final[j] = label
+        for c in diarizer.take_changes():
+            assert c.index < i - len(batch) or c.index not in first  # only earlier words are relabelled
+            final[c.index] = c.new
+            changes.append(c)
+    for j, label in zip(range(i, len(words)), diarizer.label_words(words[i:])):
+        first[j] = final[j] = label
+    for c in diarizer.take_changes():
+        final[c.index] = c.new
+        changes.append(c)
+    return [first[j] for j in range(len(words))], [final[j] for j in range(len(words))], changes
+
+
+@pytest.mark.slow
+def test_committed_words_get_the_right_speaker_and_labels_stay_stable():
+    """Words of the first 40 s (7 turns of Alice, Bob and Carol), 0.4 s each, re-clustered every 10 s."""
+    reference = json.loads((STANDUP / "reference.json").read_text())
+    cut = 40.5
+    gold_turns = [SpeakerTurn(t["start"], t["end"], t["speaker"]) for t in reference["turns"] if t["end"] <= cut]
+    words = []
+    for t in gold_turns:
+        x = t.start
+        while x + 0.4 <= t.end:
+            words.append(Word("w", x, x + 0.4))
+            x += 0.6
+    gold = assign_speakers(words, gold_turns)
+    audio = load_audio(STANDUP / "meeting.ogg")[: int(cut * SAMPLE_RATE)]
+    diarizer = OnlineDiarizer(history_s=20.0, max_words=60)
+    first, final, changes = replay(diarizer, audio, words)
+    assert speaker_accuracy(first, gold) >= 0.8  # labels as shown when each word was committed
+    assert speaker_accuracy(final, gold) >= 0.9  # after re-clustering corrections
+    assert len(set(final)) == 3
+    # Stable: the first speaker keeps SPEAKER_00 and most labels shown are never changed.
+    assert final[0] == first[0] == "SPEAKER_00"
+    assert len({c.index for c in changes}) <= 0.3 * len(words)
+    assert speaker_accuracy(final, gold) >= speaker_accuracy(first, gold)  # corrections, not churn
+    # Bounded state: audio history and kept embeddings.
+    assert len(diarizer._audio) <= 20.0 * SAMPLE_RATE and len(diarizer._words) <= 60
