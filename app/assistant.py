@@ -19,7 +19,7 @@ from app.actions import (
     extract_decisions,
     extract_key_facts,
 )
-from app.llm import LLMEngine
+from app.llm import LLMEngine, join_example
 from app.transcript import Transcript, Turn, format_time, turn_label
 from encoders.errors import InputError
 
@@ -70,10 +70,6 @@ def render_turns(turns: list[Turn], offset: int = 0) -> str:
     return "\n".join(f"{turn_label(offset + i, t)} {t.speaker}: {t.text}" for i, t in enumerate(turns))
 
 
-def _join(example: str, template: str) -> str:
-    return f"{example}\n\n{template}" if example else template
-
-
 def _content_words(text: str) -> set[str]:
     return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in _STOPWORDS and len(w) > 1}
 
@@ -116,12 +112,12 @@ class Assistant:
             raise InputError(
                 f"the question is {q_tokens} tokens long; keep it under {self.engine.context_tokens // 4} tokens"
             )
-        template = _join(self.prompts.example, self.prompts.answer.replace("{question}", question))
+        template = join_example(self.prompts.example, self.prompts.answer.replace("{question}", question))
         focus = self.engine.settings.answer_context_turns
         if focus:
             # Query-aware selection: every turn is scored against the question; the model reads the best
             # few in time order. A small model answers far better from a short, relevant context.
-            chosen = self._relevant_turns(transcript, question, focus)
+            chosen = self.relevant_turns(transcript, question, focus)
             bodies = [template.replace("{transcript}", "\n".join(render_turns([t], i) for i, t in chosen))]
             groups = [[turn for _, turn in chosen]]
             offsets = [[index for index, _ in chosen]]
@@ -139,10 +135,10 @@ class Assistant:
         if not candidates:
             return Answer(question, self.prompts.not_found, [], len(bodies), 0.0)
         logprob, text, turns, indices = max(candidates, key=lambda c: c[0])
-        citations = self._cite(question, text, turns, indices)
+        citations = self.cite(question, text, turns, indices)
         return Answer(question, text, citations, len(bodies), round(math.exp(logprob), 3))
 
-    def _relevant_turns(self, transcript: Transcript, question: str, k: int) -> list[tuple[int, Turn]]:
+    def relevant_turns(self, transcript: Transcript, question: str, k: int) -> list[tuple[int, Turn]]:
         """BM25-style ranking of turns by the question's content words; the top k, in time order."""
         docs = [_content_words(turn.text) for turn in transcript.turns]
         n = len(docs)
@@ -153,7 +149,7 @@ class Assistant:
         best = sorted(range(n), key=lambda i: (-scores[i], i))[:k]
         return [(i, transcript.turns[i]) for i in sorted(best)]
 
-    def _cite(self, question: str, answer: str, turns: list[Turn], indices: list[int], top: int = 2) -> list[Citation]:
+    def cite(self, question: str, answer: str, turns: list[Turn], indices: list[int], top: int = 2) -> list[Citation]:
         """The turns that share the most content words with the answer (then the question)."""
         answer_words, question_words = _content_words(answer), _content_words(question)
         scored = []
@@ -168,7 +164,7 @@ class Assistant:
 
     # ------------------------------------------------------------------ summaries
     def summarize(self, transcript: Transcript) -> MeetingSummary:
-        template = _join(self.prompts.summary_example, self.prompts.summary)
+        template = join_example(self.prompts.summary_example, self.prompts.summary)
         parts = self._parts(transcript, template, reserve=self.engine.settings.max_new_tokens)
         notes = [
             self._complete_summary(template.replace("{transcript}", render_turns(turns, offset)))

@@ -196,6 +196,247 @@ def demo(config: ConfigOpt = None, out_dir: OutOpt = None) -> None:
     ask(sample, question, config=config)
 
 
+@app.command()
+def live(
+    recording: Annotated[Path, typer.Argument(help="a recording (audio or video) or a folder with one")],
+    speed: Annotated[float, typer.Option(help="replay speed: 1 = real time, 0 = as fast as possible")] = 1.0,
+    question: Annotated[Optional[list[str]], typer.Option("--ask", "-q", help="question(s) to ask mid-replay")] = None,
+    ask_at: Annotated[Optional[float], typer.Option(help="meeting second at which to ask (default: 70% through)")] = None,
+    save: Annotated[bool, typer.Option("--save", help="save the meeting as it goes (encrypted); `minutia resume` continues it")] = False,
+    session_id: Annotated[Optional[str], typer.Option("--session", help="session id to save under (default: a new one)")] = None,
+    out_dir: OutOpt = None, config: ConfigOpt = None, llm: LLMOpt = None, asr_model: ASROpt = None,
+) -> None:
+    """Replay a recording as if it were a live meeting: words appear as they are committed, questions are answered mid-meeting."""
+    import threading
+
+    from app.pipeline import resolve_input
+    from app.runtime import Runtime
+    from app.session import SessionEvent, replay
+    from app.transcript import write_all
+
+    if speed < 0:
+        raise InputError("--speed must be >= 0")
+    source = resolve_input(recording).recording
+    if source is None:
+        raise InputError(f"{recording} is a transcript; `minutia live` replays a recording")
+    settings = _settings(config, llm, asr_model)
+    duration = _media_duration(source)
+    runtime = Runtime(settings)
+    with err.status("loading the models"):
+        runtime.warm_up()
+    session = runtime.new_session(session_id, source=source.name, autosave=save)
+
+    def show(event: SessionEvent) -> None:
+        if event.kind == "line":
+            line = event.payload
+            who = "Slide" if line.modality == "video" else line.speaker
+            out.print(f"[dim]{escape(_at(line.start, 0))}[/] [bold]{escape(str(who))}[/]: {escape(line.text)}")
+        elif event.kind == "slide":
+            out.print(f"[magenta]slide at {_at(event.payload.time, 0)}[/]: {escape(event.payload.text[:120])}")
+        elif event.kind == "error":
+            err.print(f"[red]session error:[/] {escape(str(event.payload))}")
+
+    session.subscribe(show)
+    stop = threading.Event()
+    failure: list[BaseException] = []
+
+    def run_replay() -> None:
+        try:
+            replay(session, source, speed=speed, stop=stop, finish=False)
+        except BaseException as exc:  # reported in the main thread
+            failure.append(exc)
+
+    feeder = threading.Thread(target=run_replay, daemon=True)
+    feeder.start()
+    questions = [q for q in (question or []) if q.strip()]
+    when = ask_at if ask_at is not None else 0.7 * duration
+    try:
+        if questions:
+            # Asked once the meeting has been *committed* up to that moment (what a listener has heard).
+            while session.committed_seconds < when and session.state != "error" and (
+                feeder.is_alive() or session.backlog_seconds > 0
+            ):
+                feeder.join(timeout=0.2)
+            for q in questions:
+                out.print(f"[bold]question at {_at(session.committed_seconds, 0)}:[/] {escape(q)}")
+                answer = session.ask(q)
+                out.print(f"[bold green]answer:[/] {escape(answer.text)}")
+                for c in answer.citations:
+                    out.print(f"  [dim]{escape(c.label)}[/] {escape(c.speaker)}: {escape(c.text[:200])}")
+        feeder.join()
+        if failure:
+            raise failure[0]
+        session.finish()
+    except KeyboardInterrupt:
+        stop.set()
+        raise
+    finally:
+        snap = session.snapshot()
+        runtime.close()
+    if snap.error:
+        raise InputError(f"the session failed: {snap.error}")
+    lags = sorted(session.commit_lags())
+    if lags:
+        p50, p95 = lags[len(lags) // 2], lags[min(len(lags) - 1, int(0.95 * len(lags)))]
+        err.print(f"[dim]commit latency p50 {p50:.2f} s, p95 {p95:.2f} s over {len(lags)} words; "
+                  f"KV {snap.kv.get('tiered_kv_bytes', 0) / 1e6:.2f} MB of {snap.kv.get('full_precision_bytes', 0) / 1e6:.2f} MB "
+                  f"full-precision[/]")
+    if out_dir is not None:
+        paths = write_all(snap.transcript, out_dir, _stem(source))
+        err.print(f"[green]wrote[/] {', '.join(str(p) for p in paths)}")
+    if save:
+        err.print(f"[green]saved[/] as session {session.session_id}: `minutia resume {session.session_id} --ask ...`")
+
+
+def _media_duration(path: Path) -> float:
+    import av
+
+    try:
+        with av.open(str(path)) as container:
+            if container.duration:
+                return container.duration / 1_000_000
+    except (av.error.FFmpegError, ValueError) as exc:
+        raise InputError(f"cannot open {path} as a recording: {exc}") from exc
+    return 0.0
+
+
+# ----- begin: room bot and audit log (issue 8; app/bot.py, app/audit.py) -----
+audit_app = typer.Typer(no_args_is_help=True, help="The hash-chained audit log of KV operations.")
+app.add_typer(audit_app, name="audit")
+
+
+def _bot_rooms(rooms: list[str]) -> dict[str, str]:
+    import os
+
+    pairs = list(rooms) + [p for p in os.environ.get("MINUTIA_BOT_ROOMS", "").split(",") if p.strip()]
+    parsed: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, token = pair.strip().partition("=")
+        if not sep or not name or not token:
+            raise InputError(f"room {pair!r} must be NAME=TOKEN")
+        parsed[name] = token
+    return parsed
+
+
+@app.command()
+def bot(
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8080,
+    room: Annotated[Optional[list[str]], typer.Option("--room", help="NAME=TOKEN, repeatable (also MINUTIA_BOT_ROOMS)")] = None,
+    rooms_file: Annotated[Optional[Path], typer.Option("--rooms", help="YAML bot settings: rooms (name: token) and limits")] = None,
+    ice_host: Annotated[Optional[list[str]], typer.Option("--ice-host", help="only these ICE host addresses (e.g. 127.0.0.1)")] = None,
+    config: ConfigOpt = None, llm: LLMOpt = None, asr_model: ASROpt = None,
+) -> None:
+    """Serve WebRTC rooms: captions, slides and answers over a data channel; /metrics for Prometheus."""
+    from app.bot import BotSettings, run_bot
+    from app.metrics import configure_json_logging
+    from app.runtime import Runtime
+
+    bot_settings = BotSettings.from_file(rooms_file) if rooms_file else BotSettings()
+    bot_settings.rooms.update(_bot_rooms(room or []))
+    if ice_host:
+        bot_settings.ice_hosts = list(ice_host)
+    if not bot_settings.rooms:
+        raise InputError("no rooms: give --room NAME=TOKEN, --rooms FILE or MINUTIA_BOT_ROOMS")
+    configure_json_logging()
+    runtime = Runtime(_settings(config, llm, asr_model))
+    with err.status("loading models"):
+        runtime.warm_up()
+    run_bot(runtime, bot_settings, host, port, console=err)
+
+
+@audit_app.command("verify")
+def audit_verify(
+    file: Annotated[Path, typer.Argument(help="an audit log (JSON lines)")],
+    key_env: Annotated[Optional[str], typer.Option(help="environment variable holding the HMAC key, if keyed")] = None,
+) -> None:
+    """Check the chain; exit 1 and name the first bad line when a record was edited, deleted or reordered."""
+    import os
+
+    from app.audit import verify
+
+    if not file.is_file():
+        raise InputError(f"{file} is not a file")
+    key = None
+    if key_env:
+        if key_env not in os.environ:
+            raise InputError(f"environment variable {key_env} is not set")
+        key = os.environ[key_env].encode()
+    result = verify(file, key)
+    if not result.ok:
+        err.print(f"[red]tampered:[/] {escape(str(file))} line {result.bad_line}: {escape(result.reason or '')} "
+                  f"({result.records} records before it verify)", soft_wrap=True)
+        raise typer.Exit(1)
+    out.print(f"ok: {result.records} records, head {result.head}")
+# ----- end: room bot and audit log -----
+
+
+@app.command()
+def resume(
+    session: Annotated[str, typer.Argument(help="session id of a saved meeting (minutia live --save prints it)")],
+    question: Annotated[Optional[list[str]], typer.Option("--ask", "-q", help="question(s) to ask the resumed meeting")] = None,
+    recording: Annotated[Optional[Path], typer.Option("--continue", help="a recording that continues the meeting")] = None,
+    speed: Annotated[float, typer.Option(help="replay speed of --continue (0 = as fast as possible)")] = 1.0,
+    backend: Annotated[Optional[str], typer.Option("--store", help="disk or redis (default: the config's store)")] = None,
+    path: Annotated[Optional[Path], typer.Option("--path", help="disk store folder")] = None,
+    redis_url: Annotated[Optional[str], typer.Option("--redis-url", help="redis://host:port/db")] = None,
+    key_file: Annotated[Optional[Path], typer.Option("--key-file", help="master key file (mode 0600)")] = None,
+    info_only: Annotated[bool, typer.Option("--info-only", help="read the manifest only, do not load the KV")] = False,
+    as_json: JsonOpt = False, config: ConfigOpt = None, llm: LLMOpt = None,
+) -> None:
+    """Continue a saved meeting after a restart, without prefilling it again: ask it questions or feed it more."""
+    from app.runtime import Runtime
+    from app.session import replay
+    from kvstore.persist import SessionNotFound, session_info
+    from kvstore.stores import StoreError
+
+    settings = _settings(config, llm)
+    overrides = {"backend": backend, "path": path, "redis_url": redis_url, "key_file": key_file}
+    settings = settings.model_copy(update={"store": settings.store.model_copy(
+        update={k: v for k, v in overrides.items() if v is not None})})
+    runtime = Runtime(settings)
+    try:
+        store = runtime.session_store(create_key=False)
+        try:
+            info = session_info(store, session)
+        except SessionNotFound as exc:
+            raise InputError(str(exc)) from None
+        except StoreError as exc:
+            raise InputError(f"session {session!r} cannot be resumed: {exc}") from None
+        meta = info.metadata if isinstance(info.metadata, dict) else {}
+        report: dict[str, object] = {
+            "session": session, "store": settings.store.backend, "seq_length": info.seq_length,
+            "saved_at": info.saved_at, "blocks": info.blocks, "stream_seconds": meta.get("stream_seconds"),
+            "words": len(meta.get("words", [])), "source": meta.get("source"),
+        }
+        answers = []
+        if not info_only:
+            with err.status(f"loading session {session}"):
+                live_session = runtime.resume_session(session, autosave=recording is not None)
+            snap = live_session.snapshot()
+            report["kv_bytes"] = live_session.kv_stats().get("tiered_kv_bytes")
+            if recording is not None:
+                replay(live_session, recording, speed=speed)
+            for q in question or []:
+                answers.append(live_session.ask(q))
+            snap = live_session.snapshot()
+            report["stream_seconds"] = snap.stream_seconds
+            report["turns"] = len(snap.transcript.turns)
+    finally:
+        runtime.close()
+    if as_json:
+        report["answers"] = [a.to_dict() for a in answers]
+        print(json.dumps(report, default=str, indent=2))
+        return
+    out.print(f"[bold]session {escape(session)}[/] ({settings.store.backend}): {info.seq_length} tokens in the KV cache, "
+              f"{report['words']} words, {report['stream_seconds'] or 0:.0f} s of meeting")
+    for answer in answers:
+        out.print(f"[bold]Q:[/] {escape(answer.question)}")
+        out.print(f"[bold green]answer:[/] {escape(answer.text)}")
+        for c in answer.citations:
+            out.print(f"  [dim]{escape(c.label)}[/] {escape(c.speaker)}: {escape(c.text[:200])}")
+
+
 def main() -> None:
     import warnings
 

@@ -80,6 +80,39 @@ class KVSettings(BaseModel):
     recent_tokens: int = 256
     warm_kinds: tuple[Literal["int8", "int4", "fp8"], ...] = ("int8", "int4")
     decode_top_k_blocks: int | None = None
+    budget_floor_tokens: int = Field(
+        2048, ge=0, description="live meetings: no compression before this many tokens (the ratio of a short start is tiny)"
+    )
+    drop_last_resort: bool = Field(True, description="live meetings: quantize first, drop blocks only when that cannot meet the budget")
+    modalities: dict[Literal["text", "audio", "video"], "ModalitySettings"] = Field(
+        default_factory=dict, description="per-modality tier policy (e.g. slide text to int4, speech kept at int8)"
+    )
+
+
+class ModalitySettings(BaseModel):
+    """kvstore.config.ModalityPolicy from the config file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    budget_share: float | None = Field(None, gt=0, le=1)
+    warm_kinds: tuple[Literal["int8", "int4", "fp8"], ...] | None = None
+    allow_drop: bool = True
+    preferred: Literal["full", "int8", "int4", "fp8"] | None = None
+
+
+class StoreSettings(BaseModel):
+    """Where durable meeting sessions live (``minutia live --save``, ``minutia resume``); encrypted at rest."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["disk", "redis"] = "disk"
+    path: Path | None = Field(None, description="disk store folder (default: <home>/sessions)")
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    key_file: Path | None = Field(None, description="master key file (mode 0600); else $MINUTIA_MASTER_KEY")
+    autosave_seconds: float = Field(30.0, gt=0, description="a saving live session saves this often (stream time)")
+
+
+KVSettings.model_rebuild()
 
 
 class Settings(BaseSettings):
@@ -93,6 +126,7 @@ class Settings(BaseSettings):
     asr: ASRSettings = ASRSettings()
     diarization: DiarizationSettings = DiarizationSettings()
     kv: KVSettings = KVSettings()
+    store: StoreSettings = StoreSettings()
 
 
 def preset_path(name_or_path: str) -> Path:
@@ -158,3 +192,4 @@ def _drop_none(values: dict[str, Any]) -> dict[str, Any]:
         elif value is not None:
             out[key] = value
     return out
+

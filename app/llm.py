@@ -55,6 +55,17 @@ class Completion:
     kv_full_bytes: int = 0  # what a full-precision cache of the same tokens would hold
 
 
+@dataclass(frozen=True)
+class LivePrompts:
+    header: str  # before the meeting's lines (worked example, instructions, chat turn start)
+    answer_tail: str  # after them, with {question}
+    summary_tail: str
+
+
+def join_example(example: str, template: str) -> str:
+    return f"{example}\n\n{template}" if example else template
+
+
 class LLMEngine:
     """One loaded model. ``complete`` is serialised: a CPU has no spare cores for two decodes."""
 
@@ -85,7 +96,7 @@ class LLMEngine:
             raise InputError(f"prompt set '{settings.prompts}' needs a model with a chat template; {folder} has none")
         model_max = getattr(self.model.config, "max_position_embeddings", None) or settings.max_context_tokens
         self.context_tokens = min(settings.max_context_tokens, int(model_max))
-        self._lock = threading.Lock()
+        self.lock = threading.RLock()  # one forward at a time: a CPU has no spare cores for two
         self._stops: dict[tuple[str, ...], object] = {}
 
     @classmethod
@@ -131,6 +142,18 @@ class LLMEngine:
             ),
         )
 
+    def live_prompts(self) -> "LivePrompts":
+        """The answer and summary templates cut at ``{transcript}``, for a meeting held in the KV cache.
+
+        The meeting is prefilled once after the answer template's head (worked example, instructions,
+        chat turn start); a question or a summary request then only appends its template's tail.
+        """
+        marker = "\x00TRANSCRIPT\x00"
+        answer = join_example(self.prompts.example, self.prompts.answer)
+        answer_head, answer_tail = self.render(answer.replace("{transcript}", marker)).split(marker, 1)
+        summary_tail = self.render(self.prompts.summary.replace("{transcript}", marker)).split(marker, 1)[1]
+        return LivePrompts(header=answer_head, answer_tail=answer_tail, summary_tail=summary_tail)
+
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False).input_ids)
 
@@ -164,7 +187,7 @@ class LLMEngine:
                 f"prompt of {n_prompt} tokens plus {max_new} to generate does not fit the model's "
                 f"context of {self.context_tokens} tokens"
             )
-        with self._lock, torch.inference_mode():
+        with self.lock, torch.inference_mode():
             cache = self.new_cache(n_prompt + max_new)
             out = self.model.generate(
                 **encoded,

@@ -21,6 +21,11 @@ _NOT_NAMES = {"I", "We", "You", "The", "This", "That", "Okay", "Right", "Sure", 
 
 
 def name_speakers(transcript: Transcript) -> Transcript:
+    return rename_speakers(transcript, speaker_names(transcript))
+
+
+def speaker_names(transcript: Transcript) -> dict[str, str]:
+    """Label -> name for the labels people address by name (the others are left out)."""
     votes: dict[str, Counter[str]] = defaultdict(Counter)
     turns = transcript.turns
     for i, turn in enumerate(turns):
@@ -38,8 +43,13 @@ def name_speakers(transcript: Transcript) -> Transcript:
         if label not in mapping and name not in taken and name not in transcript.speakers:
             mapping[label] = name
             taken.add(name)
+    return mapping
+
+
+def rename_speakers(transcript: Transcript, mapping: dict[str, str]) -> Transcript:
     if not mapping:
         return transcript
+    turns = transcript.turns
     renamed = [
         Turn(
             speaker=mapping.get(t.speaker, t.speaker),

@@ -101,7 +101,7 @@ def turns_from_words(words: Sequence[TranscriptWord], max_gap: float = 2.0) -> l
         else:
             turns.append(Turn(speaker=word.speaker, text="", start=word.start, end=word.end, words=[word]))
     for turn in turns:
-        turn.text = _join_words(w.text for w in turn.words)
+        turn.text = join_words(w.text for w in turn.words)
     return turns
 
 
@@ -130,7 +130,7 @@ def realign_to_sentences(words: Sequence[TranscriptWord], max_tail: int = 3) -> 
     return fixed
 
 
-def _join_words(tokens: Iterable[str]) -> str:
+def join_words(tokens: Iterable[str]) -> str:
     text = " ".join(t.strip() for t in tokens if t.strip())
     return re.sub(r"\s+([,.;:!?%])", r"\1", text)
 
@@ -285,12 +285,12 @@ def _cues(transcript: Transcript, max_chars: int = 84) -> list[tuple[float, floa
             continue
         line: list[TranscriptWord] = []
         for word in turn.words:
-            if line and len(_join_words(w.text for w in [*line, word])) > max_chars:
-                cues.append((line[0].start, line[-1].end, f"{turn.speaker}: {_join_words(w.text for w in line)}"))
+            if line and len(join_words(w.text for w in [*line, word])) > max_chars:
+                cues.append((line[0].start, line[-1].end, f"{turn.speaker}: {join_words(w.text for w in line)}"))
                 line = []
             line.append(word)
         if line:
-            cues.append((line[0].start, line[-1].end, f"{turn.speaker}: {_join_words(w.text for w in line)}"))
+            cues.append((line[0].start, line[-1].end, f"{turn.speaker}: {join_words(w.text for w in line)}"))
     return cues
 
 

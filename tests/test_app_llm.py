@@ -167,7 +167,7 @@ def test_ask_relevant_turns_reads_one_part(engine, standup):
 
 
 def test_relevant_turns_are_the_matching_ones(engine, standup):
-    chosen = Assistant(engine)._relevant_turns(standup, "How much will the pilot cost?", 3)
+    chosen = Assistant(engine).relevant_turns(standup, "How much will the pilot cost?", 3)
     indices = [i for i, _ in chosen]
     assert len(indices) == 3 and indices == sorted(indices)
     assert 5 in indices  # "The pilot will cost twelve thousand dollars."

@@ -1,0 +1,361 @@
+"""The meeting held in the LLM's KV cache, grown line by line while the meeting runs.
+
+Committed transcript lines (and slide text) are tokenized and prefilled in chunks into one
+TieredCache as they arrive (incremental prefill), so a question at minute 90 only pays for its own
+tokens. A question or summary request is appended after a checkpoint, decoded greedily, and rolled
+back afterwards: the cache holds the meeting and nothing else (seed 11; DESIGN "Data flow").
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from app.config import KVSettings
+from app.llm import LLMEngine
+from app.transcript import format_time
+from encoders.errors import InputError
+
+MODALITIES = ("text", "audio", "video")
+
+
+@dataclass(frozen=True)
+class ContextLine:
+    """One line of the meeting as the model reads it: ``[mm:ss] Speaker: text``."""
+
+    modality: str  # "audio" (speech), "video" (slide text) or "text"
+    start: float
+    end: float
+    speaker: str | None
+    text: str
+    speaker_change: bool = False
+    slide_change: bool = False
+
+    def render(self) -> str:
+        who = "Slide" if self.modality == "video" else (self.speaker or "Speaker")
+        return f"[{format_time(self.start)}] {who}: {self.text}\n"
+
+
+@dataclass(frozen=True)
+class Generation:
+    text: str
+    mean_logprob: float
+    prompt_tokens: int  # tokens of the suffix (question) prefilled on top of the meeting
+    new_tokens: int
+    time_to_first_token: float  # seconds from the request to the first generated token (incl. pending prefill)
+    total_seconds: float
+
+
+@dataclass(frozen=True)
+class PlacedLine:
+    """Where a line landed: its token range in the cache (for the timeline index)."""
+
+    line: ContextLine
+    token_start: int
+    token_end: int
+
+
+class MeetingContext:
+    """A TieredCache holding the meeting so far; thread-safe (one lock for the cache, the engine's for the model)."""
+
+    def __init__(self, engine: LLMEngine, kv: KVSettings, header: str, prefill_chunk_tokens: int = 192,
+                 restored: Any = None, restored_lines: int = 0) -> None:
+        """``restored``: a cache loaded from a saved session (kvstore.persist), continued instead of a new one."""
+        self.engine = engine
+        self.kv = kv
+        self.prefill_chunk_tokens = prefill_chunk_tokens
+        self._lock = threading.RLock()
+        self._pending: list[ContextLine] = []
+        self._placed_listeners: list[Any] = []
+        self.max_positions = int(getattr(engine.model.config, "max_position_embeddings", 0) or 8192)
+        self.full = False  # the model's position limit was reached: no further lines are prefilled
+        if restored is not None:
+            self.cache, self.tokens, self.lines = restored, int(restored.get_seq_length()), restored_lines
+            return
+        self.cache = self._new_cache()
+        self.tokens = 0  # tokens in the cache (== cache.get_seq_length())
+        self.lines = 0
+        tokenizer = engine.tokenizer
+        # A chat template writes the BOS token into the header text itself.
+        needs_bos = tokenizer.bos_token_id is not None and not header.startswith(str(tokenizer.bos_token))
+        bos = [tokenizer.bos_token_id] if needs_bos else []
+        header_ids = bos + self._encode(header)
+        self._prefill(header_ids, [(0, len(header_ids), "text", 0)])
+
+    # ------------------------------------------------------------------ cache set-up
+    def _new_cache(self):
+        if not self.kv.enabled:
+            from transformers import DynamicCache
+
+            return DynamicCache(config=self.engine.model.config)
+        from kvstore.cache import TieredCache
+
+        return TieredCache(config=self.engine.model.config, settings=meeting_cache_config(self.kv))
+
+    def _encode(self, text: str) -> list[int]:
+        return self.engine.tokenizer(text, add_special_tokens=False).input_ids
+
+    def on_placed(self, callback) -> None:
+        """``callback(PlacedLine)`` after each line is in the cache (the session puts it on the timeline)."""
+        self._placed_listeners.append(callback)
+
+    # ------------------------------------------------------------------ growing
+    def append(self, line: ContextLine) -> None:
+        """Queue a committed line; it is prefilled with the next chunk (or before the next question)."""
+        if line.text.strip():
+            with self._lock:
+                self._pending.append(line)
+
+    @property
+    def pending_lines(self) -> int:
+        with self._lock:
+            return len(self._pending)
+
+    def pending_tokens(self) -> int:
+        with self._lock:
+            return sum(len(self._encode(line.render())) for line in self._pending)
+
+    def flush(self, min_tokens: int = 0, max_chunk_tokens: int = 256) -> int:
+        """Prefill queued lines (all of them, or nothing if fewer than ``min_tokens`` are waiting).
+
+        Lines are packed into forwards of up to ``max_chunk_tokens`` tokens: one forward per line
+        would pay the per-call overhead of every layer dozens of times per minute of meeting.
+        """
+        with self._lock:
+            if not self._pending:
+                return 0
+            encoded = [(line, self._encode(line.render())) for line in self._pending]
+            total = sum(len(ids) for _, ids in encoded)
+            if total < min_tokens:
+                return 0
+            self._pending.clear()
+            chunk: list[tuple[ContextLine, list[int]]] = []
+            added = 0
+            for line, ids in encoded:
+                if self.tokens + added + len(ids) + 512 > self.max_positions:
+                    self.full = True  # answers fall back to reading the transcript; said in stats()
+                    break
+                chunk.append((line, ids))
+                added += len(ids)
+                if sum(len(i) for _, i in chunk) >= max_chunk_tokens:
+                    self._prefill_lines(chunk)
+                    chunk = []
+            if chunk:
+                self._prefill_lines(chunk)
+            return added
+
+    def _prefill_lines(self, chunk: list[tuple[ContextLine, list[int]]]) -> None:
+        start = self.tokens
+        placed: list[PlacedLine] = []
+        marks: list[tuple[int, int, str, int]] = []
+        ids: list[int] = []
+        for line, line_ids in chunk:
+            begin = start + len(ids)
+            ids.extend(line_ids)
+            marks.append((begin, begin + len(line_ids), line.modality, _line_flags(line)))
+            placed.append(PlacedLine(line, begin, begin + len(line_ids)))
+        self._prefill(ids, marks)
+        self.lines += len(chunk)
+        for item in placed:
+            for callback in self._placed_listeners:
+                callback(item)
+
+    def _prefill(self, ids: list[int], marks: list[tuple[int, int, str, int]]) -> None:
+        """One forward of ``ids`` after the cache; ``marks``: (start, end, modality, flags) per line."""
+        if not ids:
+            return
+        start = self.tokens
+        positions = torch.arange(start, start + len(ids))
+        # Everything that touches the cache runs in inference mode: tensors the model created there
+        # cannot be updated in place outside it.
+        with self.engine.lock, torch.inference_mode():
+            if hasattr(self.cache, "mark_modality"):
+                for begin, end, modality, flags in marks:
+                    self.cache.mark_modality((begin, end), modality)
+                    if flags:
+                        self.cache.annotate(list(range(begin, min(begin + 4, end))), flags)
+            self.engine.model(
+                input_ids=torch.tensor([ids]),
+                past_key_values=self.cache,
+                use_cache=True,
+                cache_position=positions,
+                logits_to_keep=1,
+            )
+        self.tokens += len(ids)
+
+    # ------------------------------------------------------------------ asking
+    def generate(
+        self,
+        suffix: str,
+        max_new_tokens: int,
+        stop: tuple[str, ...] = ("\n",),
+        focus: list[tuple[int, int]] | None = None,
+    ) -> Generation:
+        """Continue the meeting with ``suffix`` and decode greedily; the cache is rolled back afterwards.
+
+        ``focus``: token ranges of the meeting the question is about (query-aware promotion: their
+        blocks keep their format and are always read while this answer is decoded).
+        """
+        started = time.perf_counter()
+        ids = self._encode(suffix)
+        with self._lock:
+            self.flush()
+            pinned = bool(focus) and hasattr(self.cache, "promote_tokens")
+            if pinned:
+                with torch.inference_mode():
+                    self.cache.promote_tokens(focus, pin=True)
+            try:
+                return self._generate_locked(ids, max_new_tokens, stop, started)
+            finally:
+                if pinned:
+                    with torch.inference_mode():
+                        self.cache.unpin()
+
+    def next_token_logits(self, suffix: str) -> torch.Tensor:
+        """fp32 logits of the token after the meeting + ``suffix`` (rolled back; for checks after a resume)."""
+        ids = self._encode(suffix)
+        with self._lock:
+            self.flush()
+            with torch.inference_mode():
+                checkpoint = self.cache.checkpoint()
+                try:
+                    with self.engine.lock:
+                        out = self.engine.model(
+                            input_ids=torch.tensor([ids]), past_key_values=self.cache, use_cache=True,
+                            cache_position=torch.arange(self.tokens, self.tokens + len(ids)), logits_to_keep=1,
+                        )
+                    return out.logits[0, -1].float().clone()
+                finally:
+                    self.cache.rollback(checkpoint)
+
+    def _generate_locked(self, ids: list[int], max_new_tokens: int, stop: tuple[str, ...], started: float) -> Generation:
+        if self.tokens + len(ids) + max_new_tokens > self.max_positions:
+            raise InputError(f"the meeting fills the model's context ({self.tokens} of {self.max_positions} tokens)")
+        with torch.inference_mode():
+            checkpoint = self.cache.checkpoint() if hasattr(self.cache, "checkpoint") else None
+        before = self.tokens
+        try:
+            return self._decode(ids, max_new_tokens, stop, started)
+        finally:
+            with torch.inference_mode():
+                if checkpoint is not None:
+                    self.cache.rollback(checkpoint)
+                else:  # DynamicCache
+                    self.cache.crop(before)
+            self.tokens = before
+
+    def _decode(self, ids: list[int], max_new: int, stop: tuple[str, ...], started: float) -> Generation:
+        tokenizer = self.engine.tokenizer
+        eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+        generated: list[int] = []
+        logprobs: list[float] = []
+        first_token_at = None
+        text = ""
+        with self.engine.lock, torch.inference_mode():
+            feed = ids
+            for _ in range(max_new):
+                positions = torch.arange(self.tokens, self.tokens + len(feed))
+                out = self.engine.model(
+                    input_ids=torch.tensor([feed]),
+                    past_key_values=self.cache,
+                    use_cache=True,
+                    cache_position=positions,
+                    logits_to_keep=1,
+                )
+                self.tokens += len(feed)
+                scores = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
+                token = int(scores.argmax())
+                if first_token_at is None:
+                    first_token_at = time.perf_counter()
+                if token in eos:
+                    break
+                generated.append(token)
+                logprobs.append(float(scores[token]))
+                text = tokenizer.decode(generated, skip_special_tokens=True)
+                if any(s in text for s in stop):
+                    break
+                feed = [token]
+        for s in stop:
+            text = text.split(s)[0]
+        now = time.perf_counter()
+        return Generation(
+            text=text.strip(),
+            mean_logprob=sum(logprobs) / max(1, len(logprobs)),
+            prompt_tokens=len(ids),
+            new_tokens=len(generated),
+            time_to_first_token=(first_token_at or now) - started,
+            total_seconds=now - started,
+        )
+
+    # ------------------------------------------------------------------ accounting
+    def stats(self) -> dict[str, Any]:
+        """KV figures for dashboards and metrics, measured from the cache's tensors."""
+        with self._lock, torch.inference_mode():
+            stats: dict[str, Any] = {"tokens": self.tokens, "lines": self.lines, "full": self.full}
+            cache = self.cache
+            if hasattr(cache, "kv_bytes"):
+                from kvstore.manager import KVCacheManager
+
+                summary = KVCacheManager(cache).summary()
+                held = int(cache.kv_bytes(include_sliding=False))
+                full = int(cache.full_precision_bytes())
+                stats.update(
+                    kv_bytes=int(cache.kv_bytes()),
+                    tiered_kv_bytes=held,
+                    full_precision_bytes=full,
+                    budget_bytes=int(cache.budget_bytes()),
+                    compression_ratio=round(full / held, 3) if held else 1.0,
+                    bytes_by_tier={tier.lower(): u["bytes"] for tier, u in summary["tiers"].items()},
+                    bytes_by_modality={mod.lower(): u["bytes"] for mod, u in summary["modalities"].items()},
+                    prefetch_hit_rate=summary.get("prefetch_hit_rate"),
+                    mode=summary.get("mode", "normal"),
+                )
+            else:
+                held = sum(
+                    t.numel() * t.element_size()
+                    for layer in cache.layers
+                    for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
+                    if isinstance(t, torch.Tensor)
+                )
+                stats.update(kv_bytes=held, tiered_kv_bytes=held, full_precision_bytes=held, budget_bytes=0,
+                             compression_ratio=1.0, bytes_by_tier={"device": held}, bytes_by_modality={},
+                             prefetch_hit_rate=None, mode="normal")
+            return stats
+
+
+def meeting_cache_config(kv: KVSettings):
+    """The TieredCache settings of a live meeting (open-ended: the budget is a share of the tokens seen)."""
+    from kvstore.config import ModalityPolicy, TieredCacheConfig
+
+    return TieredCacheConfig(
+        block_size=kv.block_size,
+        compress=kv.compress,
+        budget_ratio=kv.budget_ratio,
+        budget_floor_tokens=kv.budget_floor_tokens,
+        drop_last_resort=kv.drop_last_resort,
+        sink_tokens=kv.sink_tokens,
+        recent_tokens=kv.recent_tokens,
+        warm_kinds=tuple(kv.warm_kinds),
+        decode_top_k_blocks=kv.decode_top_k_blocks,
+        modalities={name: ModalityPolicy(**policy.model_dump()) for name, policy in kv.modalities.items()},
+    )
+
+
+def _line_flags(line: ContextLine) -> int:
+    from kvstore.annotations import TokenFlag
+
+    flags = 0
+    if line.speaker_change:
+        flags |= TokenFlag.SPEAKER_CHANGE
+    if line.slide_change:
+        flags |= TokenFlag.SLIDE_CHANGE
+    return int(flags)
+
+
+def confidence(generation: Generation) -> float:
+    return round(math.exp(generation.mean_logprob), 3)

@@ -1,0 +1,141 @@
+"""Models shared by every meeting of one process, and the meetings themselves.
+
+Loading Whisper and the LLM takes seconds and hundreds of MB each; a page with several tabs or a
+bot in several rooms loads them once here and gives every session the same instances (each model
+serialises its own calls with a lock).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import uuid
+from typing import TYPE_CHECKING, Any, Callable
+
+from app.config import Settings
+from encoders.errors import InputError
+
+if TYPE_CHECKING:
+    from app.llm import LLMEngine
+    from app.session import MeetingSession
+    from encoders.asr import Transcriber
+
+log = logging.getLogger("minutia.runtime")
+_SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+class Runtime:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._sessions: dict[str, MeetingSession] = {}
+        self._lock = threading.Lock()
+        self._load_lock = threading.Lock()
+        self._models: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ shared models
+    def _shared(self, name: str, load: Callable[[], Any]) -> Any:
+        """Load a model once, even when several sessions ask for it at the same moment."""
+        if name not in self._models:
+            with self._load_lock:
+                if name not in self._models:
+                    self._models[name] = load()
+        return self._models[name]
+
+    @property
+    def engine(self) -> "LLMEngine":
+        from app.llm import LLMEngine
+
+        return self._shared("llm", lambda: LLMEngine.from_settings(self.settings.llm, self.settings.home, self.settings.kv))
+
+    @property
+    def transcriber(self) -> "Transcriber":
+        from app.models import EMBEDDED_ASR, resolve_model
+        from encoders.asr import Transcriber
+
+        asr = self.settings.asr
+
+        def load() -> Transcriber:
+            folder = resolve_model(asr.model, self.settings.home, "ASR", EMBEDDED_ASR, "model.bin")
+            return Transcriber(folder, asr.device, asr.compute_type, asr.cpu_threads)
+
+        return self._shared("asr", load)
+
+    def vision_pipeline(self):
+        """A vision pipeline per session (its keyframe state is per stream) over one shared CLIP model."""
+        from encoders.vision import ClipEmbedder, SlideReader, VisionPipeline
+
+        embedder = self._shared("clip", ClipEmbedder)
+        return VisionPipeline(reader=SlideReader(), embedder=embedder)
+
+    def warm_up(self) -> None:
+        """Load the models now rather than on the first session's first words."""
+        _ = self.transcriber, self.engine
+
+    def session_store(self, create_key: bool = True):
+        """The encrypted store durable sessions are saved to (one per runtime)."""
+        from app.store import open_session_store
+
+        return self._shared("store", lambda: open_session_store(self.settings, create_key=create_key))
+
+    # ------------------------------------------------------------------ sessions
+    def new_session(self, session_id: str | None = None, source: str = "live", autosave: bool = False) -> "MeetingSession":
+        """A new meeting; ``autosave`` saves it to the session store as it goes (see ``minutia resume``)."""
+        from app.session import MeetingSession
+
+        session_id = session_id or uuid.uuid4().hex[:12]
+        if not _SESSION_ID.fullmatch(session_id):
+            raise InputError(f"session ids are 1-64 letters, digits, '-' or '_'; got {session_id!r}")
+        with self._lock:
+            if session_id in self._sessions:
+                raise InputError(f"session {session_id} already exists")
+            session = MeetingSession(self, session_id, source, autosave=autosave)
+            self._sessions[session_id] = session
+        log.info("session %s opened (%s)", session_id, source)
+        return session
+
+    def resume_session(self, session_id: str, autosave: bool = False) -> "MeetingSession":
+        """Continue a saved meeting: its KV cache is loaded, not prefilled again."""
+        from app.context import meeting_cache_config
+        from app.session import MeetingSession, SavedMeeting
+        from kvstore.persist import SessionNotFound, load_session
+        from kvstore.stores import StoreError
+
+        store = self.session_store(create_key=False)
+        try:
+            cache, metadata = load_session(store, session_id, self.engine.model.config,
+                                           settings=meeting_cache_config(self.settings.kv))
+        except SessionNotFound as exc:
+            raise InputError(str(exc)) from None
+        except StoreError as exc:
+            raise InputError(f"session {session_id!r} cannot be resumed: {exc}") from None
+        with self._lock:
+            if session_id in self._sessions:
+                raise InputError(f"session {session_id} is already open")
+            session = MeetingSession(self, session_id, "resumed", autosave=autosave,
+                                     restored=SavedMeeting(cache, metadata or {}))
+            self._sessions[session_id] = session
+        log.info("session %s resumed at %.1f s", session_id, session.stream_seconds)
+        return session
+
+    def session(self, session_id: str) -> "MeetingSession":
+        with self._lock:
+            return self._sessions[session_id]
+
+    def sessions(self) -> list["MeetingSession"]:
+        with self._lock:
+            return list(self._sessions.values())
+
+    def close_session(self, session_id: str) -> None:
+        with self._lock:
+            session = self._sessions.pop(session_id, None)
+        if session is not None:
+            session.close()
+            log.info("session %s closed", session_id)
+
+    def close(self) -> None:
+        for session in self.sessions():
+            self.close_session(session.session_id)
+        store = self._models.pop("store", None)
+        if store is not None:
+            store.close()

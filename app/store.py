@@ -1,0 +1,57 @@
+"""The encrypted store that durable meeting sessions are saved to (disk or Redis, from the config).
+
+One master key encrypts every session at rest (AES-256-GCM, a data key per session and source,
+kvstore/crypto.py). It comes from ``store.key_file``, else ``$MINUTIA_MASTER_KEY``; with neither, a
+disk store creates ``<home>/master.key`` with mode 0600 on first use (like an SSH key), so saving
+works out of the box and the key never sits next to the data by accident of configuration.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from app.config import Settings, StoreSettings
+from encoders.errors import InputError
+
+
+def default_key_file(settings: Settings) -> Path:
+    return settings.home / "master.key"
+
+
+def open_session_store(settings: Settings, create_key: bool = True, backend: str | None = None,
+                       path: Path | None = None, redis_url: str | None = None, key_file: Path | None = None):
+    """An EncryptedStore over the configured backend; CLI flags override the config."""
+    from kvstore.crypto import MASTER_KEY_ENV, EncryptedStore, KeyFileError, MasterKey
+    from kvstore.stores import StoreError
+
+    cfg: StoreSettings = settings.store
+    backend = backend or cfg.backend
+    if backend not in ("disk", "redis"):
+        raise InputError(f"the session store must be disk or redis, not {backend!r}")
+    key_file = key_file or cfg.key_file
+    try:
+        if key_file is None and not os.environ.get(MASTER_KEY_ENV):
+            key_file = default_key_file(settings)
+            if not key_file.exists():
+                if not create_key:
+                    raise InputError(f"no master key at {key_file} and ${MASTER_KEY_ENV} is not set: nothing was saved here")
+                key_file.parent.mkdir(parents=True, exist_ok=True)
+                MasterKey.generate(key_file)
+        master = MasterKey.load(key_file)
+    except KeyFileError as exc:
+        raise InputError(str(exc)) from None
+    try:
+        if backend == "disk":
+            from kvstore.stores.disk import DiskStore
+
+            folder = path or cfg.path or settings.home / "sessions"
+            folder.mkdir(parents=True, exist_ok=True)
+            inner = DiskStore(folder)
+        else:
+            from kvstore.stores.redis_store import RedisStore
+
+            inner = RedisStore(redis_url or cfg.redis_url)
+    except StoreError as exc:
+        raise InputError(f"cannot open the {backend} session store: {exc}") from None
+    return EncryptedStore(inner, master)
