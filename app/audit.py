@@ -1,0 +1,136 @@
+"""Append-only, hash-chained audit log of KV operations.
+
+Every record is one JSON line carrying the SHA-256 (or, with a key, HMAC-SHA256) of the previous
+record, so an edited, deleted, inserted or reordered line breaks the chain at that line. Truncating
+the tail leaves a valid shorter chain: keep the last ``head()`` elsewhere (or use a key) if that
+matters. kvstore must not import the app, so the log hands out plain callables
+(:meth:`AuditLog.sink`) that the KV side calls on read / write / migrate / delete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Literal, Sequence
+
+Operation = Literal["read", "write", "migrate", "delete"]
+OPERATIONS: tuple[str, ...] = ("read", "write", "migrate", "delete")
+GENESIS = "0" * 64
+FORMAT = "minutia.audit/1"
+
+KVEventSink = Callable[..., None]
+"""What the KV side calls: ``sink(operation, block_ids, source="", **details)``."""
+
+
+class AuditError(ValueError):
+    """A record that cannot be written (unknown operation, bad block ids)."""
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    ok: bool
+    records: int  # records checked and found valid (before the first bad line)
+    head: str  # hash of the last valid record (GENESIS when there is none)
+    bad_line: int | None = None  # 1-based line number of the first bad record
+    reason: str | None = None
+
+
+def _digest(key: bytes | None, prev: str, body: dict) -> str:
+    payload = prev.encode() + b"\n" + json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode()
+    if key is not None:
+        return hmac.new(key, payload, hashlib.sha256).hexdigest()
+    return hashlib.sha256(payload).hexdigest()
+
+
+class AuditLog:
+    """One file, opened for append; safe to call from several threads of one process."""
+
+    def __init__(self, path: str | Path, key: bytes | None = None, fsync: bool = False) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._key = key
+        self._fsync = fsync
+        self._lock = threading.Lock()
+        self._seq, self._head = 0, GENESIS
+        if self.path.exists() and self.path.stat().st_size:
+            result = verify(self.path, key)
+            if not result.ok:
+                raise AuditError(f"{self.path} is damaged at line {result.bad_line} ({result.reason}); not appending to it")
+            self._seq, self._head = result.records, result.head
+        self._file = open(self.path, "a", encoding="utf-8")
+
+    def head(self) -> str:
+        """Hash of the last record: store it elsewhere to detect a truncated tail later."""
+        return self._head
+
+    def record(self, session: str, operation: Operation, block_ids: Iterable[int], source: str = "",
+               **details: object) -> dict:
+        """Append one record and return it (with its hash)."""
+        if operation not in OPERATIONS:
+            raise AuditError(f"unknown audit operation {operation!r}; expected one of {', '.join(OPERATIONS)}")
+        try:
+            blocks = [int(b) for b in block_ids]
+        except (TypeError, ValueError) as exc:
+            raise AuditError(f"block ids must be integers: {exc}") from exc
+        with self._lock:
+            body = {"seq": self._seq + 1, "time": time.time(), "session": str(session), "op": operation,
+                    "blocks": blocks, "source": str(source), **({"details": details} if details else {})}
+            body["prev"] = self._head
+            digest = _digest(self._key, self._head, body)
+            entry = {**body, "hash": digest}
+            self._file.write(json.dumps(entry, sort_keys=True, separators=(",", ":"), default=str) + "\n")
+            self._file.flush()
+            if self._fsync:
+                os.fsync(self._file.fileno())
+            self._seq, self._head = body["seq"], digest
+            return entry
+
+    def sink(self, session: str) -> KVEventSink:
+        """A callable for the KV side of one session: ``sink("migrate", [3, 4], source="L1->L2")``."""
+
+        def emit(operation: Operation, block_ids: Sequence[int], source: str = "", **details: object) -> None:
+            self.record(session, operation, block_ids, source, **details)
+
+        return emit
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._file.closed:
+                self._file.close()
+
+    def __enter__(self) -> "AuditLog":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def verify(path: str | Path, key: bytes | None = None) -> VerifyResult:
+    """Walk the chain; report the first line whose content, order or link does not check out."""
+    head, seq = GENESIS, 0
+    with open(path, encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            def bad(reason: str) -> VerifyResult:
+                return VerifyResult(False, seq, head, number, reason)
+
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError as exc:
+                return bad(f"not JSON: {exc.msg}")
+            if not isinstance(entry, dict) or "hash" not in entry or "prev" not in entry:
+                return bad("not an audit record")
+            if entry.get("seq") != seq + 1:
+                return bad(f"sequence {entry.get('seq')} where {seq + 1} was expected (deleted or reordered records)")
+            if entry["prev"] != head:
+                return bad("previous-hash link broken (deleted, inserted or reordered records)")
+            stored = entry.pop("hash")
+            if not hmac.compare_digest(str(stored), _digest(key, head, entry)):
+                return bad("hash mismatch (record edited)")
+            head, seq = stored, seq + 1
+    return VerifyResult(True, seq, head)

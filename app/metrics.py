@@ -1,0 +1,182 @@
+"""Operational figures for Prometheus (/metrics) and structured JSON logs.
+
+Per-session figures (KV bytes per tier and modality, prefetch hit rate, commit lag, dropped
+frames) are read from ``MeetingSession.snapshot()`` at scrape time, so nothing has to push them;
+events that happen in the bot (questions, joins, frames it had to drop, tier transfers reported by
+the engine) are counters and histograms updated where they happen.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+SessionSource = Callable[[], Iterable[tuple[str, Any]]]
+"""Returns (room or label, MeetingSession) pairs for the sessions to report."""
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def device_memory() -> dict[str, float]:
+    """Bytes in use per device: CUDA allocations when torch has a GPU, and the process's resident host memory."""
+    figures: dict[str, float] = {}
+    torch = sys.modules.get("torch")  # never import torch just to report on it
+    if torch is not None and torch.cuda.is_available():
+        for index in range(torch.cuda.device_count()):
+            figures[f"cuda:{index}"] = float(torch.cuda.memory_allocated(index))
+    try:
+        import psutil
+
+        figures["host"] = float(psutil.Process().memory_info().rss)
+    except Exception:  # pragma: no cover - psutil is in the lock; a missing /proc must not break scrapes
+        pass
+    return figures
+
+
+class SessionCollector(Collector):
+    """Reads every live session's snapshot when Prometheus scrapes."""
+
+    def __init__(self, sessions: SessionSource, peers: Callable[[], Mapping[str, int]] | None = None) -> None:
+        self._sessions = sessions
+        self._peers = peers
+
+    def collect(self) -> Iterator[Any]:
+        tier = GaugeMetricFamily("minutia_kv_bytes", "KV cache bytes per tier", labels=["session", "tier"])
+        modality = GaugeMetricFamily("minutia_kv_modality_bytes", "KV cache bytes per modality",
+                                     labels=["session", "modality"])
+        budget = GaugeMetricFamily("minutia_kv_budget_bytes", "KV byte budget", labels=["session"])
+        ratio = GaugeMetricFamily("minutia_kv_compression_ratio", "full-precision bytes / stored bytes",
+                                  labels=["session"])
+        tokens = GaugeMetricFamily("minutia_kv_tokens", "tokens in the KV cache", labels=["session"])
+        hit = GaugeMetricFamily("minutia_kv_prefetch_hit_rate", "share of prefetched blocks found resident",
+                                labels=["session"])
+        fallback = GaugeMetricFamily("minutia_kv_fallback", "1 while the KV store runs in L1/L2-only fallback",
+                                     labels=["session"])
+        lag = GaugeMetricFamily("minutia_asr_commit_lag_seconds", "seconds from a word's end to its commit",
+                                labels=["session"])
+        stream = GaugeMetricFamily("minutia_stream_seconds", "audio seconds received", labels=["session"])
+        dropped = CounterMetricFamily("minutia_session_dropped", "audio samples / video frames the session's ring "
+                                      "buffers dropped", labels=["session", "unit"])
+        words = CounterMetricFamily("minutia_committed_words", "words committed by the recogniser", labels=["session"])
+        ttft = GaugeMetricFamily("minutia_question_last_ttft_seconds", "time to first token of the last answer",
+                                 labels=["session"])
+        states = GaugeMetricFamily("minutia_sessions", "sessions by state", labels=["state"])
+        by_state: dict[str, int] = {}
+        for label, session in self._sessions():
+            try:
+                snap = session.snapshot()
+            except Exception:  # a session in trouble must not hide the others
+                by_state["error"] = by_state.get("error", 0) + 1
+                continue
+            by_state[snap.state] = by_state.get(snap.state, 0) + 1
+            kv = snap.kv or {}
+            for name, value in (kv.get("bytes_by_tier") or {}).items():
+                tier.add_metric([label, str(name)], float(value))
+            for name, value in (kv.get("bytes_by_modality") or {}).items():
+                modality.add_metric([label, str(name)], float(value))
+            for family, key in ((budget, "budget_bytes"), (ratio, "compression_ratio"), (tokens, "tokens"),
+                                (hit, "prefetch_hit_rate")):
+                value = _float(kv.get(key))
+                if value is not None:
+                    family.add_metric([label], value)
+            if "mode" in kv:
+                fallback.add_metric([label], 1.0 if kv["mode"] == "fallback" else 0.0)
+            if snap.commit_lag is not None:
+                lag.add_metric([label], float(snap.commit_lag))
+            stream.add_metric([label], float(snap.stream_seconds))
+            counters = getattr(snap, "counters", None) or {}
+            for name, key in (("audio_samples", "audio_dropped_samples"), ("video_frames", "video_dropped_frames")):
+                if key in counters:
+                    dropped.add_metric([label, name], float(counters[key]))
+            if "committed_words" in counters:
+                words.add_metric([label], float(counters["committed_words"]))
+            value = _float(kv.get("question_ttft"))
+            if value is not None:
+                ttft.add_metric([label], value)
+        for state, count in by_state.items():
+            states.add_metric([state], count)
+        yield from (tier, modality, budget, ratio, tokens, hit, fallback, lag, stream, dropped, words, ttft, states)
+        memory = GaugeMetricFamily("minutia_device_memory_bytes", "memory in use per device", labels=["device"])
+        for device, value in device_memory().items():
+            memory.add_metric([device], value)
+        yield memory
+        if self._peers is not None:
+            peers = self._peers()
+            yield GaugeMetricFamily("minutia_rooms", "rooms with a session", value=len(peers))
+            per_room = GaugeMetricFamily("minutia_room_peers", "connected peers per room", labels=["room"])
+            for room, count in peers.items():
+                per_room.add_metric([room], count)
+            yield per_room
+
+
+class Metrics:
+    """A private registry (tests and several bots in one process do not collide) with the bot's figures."""
+
+    def __init__(self, sessions: SessionSource | None = None, peers: Callable[[], Mapping[str, int]] | None = None) -> None:
+        self.registry = CollectorRegistry()
+        if sessions is not None:
+            self.registry.register(SessionCollector(sessions, peers))
+        buckets = (0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64)
+        self.question_ttft = Histogram("minutia_question_ttft_seconds", "seconds from a question to its answer's "
+                                       "first token", buckets=buckets, registry=self.registry)
+        self.question_seconds = Histogram("minutia_question_seconds", "seconds from a question to its whole answer",
+                                          buckets=buckets, registry=self.registry)
+        self.questions = Counter("minutia_questions", "questions asked", ["outcome"], registry=self.registry)
+        self.dropped_frames = Counter("minutia_bot_dropped_frames", "frames the bot dropped before the session",
+                                      ["room", "modality"], registry=self.registry)
+        self.joins = Counter("minutia_bot_joins", "join requests by outcome", ["outcome"], registry=self.registry)
+        self.transfer_bytes = Counter("minutia_kv_tier_transfer_bytes", "bytes moved between KV tiers",
+                                      ["source", "target"], registry=self.registry)
+        self.transfer_seconds = Counter("minutia_kv_tier_transfer_seconds", "seconds spent moving KV between tiers",
+                                        ["source", "target"], registry=self.registry)
+
+    def record_transfer(self, source: str, target: str, nbytes: int, seconds: float) -> None:
+        """The engine reports each tier move; throughput = rate(bytes) / rate(seconds)."""
+        self.transfer_bytes.labels(source, target).inc(nbytes)
+        self.transfer_seconds.labels(source, target).inc(seconds)
+
+    def render(self) -> tuple[bytes, str]:
+        """The text exposition format and its content type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+_RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, and any ``extra={...}`` fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        entry.update({k: v for k, v in vars(record).items() if k not in _RESERVED and not k.startswith("_")})
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str, ensure_ascii=False)
+
+
+def configure_json_logging(level: int | str = logging.INFO, stream: Any = None) -> logging.Handler:
+    """Send the root logger's records to ``stream`` (stderr) as JSON lines; returns the handler."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers = [h for h in root.handlers if not isinstance(getattr(h, "formatter", None), JsonFormatter)]
+    root.addHandler(handler)
+    root.setLevel(level)
+    return handler

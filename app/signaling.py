@@ -1,0 +1,108 @@
+"""HTTP signaling for the room bot: a peer posts an SDP offer to a room and gets the bot's answer.
+
+FastAPI, so the endpoints have an OpenAPI schema (the tests fuzz it). Errors are JSON
+``{"detail": "..."}`` with a status that says whose fault it is: 400 bad offer, 401 no token,
+422 a body that is not an offer,
+403 wrong token, 404 unknown room, 413 offer too large, 429 too many joins, 503 room or bot full.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Literal
+
+from fastapi import Depends, FastAPI, HTTPException, Request, Response
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, Field
+
+if TYPE_CHECKING:
+    from app.bot import RoomBot
+
+log = logging.getLogger("minutia.signaling")
+
+MAX_SDP_CHARS = 65536
+
+
+class Offer(BaseModel):
+    sdp: str = Field(..., max_length=MAX_SDP_CHARS, description="the peer's SDP offer")
+    type: Literal["offer"] = "offer"
+
+
+class Answer(BaseModel):
+    sdp: str
+    type: Literal["answer"] = "answer"
+    peer_id: str = Field(..., description="the bot's id for this peer (in logs and data-channel messages)")
+
+
+class Problem(BaseModel):
+    detail: str
+
+
+class JoinRefused(Exception):
+    """A join the bot turns down; ``status`` is the HTTP status the peer gets."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class RateLimiter:
+    """Token bucket per key: ``rate`` joins a second on average, bursts of ``burst``."""
+
+    def __init__(self, rate: float, burst: int, max_keys: int = 10000) -> None:
+        self.rate, self.burst, self.max_keys = rate, burst, max_keys
+        self._buckets: dict[object, tuple[float, float]] = {}
+
+    def allow(self, key: object, now: float | None = None) -> bool:
+        now = time.monotonic() if now is None else now
+        tokens, last = self._buckets.get(key, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - last) * self.rate)
+        if len(self._buckets) >= self.max_keys and key not in self._buckets:
+            self._buckets = {k: v for k, v in self._buckets.items() if now - v[1] < self.burst / self.rate}
+        if tokens < 1.0:
+            self._buckets[key] = (tokens, now)
+            return False
+        self._buckets[key] = (tokens - 1.0, now)
+        return True
+
+
+_bearer = HTTPBearer(auto_error=False, description="the room's token")
+_ERRORS = {code: {"model": Problem} for code in (400, 401, 403, 404, 413, 429, 503)}
+
+
+def create_app(bot: "RoomBot") -> FastAPI:
+    """The signaling API for one bot; /metrics serves the bot's Prometheus registry."""
+    api = FastAPI(title="minutia room bot", version="1", docs_url=None, redoc_url=None)
+
+    @api.middleware("http")
+    async def refuse_large_bodies(request: Request, call_next):
+        length = request.headers.get("content-length", "0")
+        if not length.isdigit() or int(length) > 2 * MAX_SDP_CHARS:
+            return JSONResponse({"detail": f"request body over {2 * MAX_SDP_CHARS} bytes"}, status_code=413)
+        return await call_next(request)
+
+    @api.post("/rooms/{room}/offer", response_model=Answer, responses=_ERRORS)
+    async def offer(room: str, body: Offer, request: Request,
+                    credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> Answer:
+        client = request.client.host if request.client else "?"
+        token = credentials.credentials if credentials is not None else None
+        try:
+            peer_id, sdp = await bot.join(room, token, body.sdp, client)
+        except JoinRefused as exc:
+            headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+            raise HTTPException(exc.status, exc.message, headers=headers) from None
+        return Answer(sdp=sdp, peer_id=peer_id)
+
+    @api.get("/healthz")
+    def healthz() -> dict[str, object]:
+        return {"ok": True, "rooms": bot.peer_counts()}
+
+    @api.get("/metrics", response_class=Response)
+    def metrics() -> Response:
+        payload, content_type = bot.metrics.render()
+        return Response(payload, media_type=content_type)
+
+    return api

@@ -1,0 +1,143 @@
+"""The hash-chained audit log of KV operations: verification, tampering, the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from app.audit import GENESIS, AuditError, AuditLog, verify
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _write(path: Path, n: int = 6, key: bytes | None = None) -> list[dict]:
+    with AuditLog(path, key=key) as log:
+        ops = ["write", "read", "migrate", "delete"]
+        return [log.record("room-a", ops[i % 4], [i, i + 1], source=f"layer{i % 2}", tier="L2") for i in range(n)]
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines(keepends=True)
+
+
+def test_chain_verifies_and_links(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    records = _write(path)
+    result = verify(path)
+    assert result.ok and result.records == 6 and result.bad_line is None
+    assert result.head == records[-1]["hash"]
+    assert records[0]["prev"] == GENESIS
+    assert all(b["prev"] == a["hash"] for a, b in zip(records, records[1:]))
+    first = json.loads(_lines(path)[0])
+    assert first["session"] == "room-a" and first["op"] == "write" and first["blocks"] == [0, 1]
+    assert first["source"] == "layer0" and first["details"] == {"tier": "L2"} and first["time"] > 0
+
+
+@pytest.mark.parametrize(
+    "tamper, bad_line, reason",
+    [
+        (lambda ls: ls[:2] + [ls[2].replace('"blocks":[2,3]', '"blocks":[2,9]')] + ls[3:], 3, "edited"),
+        (lambda ls: ls[:2] + [ls[2].replace('"op":"migrate"', '"op":"read"')] + ls[3:], 3, "edited"),
+        (lambda ls: ls[:3] + ls[4:], 4, "deleted"),
+        (lambda ls: ls[1:], 1, "deleted"),
+        (lambda ls: ls[:1] + [ls[2], ls[1]] + ls[3:], 2, "reordered"),
+        (lambda ls: ls[:4] + ["{not json\n"] + ls[4:], 5, "not JSON"),
+        (lambda ls: ls[:5] + [ls[5][: len(ls[5]) // 2]], 6, "not JSON"),
+    ],
+    ids=["edit-blocks", "edit-op", "delete-middle", "delete-first", "swap", "insert-garbage", "torn-tail"],
+)
+def test_tampering_is_found_at_its_line(tmp_path, tamper, bad_line, reason):
+    path = tmp_path / "audit.jsonl"
+    _write(path)
+    path.write_text("".join(tamper(_lines(path))))
+    result = verify(path)
+    assert not result.ok
+    assert result.bad_line == bad_line
+    assert result.records == bad_line - 1
+    assert {"edited": "edited", "deleted": "deleted", "reordered": "reordered", "not JSON": "not JSON"}[reason] in result.reason
+
+
+def test_a_forged_record_needs_the_key(tmp_path):
+    """Without a key anyone can recompute a chain; with one, a recomputed record does not verify."""
+    path = tmp_path / "audit.jsonl"
+    key = b"operator secret"
+    _write(path, key=key)
+    assert verify(path, key).ok
+    assert not verify(path).ok  # the unkeyed hash is not the keyed one
+    lines = _lines(path)
+    forged = json.loads(lines[-1])
+    forged["blocks"] = [99]
+    import hashlib
+
+    body = {k: v for k, v in forged.items() if k != "hash"}
+    payload = forged["prev"].encode() + b"\n" + json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    forged["hash"] = hashlib.sha256(payload).hexdigest()
+    path.write_text("".join(lines[:-1]) + json.dumps(forged, sort_keys=True, separators=(",", ":")) + "\n")
+    result = verify(path, key)
+    assert not result.ok and result.bad_line == len(lines) and "edited" in result.reason
+
+
+def test_reopening_continues_the_chain_and_refuses_a_damaged_log(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    _write(path, n=3)
+    with AuditLog(path) as log:
+        again = log.record("room-b", "delete", [7], source="manager")
+    assert again["seq"] == 4 and verify(path).ok and verify(path).records == 4
+    path.write_text("".join(_lines(path)[1:]))
+    with pytest.raises(AuditError, match="line 1"):
+        AuditLog(path)
+
+
+def test_sinks_from_many_threads_keep_one_chain(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(path)
+    sinks = [log.sink(f"session-{i}") for i in range(4)]
+
+    def hammer(sink) -> None:
+        for j in range(50):
+            sink("migrate", [j], source="L1->L2")
+
+    threads = [threading.Thread(target=hammer, args=(s,)) for s in sinks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    log.close()
+    result = verify(path)
+    assert result.ok and result.records == 200
+
+
+def test_bad_records_are_refused_without_breaking_the_chain(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    with AuditLog(path) as log:
+        with pytest.raises(AuditError, match="unknown audit operation"):
+            log.record("s", "copy", [1])
+        with pytest.raises(AuditError, match="integers"):
+            log.record("s", "read", ["x"])
+        log.record("s", "read", [1])
+    assert verify(path).ok and verify(path).records == 1
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+
+
+def test_cli_verify(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    _write(path)
+    ok = _cli("audit", "verify", str(path))
+    assert ok.returncode == 0, ok.stderr
+    assert "ok: 6 records" in ok.stdout
+    lines = _lines(path)
+    path.write_text("".join(lines[:2] + lines[3:]))
+    bad = _cli("audit", "verify", str(path))
+    assert bad.returncode == 1
+    assert "line 3" in bad.stderr and "deleted" in bad.stderr
+    missing = _cli("audit", "verify", str(tmp_path / "nope.jsonl"))
+    assert missing.returncode == 2 and "is not a file" in missing.stderr

@@ -1,0 +1,204 @@
+"""The bot's signaling endpoint under bad input: tokens, malformed SDP, codecs, floods, and a bounded fuzz.
+
+A real bot server (FastAPI on uvicorn, aiortc answers) on loopback, with the real Runtime; the LLM is
+the tiny in-process Gemma 3 (nothing here needs a meaningful answer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.bot import BotServer, BotSettings, RoomClient, restrict_ice_hosts
+from app.config import load_settings
+from app.runtime import Runtime
+
+ROOMS = {"alpha": "token-alpha", "beta": "token-beta", "fuzz": "token-fuzz"}
+EXPECTED_REFUSALS = {400, 401, 403, 404, 413, 422, 429, 503}
+
+
+@pytest.fixture(scope="module")
+def runtime(tiny_llm_dir, tmp_path_factory):
+    rt = Runtime(load_settings(overrides={"llm": {"model": str(tiny_llm_dir)}}))
+    yield rt
+    rt.close()
+
+
+@pytest.fixture(scope="module")
+def server(runtime):
+    bot_settings = BotSettings(rooms=ROOMS, ice_hosts=["127.0.0.1"], max_peers_per_room=3, max_peers=8,
+                               joins_per_second=0.5, join_burst=4, connect_timeout=3.0)
+    with BotServer(runtime, bot_settings, port=0) as srv:
+        yield srv
+
+
+def _offer_sdp() -> str:
+    """A real aiortc offer (audio, video, data channel) with loopback host candidates."""
+    from aiortc import RTCPeerConnection
+
+    from app.bot import ice_configuration
+
+    restrict_ice_hosts(["127.0.0.1"])
+
+    async def make() -> str:
+        pc = RTCPeerConnection(ice_configuration())
+        pc.addTransceiver("audio", direction="sendonly")
+        pc.addTransceiver("video", direction="sendonly")
+        pc.createDataChannel("minutia")
+        await pc.setLocalDescription(await pc.createOffer())
+        sdp = pc.localDescription.sdp
+        await pc.close()
+        return sdp
+
+    return asyncio.run(make())
+
+
+@pytest.fixture(scope="module")
+def offer_sdp() -> str:
+    return _offer_sdp()
+
+
+def _post(server, room: str, body, token: str | None = None, raw: bytes | None = None) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    url = f"{server.url}/rooms/{room}/offer"
+    if raw is not None:
+        return httpx.post(url, content=raw, headers={**headers, "content-type": "application/json"}, timeout=30)
+    return httpx.post(url, json=body, headers=headers, timeout=30)
+
+
+def test_tokens(server, offer_sdp):
+    body = {"sdp": offer_sdp, "type": "offer"}
+    missing = _post(server, "alpha", body)
+    assert missing.status_code == 401 and "bearer token" in missing.json()["detail"]
+    assert missing.headers["www-authenticate"] == "Bearer"
+    wrong = _post(server, "alpha", body, token="token-beta")
+    assert wrong.status_code == 403 and "wrong token" in wrong.json()["detail"]
+    unknown = _post(server, "gamma", body, token="token-alpha")
+    assert unknown.status_code == 404 and "unknown room" in unknown.json()["detail"]
+
+
+def test_malformed_offers(server, offer_sdp):
+    garbage = _post(server, "beta", {"sdp": "hello", "type": "offer"}, token="token-beta")
+    assert garbage.status_code == 400 and "malformed SDP" in garbage.json()["detail"]
+    no_media = _post(server, "beta", {"sdp": "v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\n", "type": "offer"},
+                     token="token-beta")
+    assert no_media.status_code == 400 and "media section" in no_media.json()["detail"]
+    answer_type = _post(server, "beta", {"sdp": offer_sdp, "type": "answer"}, token="token-beta")
+    assert answer_type.status_code == 422
+    not_json = _post(server, "beta", None, token="token-beta", raw=b"{sdp: nope")
+    assert not_json.status_code == 422
+    huge = _post(server, "beta", None, token="token-beta", raw=b'{"sdp": "' + b"a" * 300_000 + b'"}')
+    assert huge.status_code == 413 and "over" in huge.json()["detail"]
+
+
+def test_unsupported_codecs(server, offer_sdp):
+    """Audio offered only in a codec the bot cannot decode: a clear 400, nothing half-open."""
+    lines = offer_sdp.split("\r\n")
+    audio_only, in_audio = [], False
+    for line in lines:
+        if line.startswith("m="):
+            in_audio = line.startswith("m=audio")
+        if in_audio or not line.startswith(("m=", "a=", "c=")) or line.startswith("a=group") or line.startswith("a=msid-sem"):
+            audio_only.append(line)
+    sdp = "\r\n".join(audio_only)
+    sdp = sdp.replace("a=group:BUNDLE 0 1 2", "a=group:BUNDLE 0")
+    for codec in ("opus/48000/2", "G722/8000", "PCMU/8000", "PCMA/8000"):
+        sdp = sdp.replace(codec, "x-secret-codec/48000/2")
+    before = server.bot.peer_total()
+    refused = _post(server, "beta", {"sdp": sdp, "type": "offer"}, token="token-beta")
+    assert refused.status_code == 400, refused.text
+    assert "cannot answer this offer" in refused.json()["detail"] and "Opus" in refused.json()["detail"]
+    assert server.bot.peer_total() == before
+
+
+def test_join_flood_is_limited_and_other_rooms_still_join(server, offer_sdp):
+    async def flood() -> tuple[list[int], int]:
+        body = {"sdp": offer_sdp, "type": "offer"}
+        async with httpx.AsyncClient(timeout=30) as http:
+            statuses = [r.status_code for r in await asyncio.gather(*[
+                http.post(f"{server.url}/rooms/alpha/offer", json=body, headers={"Authorization": "Bearer token-alpha"})
+                for _ in range(25)
+            ])]
+        other = RoomClient(server.url, "beta", "token-beta")
+        try:
+            await other.join()
+            joined = await other.wait_for(lambda m: m["type"] == "joined", 10)
+            assert joined["room"] == "beta"
+            return statuses, 200
+        finally:
+            await other.close()
+
+    statuses, other = asyncio.run(flood())
+    assert other == 200
+    assert statuses.count(200) <= 4  # the burst, at most; and never more than the room holds
+    assert statuses.count(429) >= 20
+    assert set(statuses) <= {200, 429, 503}
+    metrics = httpx.get(f"{server.url}/metrics", timeout=30).text
+    assert 'minutia_bot_joins_total{outcome="rate_limited"}' in metrics
+
+
+def test_room_capacity(runtime, offer_sdp):
+    bot_settings = BotSettings(rooms={"small": "t"}, ice_hosts=["127.0.0.1"], max_peers_per_room=2, max_peers=8,
+                               joins_per_second=100, join_burst=100, connect_timeout=30)
+    with BotServer(runtime, bot_settings, port=0) as srv:
+        statuses = [_post(srv, "small", {"sdp": offer_sdp, "type": "offer"}, token="t").status_code for _ in range(3)]
+        assert statuses == [200, 200, 503]
+        full = _post(srv, "small", {"sdp": offer_sdp, "type": "offer"}, token="t")
+        assert "is full" in full.json()["detail"]
+
+
+def _mutated_sdp(sdp: str):
+    lines = sdp.split("\r\n")
+    return st.lists(st.sampled_from(lines), max_size=len(lines) + 5).map("\r\n".join) | st.builds(
+        lambda i, junk: "\r\n".join(lines[:i] + [junk] + lines[i + 1:]),
+        st.integers(0, len(lines) - 1), st.text(max_size=80).filter(lambda s: "\r" not in s and "\n" not in s))
+
+
+_token_chars = st.characters(min_codepoint=33, max_codepoint=126)
+
+
+def test_fuzz_offer_endpoint(runtime, offer_sdp):
+    """Bounded fuzz of POST /rooms/{room}/offer from the OpenAPI schema's shape: never a 5xx but 503 when full,
+    always a JSON ``detail`` on refusal, and the server stays up."""
+    bot_settings = BotSettings(rooms=ROOMS, ice_hosts=["127.0.0.1"], max_peers_per_room=4, max_peers=8,
+                               joins_per_second=1000, join_burst=1000, connect_timeout=1.0)
+    with BotServer(runtime, bot_settings, port=0) as srv:
+        schema = httpx.get(f"{srv.url}/openapi.json", timeout=30).json()
+        assert "/rooms/{room}/offer" in schema["paths"]
+        bodies = st.one_of(
+            st.fixed_dictionaries({"sdp": _mutated_sdp(offer_sdp), "type": st.just("offer")}),
+            st.fixed_dictionaries({"sdp": st.text(max_size=200), "type": st.sampled_from(["offer", "answer", "pranswer"])}),
+            st.dictionaries(st.text(max_size=8), st.one_of(st.none(), st.integers(), st.text(max_size=20)), max_size=3),
+            st.lists(st.integers(), max_size=3),
+            st.none(),
+        )
+        rooms = st.sampled_from(list(ROOMS) + ["nope", "ALPHA"]) | st.text(
+            alphabet=st.characters(min_codepoint=48, max_codepoint=122), min_size=1, max_size=12)
+        tokens = st.none() | st.sampled_from(list(ROOMS.values())) | st.text(alphabet=_token_chars, min_size=1, max_size=30)
+        seen: set[int] = set()
+
+        # Half the cases carry a room's own token, so the offer reaches the SDP parser and aiortc.
+        credentials = st.sampled_from(list(ROOMS.items())) | st.tuples(rooms, tokens)
+
+        @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+        @given(credentials=credentials, body=bodies)
+        def check(credentials, body):
+            room, token = credentials
+            response = _post(srv, room, body, token=token)
+            seen.add(response.status_code)
+            assert response.status_code == 200 or response.status_code in EXPECTED_REFUSALS, response.text
+            payload = response.json()
+            if response.status_code == 200:
+                assert payload["type"] == "answer" and payload["sdp"].startswith("v=0")
+            else:
+                assert payload["detail"]
+
+        check()
+        assert httpx.get(f"{srv.url}/healthz", timeout=30).json()["ok"]
+        assert {400, 422} <= seen, seen
+    assert json.dumps(sorted(seen))
