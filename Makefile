@@ -6,8 +6,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Debian packages: ffmpeg (PyAV/torchcodec), espeak-ng + sox (regenerate samples),
-# tesseract (slide OCR), redis-server (tiered KV store tests start their own).
-DEB_PACKAGES := ffmpeg espeak-ng sox tesseract-ocr tesseract-ocr-eng redis-server
+# tesseract (slide OCR), redis-server (tiered KV store tests start their own),
+# chromium + a font (the browser tests drive it through Playwright; no browser downloads).
+DEB_PACKAGES := ffmpeg espeak-ng sox tesseract-ocr tesseract-ocr-eng redis-server chromium fonts-dejavu-core
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup sysdeps venv models demo test test-fast lock samples clean-venv
@@ -34,8 +35,10 @@ $(STAMP): requirements.lock pyproject.toml
 models: venv
 	$(BIN)/minutia models
 
+# The batch path on the sample, then the live page (Ctrl-C stops it) with the sample ready to replay.
 demo: setup
 	$(BIN)/minutia demo
+	$(BIN)/minutia-ui --host 127.0.0.1 --port 7860
 
 test: setup
 	$(BIN)/python -m pytest -q tests

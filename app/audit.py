@@ -69,15 +69,14 @@ class AuditLog:
         """Hash of the last record: store it elsewhere to detect a truncated tail later."""
         return self._head
 
-    def record(self, session: str, operation: Operation, block_ids: Iterable[int], source: str = "",
+    def record(self, session: str, operation: Operation, block_ids: Iterable[int | str], source: str = "",
                **details: object) -> dict:
         """Append one record and return it (with its hash)."""
         if operation not in OPERATIONS:
             raise AuditError(f"unknown audit operation {operation!r}; expected one of {', '.join(OPERATIONS)}")
-        try:
-            blocks = [int(b) for b in block_ids]
-        except (TypeError, ValueError) as exc:
-            raise AuditError(f"block ids must be integers: {exc}") from exc
+        blocks = [b if isinstance(b, (int, str)) else None for b in block_ids]  # page numbers or store ids
+        if any(b is None or isinstance(b, bool) for b in blocks):
+            raise AuditError(f"block ids must be integers or strings, got {list(block_ids)!r}")
         with self._lock:
             body = {"seq": self._seq + 1, "time": time.time(), "session": str(session), "op": operation,
                     "blocks": blocks, "source": str(source), **({"details": details} if details else {})}
@@ -134,3 +133,50 @@ def verify(path: str | Path, key: bytes | None = None) -> VerifyResult:
                 return bad("hash mismatch (record edited)")
             head, seq = stored, seq + 1
     return VerifyResult(True, seq, head)
+
+
+class AuditedStore:
+    """A session store whose every block write, read and delete goes into the audit log first-hand.
+
+    Wraps any kvstore BlockStore (the encrypted one in practice) by delegation, so kvstore stays
+    unaware of the app; everything else (flush, list, shred, ...) passes straight through.
+    """
+
+    def __init__(self, inner, log: "AuditLog") -> None:
+        self._inner = inner
+        self._log = log
+
+    @property
+    def takes_source(self) -> bool:
+        """Whether blocks can be tagged with their source (for crypto-shredding): the inner store's."""
+        from kvstore.crypto import EncryptedStore
+
+        return isinstance(self._inner, EncryptedStore) or getattr(self._inner, "takes_source", False)
+
+    def put(self, session: str, block_id: str, data: bytes, **kwargs: object) -> None:
+        self._inner.put(session, block_id, data, **kwargs)
+        self._log.record(session, "write", [block_id], str(kwargs.get("source") or ""), bytes=len(data),
+                         tier=getattr(self._inner, "tier", "?"))
+
+    def get(self, session: str, block_id: str) -> bytes:
+        data = self._inner.get(session, block_id)
+        self._log.record(session, "read", [block_id], tier=getattr(self._inner, "tier", "?"))
+        return data
+
+    def delete(self, session: str, block_id: str) -> bool:
+        existed = self._inner.delete(session, block_id)
+        if existed:
+            self._log.record(session, "delete", [block_id])
+        return existed
+
+    def shred(self, source: str):
+        report = self._inner.shred(source)
+        self._log.record("*", "delete", [], source, shredded=True)
+        return report
+
+    def close(self) -> None:
+        self._inner.close()
+        self._log.close()
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)

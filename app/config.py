@@ -110,6 +110,9 @@ class StoreSettings(BaseModel):
     redis_url: str = "redis://127.0.0.1:6379/0"
     key_file: Path | None = Field(None, description="master key file (mode 0600); else $MINUTIA_MASTER_KEY")
     autosave_seconds: float = Field(30.0, gt=0, description="a saving live session saves this often (stream time)")
+    audit_log: Path | None = Field(
+        None, description="hash-chained audit log of every block written, read or deleted (default: <home>/audit.log)"
+    )
 
 
 KVSettings.model_rebuild()

@@ -21,7 +21,10 @@ def default_key_file(settings: Settings) -> Path:
 
 def open_session_store(settings: Settings, create_key: bool = True, backend: str | None = None,
                        path: Path | None = None, redis_url: str | None = None, key_file: Path | None = None):
-    """An EncryptedStore over the configured backend; CLI flags override the config."""
+    """An EncryptedStore over the configured backend, every block operation in the audit log.
+
+    CLI flags override the config. Verify the log with ``minutia audit verify <home>/audit.log``.
+    """
     from kvstore.crypto import MASTER_KEY_ENV, EncryptedStore, KeyFileError, MasterKey
     from kvstore.stores import StoreError
 
@@ -54,4 +57,6 @@ def open_session_store(settings: Settings, create_key: bool = True, backend: str
             inner = RedisStore(redis_url or cfg.redis_url)
     except StoreError as exc:
         raise InputError(f"cannot open the {backend} session store: {exc}") from None
-    return EncryptedStore(inner, master)
+    from app.audit import AuditedStore, AuditLog
+
+    return AuditedStore(EncryptedStore(inner, master), AuditLog(cfg.audit_log or settings.home / "audit.log"))

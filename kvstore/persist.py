@@ -128,7 +128,7 @@ class SessionWriter:
         self._present: set[str] = set(store.list(session))
 
     def _put(self, block_id: str, data: bytes) -> None:
-        if isinstance(self.store, EncryptedStore):
+        if isinstance(self.store, EncryptedStore) or getattr(self.store, "takes_source", False):
             self.store.put(self.session, block_id, data, source=self.source)
         else:
             self.store.put(self.session, block_id, data)

@@ -117,8 +117,8 @@ def test_bad_records_are_refused_without_breaking_the_chain(tmp_path):
     with AuditLog(path) as log:
         with pytest.raises(AuditError, match="unknown audit operation"):
             log.record("s", "copy", [1])
-        with pytest.raises(AuditError, match="integers"):
-            log.record("s", "read", ["x"])
+        with pytest.raises(AuditError, match="integers or strings"):
+            log.record("s", "read", [1.5])
         log.record("s", "read", [1])
     assert verify(path).ok and verify(path).records == 1
 
@@ -141,3 +141,23 @@ def test_cli_verify(tmp_path):
     assert "line 3" in bad.stderr and "deleted" in bad.stderr
     missing = _cli("audit", "verify", str(tmp_path / "nope.jsonl"))
     assert missing.returncode == 2 and "is not a file" in missing.stderr
+
+
+def test_session_store_operations_are_audited(tmp_path):
+    """The app's session store: every block written, read and deleted lands in a chain that verifies."""
+    import json
+
+    from app.config import load_settings
+    from app.store import open_session_store
+
+    settings = load_settings(overrides={"home": str(tmp_path / "home")})
+    store = open_session_store(settings)
+    store.put("meeting-1", "b1", b"x" * 100, source="recording.ogg")
+    assert store.get("meeting-1", "b1") == b"x" * 100
+    assert store.delete("meeting-1", "b1")
+    store.close()
+    log = settings.home / "audit.log"
+    ops = [json.loads(line)["op"] for line in log.read_text().splitlines()]
+    assert ops == ["write", "read", "delete"]
+    assert verify(log).ok
+    assert oct((settings.home / "master.key").stat().st_mode & 0o777) == "0o600"

@@ -1,0 +1,150 @@
+"""The page's rendering helpers and input checks, without a browser or models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.actions import ActionItem
+from app.assistant import Answer, Citation, MeetingSummary
+from app.session import Slide
+from app.transcript import Transcript, Turn
+from encoders.errors import InputError
+from ui import render
+from ui.app import check_upload, is_loopback, serve
+from ui.settings import bundled_samples
+
+
+def _transcript() -> Transcript:
+    return Transcript(turns=[
+        Turn("Alice", "Good morning <everyone>.", 0.5, 3.0),
+        Turn("Bob", "The login page is finished.", 3.5, 6.0),
+        Turn("Alice", "Thanks, Bob.", 62.0, 63.0),
+        Turn("Carol", "We spent thirty thousand dollars.", 64.0, 68.0),
+    ])
+
+
+def test_transcript_html_lines_anchor_colour_escape_and_tentative():
+    html = render.transcript_html(_transcript(), tentative="and the pilot")
+    assert html.count('class="mt-line"') == 4
+    for start in (50, 350, 6200, 6400):  # anchors are start times in centiseconds
+        assert f'id="mt-t-{start}"' in html
+    assert "&lt;everyone&gt;" in html and "<everyone>" not in html  # text is escaped
+    assert "01:02" in html  # mm:ss stamps
+    colours = render.speaker_colours(["Alice", "Bob", "Carol"])
+    assert len(set(colours.values())) == 3
+    assert html.count(f'color:{colours["Alice"]}') == 2  # the same speaker keeps the same colour
+    assert html.endswith('<div class="mt-line mt-tentative"><span class="mt-text">and the pilot</span></div></div>')
+
+
+def test_colours_are_stable_as_the_meeting_grows():
+    before = render.speaker_colours(["Alice", "Bob"])
+    after = render.speaker_colours(["Alice", "Bob", "Carol", "Alice"])
+    assert {k: after[k] for k in before} == before
+
+
+def test_empty_transcript_says_how_to_start():
+    html = render.transcript_html(Transcript(turns=[]))
+    assert "mt-empty" in html and "mt-tentative" not in html
+
+
+def test_answer_links_jump_to_the_cited_line():
+    transcript = _transcript()
+    answer = Answer("how much?", "Thirty thousand dollars.", [Citation(3, "Carol", 64.0, "We spent ...")], 1, 0.9)
+    md = render.answer_markdown(answer)
+    assert md == "Thirty thousand dollars.\n\nSources: [01:04 Carol](#mt-t-6400)"
+    assert 'id="mt-t-6400"' in render.transcript_html(transcript)  # the link's target exists
+    untimed = render.answer_markdown(Answer("q", "Yes.", [Citation(1, "Bob", None, "...")], 1, 0.5))
+    assert "(#mt-turn-1)" in untimed
+    assert render.answer_markdown(Answer("q", "", [], 1, 0.0)) == "(no answer)"
+
+
+def test_summary_and_actions_markdown():
+    item = ActionItem("Bob", "finish the payment page", "next Friday", 1, 3.5)
+    summary = MeetingSummary("The team reviewed the website.", action_items=[item])
+    md = render.summary_markdown(summary)
+    assert md.startswith("# Meeting summary") and "## Action items" in md
+    assert "**Bob**: finish the payment page (due next Friday) [00:03]" in md
+    assert render.action_items_markdown([]) == "_No action items yet._"
+
+
+def test_kv_history_frames_with_budget_line():
+    history = render.KVHistory(max_points=3)
+    kv = {"bytes_by_tier": {"l1": 2 * render.MIB, "l2": render.MIB}, "bytes_by_modality": {"audio": 3 * render.MIB},
+          "budget_bytes": 4 * render.MIB, "compression_ratio": 2.5, "prefetch_hit_rate": 0.75, "mode": "fallback",
+          "tokens": 900}
+    assert history.add(1.0, kv)
+    assert not history.add(1.0, kv)  # an unchanged tick adds nothing
+    for t in (2.0, 3.0, 4.0):
+        history.add(t, {**kv, "tokens": int(t)})
+    assert [p.seconds for p in history.points] == [2.0, 3.0, 4.0]  # bounded
+    tiers = history.bytes_frame("bytes_by_tier")
+    assert set(tiers["series"]) == {"l1", "l2", "budget"}
+    assert tiers[tiers.series == "budget"]["MiB"].tolist() == [4.0, 4.0, 4.0]
+    assert history.ratio_frame()["ratio"].tolist() == [2.5, 2.5, 2.5]
+    stats = render.kv_stats_markdown(kv, commit_lag=1.25)
+    assert "**fallback**" in stats and "3.00 MiB of 4.00 MiB" in stats and "75%" in stats and "1.2 s" in stats
+    assert render.kv_stats_markdown({}) == "KV cache: _empty_"
+
+
+def test_slides_become_captioned_thumbnails():
+    thumb = np.zeros((9, 16, 3), np.uint8)
+    items = render.slide_items([Slide(75.0, "Q3  roadmap\nbudget", thumb), Slide(80.0, "no picture", None)])
+    assert len(items) == 1 and items[0][1] == "01:15  Q3 roadmap budget"
+
+
+def test_upload_checks(tmp_path):
+    notes = tmp_path / "notes.ogg"
+    notes.write_text("not audio at all")
+    with pytest.raises(InputError, match="not an audio or video recording"):
+        check_upload(notes, max_mb=10)
+    sample = bundled_samples()["standup"]
+    assert check_upload(sample, max_mb=10) == sample
+    with pytest.raises(InputError, match="limit is 0.01 MB"):
+        check_upload(sample, max_mb=0.01)
+
+
+def test_serving_beyond_loopback_needs_a_flag_and_a_password():
+    assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")
+    assert not is_loopback("0.0.0.0")
+    with pytest.raises(InputError, match="--allow-remote"):
+        serve(runtime=None, host="0.0.0.0", block=False)
+    with pytest.raises(InputError, match="password"):
+        serve(runtime=None, host="0.0.0.0", allow_remote=True, auth=None, block=False)
+
+
+@pytest.mark.filterwarnings("ignore:.*:UserWarning")  # gr.Warning outside a request warns instead
+def test_page_actions_per_tab_without_a_meeting(tmp_path, tiny_llm_dir):
+    """Settings are per tab and checked when applied; actions with nothing to act on give a message."""
+    import gradio as gr
+
+    from app.config import load_settings
+    from app.runtime import Runtime  # loads no model until a session needs one
+    from ui.app import LivePage
+    from ui.settings import UISettings
+
+    runtime = Runtime(load_settings())
+    page = LivePage(runtime, UISettings(export_dir=tmp_path))
+    a, b = gr.Request(session_hash="tab-a"), gr.Request(session_hash="tab-b")
+    assert "apply to the next meeting" in page.apply_settings(str(tiny_llm_dir), 0.5, a)
+    assert page.tab(a).overrides == {"model": str(tiny_llm_dir), "budget_ratio": 0.5}
+    assert page.tab(b).overrides == {}
+    own = page.runtime_for(page.tab(a).overrides)
+    assert own is not runtime and own.settings.kv.budget_ratio == 0.5 and own.settings.llm.model == str(tiny_llm_dir)
+    assert runtime.settings.llm.model != str(tiny_llm_dir)  # the shared runtime is untouched
+    assert page.runtime_for(page.tab(a).overrides) is own and page.runtime_for({}) is runtime
+
+    page.apply_settings(str(tmp_path / "no-such-model"), 0.5, b)
+    assert "no-such-model" in page.tab(b).notice and page.tab(b).overrides == {}
+    assert page.export(b) is None and "start a meeting first" in page.tab(b).notice
+    assert page.ask("   ", [], b) == ("   ", []) and "type a question first" in page.tab(b).notice
+    assert page.start_replay(None, None, 4.0, b)[0].endswith("choose a sample meeting or upload a recording")
+    first, *rest = page.refresh(a)  # the timer shows a new notice once, then has nothing to update
+    assert "settings saved" in first and all(value == gr.skip() for value in rest)
+    assert all(value == gr.skip() for value in page.refresh(a))
+    assert page.refresh_summary(b) == "_No summary yet._"
+
+    page.close_tab(a)
+    assert set(page.tabs) == {"tab-b"}
+    page.close()
+    assert page.tabs == {}

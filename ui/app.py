@@ -1,0 +1,592 @@
+"""The Gradio live meeting page: one MeetingSession per browser tab, refreshed by a timer.
+
+Each tab (Gradio session hash) owns a :class:`Tab`: its current meeting, the replay/microphone
+feed, and the per-tab KV history. Every handler only touches its own tab and turns any failure into a
+message on that tab, so one tab's bad input or broken meeting never reaches another tab or the server.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import socket
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import gradio as gr
+
+from app.transcript import WRITERS, atomic_write
+from encoders.errors import InputError
+from ui import render
+from ui.settings import UISettings, bundled_samples
+
+if TYPE_CHECKING:
+    from app.runtime import Runtime
+    from app.session import MeetingSession, SessionSnapshot
+
+log = logging.getLogger(__name__)
+
+UPLOAD_TYPES = [".wav", ".mp3", ".m4a", ".mp4", ".webm", ".ogg", ".opus", ".flac", ".mkv", ".mov", ".aac"]
+X_TITLE = "seconds since the meeting started"
+TAB_OUTPUTS = 9  # status, transcript, tier plot, modality plot, ratio plot, kv stats, slides, actions, summary
+
+CSS = """
+.mt-transcript { max-height: 460px; overflow-y: auto; font-size: 0.95rem; line-height: 1.45; }
+.mt-line { padding: 2px 4px; border-radius: 4px; }
+.mt-time { color: #777; font-family: monospace; margin-right: 4px; }
+.mt-speaker { font-weight: 600; margin-right: 4px; }
+.mt-tentative { color: #999; font-style: italic; }
+.mt-flash { background: #fff3b0; transition: background 0.3s; }
+.mt-empty { color: #888; }
+#mt-summary h1 { font-size: 1.2rem; margin: 0.2em 0; }
+#mt-summary h2 { font-size: 1.05rem; margin: 0.4em 0 0.2em; }
+"""
+
+# The transcript follows the newest line while the meeting runs. A citation link (#mt-t-<centiseconds>)
+# scrolls it to the line spoken at that time instead (the line with that id, else the last line starting
+# before it: turns can be re-split as later words arrive) and holds it there for a while, across re-renders.
+HEAD = """
+<script>
+(function () {
+  var focus = null;  // {anchor, until}: a cited line to keep in view
+  function lineFor(anchor) {
+    var target = document.getElementById(anchor);
+    if (target || anchor.indexOf('mt-t-') !== 0) return target;
+    var t = parseInt(anchor.slice(5), 10) / 100;
+    document.querySelectorAll('.mt-line[data-start]').forEach(function (line) {
+      var start = parseFloat(line.getAttribute('data-start'));
+      if (!isNaN(start) && start <= t + 0.01) target = line;
+    });
+    return target;
+  }
+  function show(anchor) {
+    var target = lineFor(anchor);
+    if (!target) return;
+    var box = target.closest('.mt-transcript');
+    if (box) box.scrollTop = target.offsetTop - box.offsetTop - box.clientHeight / 2;
+    target.scrollIntoView({block: 'nearest'});
+    target.classList.add('mt-flash');
+  }
+  function follow() {
+    if (focus && Date.now() < focus.until) { show(focus.anchor); return; }
+    focus = null;
+    document.querySelectorAll('.mt-flash').forEach(function (line) { line.classList.remove('mt-flash'); });
+    var box = document.querySelector('.mt-transcript');
+    if (box) box.scrollTop = box.scrollHeight;
+  }
+  document.addEventListener('click', function (event) {
+    var link = event.target.closest ? event.target.closest('a[href*="#mt-t-"], a[href*="#mt-turn-"]') : null;
+    if (!link) return;
+    event.preventDefault(); event.stopPropagation();
+    document.querySelectorAll('.mt-flash').forEach(function (line) { line.classList.remove('mt-flash'); });
+    focus = {anchor: link.getAttribute('href').split('#')[1], until: Date.now() + 20000};
+    show(focus.anchor);
+  }, true);
+  var pending = false;
+  new MutationObserver(function (changes) {
+    if (pending) return;
+    var ours = changes.some(function (c) { return c.target.closest && c.target.closest('#mt-transcript'); });
+    if (!ours) return;
+    pending = true;
+    requestAnimationFrame(function () { pending = false; follow(); });
+  }).observe(document.documentElement, {childList: true, subtree: true});
+})();
+</script>
+"""
+
+
+@dataclass
+class Tab:
+    """What one browser tab is watching."""
+
+    history_points: int
+    session: MeetingSession | None = None
+    runtime: Runtime | None = None
+    source: str = ""
+    stop: threading.Event = field(default_factory=threading.Event)
+    feeder: threading.Thread | None = None
+    history: render.KVHistory = field(init=False)
+    last_version: int = -1
+    notice: str | None = None
+    shown_notice: str | None = None
+    summary_md: str = "_No summary yet._"
+    summary_version: int = 0
+    shown_summary: int = -1
+    summary_at: float = 0.0
+    summary_busy: threading.Lock = field(default_factory=threading.Lock)
+    started: float = 0.0  # time.monotonic() when the current session began (the dashboard's x axis)
+    overrides: dict = field(default_factory=dict)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+    def __post_init__(self) -> None:
+        self.history = render.KVHistory(self.history_points)
+
+    def reset_views(self) -> None:
+        self.history = render.KVHistory(self.history_points)
+        self.last_version = -1
+        self.notice = self.shown_notice = None
+        self.summary_md, self.summary_version, self.shown_summary, self.summary_at = "_No summary yet._", 0, -1, 0.0
+
+    def end(self) -> None:
+        """Stop the feed and close the session (the runtime forgets it)."""
+        with self.lock:
+            self.stop.set()
+            if self.feeder is not None:
+                self.feeder.join(timeout=10)
+            if self.session is not None and self.runtime is not None:
+                try:
+                    self.runtime.close_session(self.session.session_id)
+                except KeyError:
+                    pass
+            self.session, self.feeder, self.stop = None, None, threading.Event()
+
+
+def check_upload(path: str | Path, max_mb: float) -> Path:
+    """A recording we can decode, under the size limit; else InputError with a message for the page."""
+    import av
+
+    path = Path(path)
+    size_mb = path.stat().st_size / 1e6
+    if size_mb > max_mb:
+        raise InputError(f"{path.name} is {size_mb:.1f} MB; the limit is {max_mb:g} MB")
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.audio:
+                raise InputError(f"{path.name} has no audio track")
+    except InputError:
+        raise
+    except Exception as exc:  # av raises many kinds for non-media input
+        raise InputError(f"{path.name} is not an audio or video recording ({type(exc).__name__})") from exc
+    return path
+
+
+class LivePage:
+    """The page's behaviour, independent of the widgets: one method per user action."""
+
+    def __init__(self, runtime: Runtime, ui_settings: UISettings | None = None) -> None:
+        self.runtime = runtime
+        self.ui = ui_settings or UISettings()
+        self.samples = bundled_samples()
+        self.tabs: dict[str, Tab] = {}
+        self._extra_runtimes: dict[tuple, Runtime] = {}
+        self._lock = threading.Lock()
+        self.export_root = Path(self.ui.export_dir or tempfile.mkdtemp(prefix="minutia-ui-"))
+
+    # ------------------------------------------------------------------ tabs and sessions
+    def tab(self, request: gr.Request) -> Tab:
+        key = request.session_hash or "default"
+        with self._lock:
+            if key not in self.tabs:
+                self.tabs[key] = Tab(self.ui.kv_history_points)
+            return self.tabs[key]
+
+    def close_tab(self, request: gr.Request) -> None:
+        """The tab went away (closed, reloaded, disconnected): stop its feed and close its session."""
+        with self._lock:
+            tab = self.tabs.pop(request.session_hash or "default", None)
+        if tab is not None:
+            tab.end()
+
+    def runtime_for(self, overrides: dict) -> Runtime:
+        """The shared runtime, or one built for this tab's settings (a different model or KV budget)."""
+        base = self.runtime.settings
+        model = overrides.get("model") or base.llm.model
+        ratio = overrides.get("budget_ratio") or base.kv.budget_ratio
+        if model == base.llm.model and ratio == base.kv.budget_ratio:
+            return self.runtime
+        key = (model, ratio)
+        with self._lock:
+            if key not in self._extra_runtimes:
+                from app.runtime import Runtime
+
+                settings = base.model_copy(update={
+                    "llm": base.llm.model_copy(update={"model": model}),
+                    "kv": base.kv.model_copy(update={"budget_ratio": ratio}),
+                })
+                self._extra_runtimes[key] = Runtime(settings)
+            return self._extra_runtimes[key]
+
+    def _begin(self, tab: Tab, source: str) -> MeetingSession:
+        tab.end()
+        tab.reset_views()
+        runtime = self.runtime_for(tab.overrides)
+        tab.session, tab.runtime, tab.source = runtime.new_session(source=source), runtime, source
+        tab.started = time.monotonic()
+        return tab.session
+
+    def close(self) -> None:
+        for key in list(self.tabs):
+            self.tabs.pop(key).end()
+        for runtime in self._extra_runtimes.values():
+            runtime.close()
+        self._extra_runtimes.clear()
+
+    # ------------------------------------------------------------------ actions
+    def start_replay(self, sample: str | None, upload: str | None, speed: float, request: gr.Request) -> tuple:
+        """Replay the chosen sample (or the uploaded recording) into a new session, paced at ``speed``."""
+        tab = self.tab(request)
+        try:
+            if upload:
+                path, name = check_upload(upload, self.ui.max_upload_mb), Path(upload).name
+            elif sample in self.samples:
+                path, name = self.samples[sample], sample
+            else:
+                raise InputError("choose a sample meeting or upload a recording")
+            with tab.lock:
+                session = self._begin(tab, source=f"replay:{name}")
+                stop = tab.stop
+                tab.feeder = threading.Thread(
+                    target=self._replay, args=(tab, session, path, float(speed), stop), name=f"replay-{session.session_id}", daemon=True
+                )
+                tab.feeder.start()
+                tab.notice = f"replaying {name} at {float(speed):g}x"
+        except Exception as exc:
+            return self._fail(tab, exc), []
+        return render.status_line(tab.session.snapshot(), tab.notice), []
+
+    @staticmethod
+    def _replay(tab: Tab, session: MeetingSession, path: Path, speed: float, stop: threading.Event) -> None:
+        from app.session import replay
+
+        try:
+            replay(session, path, speed=speed, stop=stop, finish=False)
+            if not stop.is_set():  # a replaced or closed meeting is not worth finishing
+                session.finish()
+        except Exception as exc:  # shown on this tab only
+            log.exception("replay of %s failed", path)
+            tab.notice = f"⚠️ replay failed: {exc}"
+
+    def _live(self, tab: Tab, restart_finished: bool) -> MeetingSession | None:
+        """The tab's live (microphone/webcam) meeting, started on first use; a finished one is
+        restarted only when asked (the microphone starting again), else None."""
+        if tab.session is None or tab.source != "live":
+            self._begin(tab, source="live")
+            tab.notice = "live: streaming from this browser"
+        elif tab.session.state in ("finished", "error"):
+            if not restart_finished:
+                return None
+            self._begin(tab, source="live")
+            tab.notice = "live: streaming from this browser"
+        return tab.session
+
+    def feed_microphone(self, chunk: tuple | None, request: gr.Request) -> None:
+        """One streamed microphone chunk (rate, samples) into the tab's live meeting."""
+        if chunk is None:
+            return
+        tab = self.tab(request)
+        try:
+            rate, samples = chunk
+            with tab.lock:
+                self._live(tab, restart_finished=True).feed_audio(samples, int(rate))
+        except Exception as exc:
+            self._fail(tab, exc)
+
+    def stop_microphone(self, request: gr.Request) -> str:
+        """Recording stopped: commit what was heard; the meeting stays on the page."""
+        tab = self.tab(request)
+        if tab.session is not None and tab.source == "live":
+            threading.Thread(target=self._finish, args=(tab, tab.session), daemon=True).start()
+            tab.notice = "microphone stopped: finishing the transcript"
+        return render.status_line(tab.session.snapshot() if tab.session else None, tab.notice)
+
+    @staticmethod
+    def _finish(tab: Tab, session: MeetingSession) -> None:
+        try:
+            session.finish()
+        except Exception as exc:
+            tab.notice = f"⚠️ {exc}"
+
+    def feed_webcam(self, frame: Any, request: gr.Request) -> None:
+        """One webcam frame into the tab's live meeting, at the time since that meeting started."""
+        if frame is None:
+            return
+        tab = self.tab(request)
+        try:
+            with tab.lock:
+                session = self._live(tab, restart_finished=False)
+                if session is not None:
+                    session.feed_video(frame, time.monotonic() - tab.started)
+        except Exception as exc:
+            self._fail(tab, exc)
+
+    def refresh(self, request: gr.Request) -> tuple:
+        """Timer tick: re-render what changed since the last tick (gr.skip() for the rest)."""
+        tab = self.tab(request)
+        session = tab.session
+        if session is None:
+            if tab.notice != tab.shown_notice:
+                tab.shown_notice = tab.notice
+                return (render.status_line(None, tab.notice),) + (gr.skip(),) * (TAB_OUTPUTS - 1)
+            return (gr.skip(),) * TAB_OUTPUTS
+        try:
+            snapshot = session.snapshot()
+        except Exception as exc:
+            return (self._fail(tab, exc),) + (gr.skip(),) * (TAB_OUTPUTS - 1)
+        self._maybe_summarize(tab, snapshot)
+        changed = snapshot.version != tab.last_version or tab.notice != tab.shown_notice
+        summary = tab.summary_md if tab.summary_version != tab.shown_summary else gr.skip()
+        tab.shown_summary = tab.summary_version
+        if not changed:
+            return (gr.skip(),) * (TAB_OUTPUTS - 1) + (summary,)
+        tab.last_version, tab.shown_notice = snapshot.version, tab.notice
+        tab.history.add(round(time.monotonic() - tab.started, 1), snapshot.kv)
+        try:
+            actions = render.action_items_markdown(session.action_items())
+        except Exception as exc:
+            actions = f"_action items unavailable: {exc}_"
+        return (
+            render.status_line(snapshot, tab.notice),
+            render.transcript_html(snapshot.transcript, snapshot.tentative),
+            tab.history.bytes_frame("bytes_by_tier"),
+            tab.history.bytes_frame("bytes_by_modality"),
+            tab.history.ratio_frame(),
+            render.kv_stats_markdown(snapshot.kv, snapshot.commit_lag),
+            render.slide_items(snapshot.slides),
+            actions,
+            summary,
+        )
+
+    def _maybe_summarize(self, tab: Tab, snapshot: SessionSnapshot) -> None:
+        every = self.ui.summary_every_s
+        if every is None or not snapshot.transcript.turns:
+            return
+        due = snapshot.stream_seconds - tab.summary_at >= every
+        final = snapshot.state == "finished" and tab.summary_at < snapshot.stream_seconds
+        if (due or final) and not tab.summary_busy.locked():
+            tab.summary_at = snapshot.stream_seconds
+            threading.Thread(target=self._summarize, args=(tab, tab.session), daemon=True).start()
+
+    @staticmethod
+    def _summarize(tab: Tab, session: MeetingSession) -> None:
+        if not tab.summary_busy.acquire(blocking=False):
+            return
+        try:
+            tab.summary_md = render.summary_markdown(session.summary())
+        except Exception as exc:
+            tab.summary_md = f"_summary failed: {exc}_"
+        finally:
+            tab.summary_version += 1
+            tab.summary_busy.release()
+
+    def refresh_summary(self, request: gr.Request) -> str:
+        tab = self.tab(request)
+        if tab.session is None:
+            gr.Warning("Start a meeting first.")
+            return tab.summary_md
+        if tab.session.snapshot().stream_seconds:
+            tab.summary_at = tab.session.snapshot().stream_seconds
+        self._summarize(tab, tab.session)
+        tab.shown_summary = tab.summary_version
+        return tab.summary_md
+
+    def ask(self, question: str, chat: list, request: gr.Request) -> tuple[str, list]:
+        """Answer from the meeting so far; citations link to the transcript lines."""
+        tab = self.tab(request)
+        chat = list(chat or [])
+        try:
+            if not (question or "").strip():
+                raise InputError("type a question first")
+            if tab.session is None:
+                raise InputError("start a meeting first (replay the sample, upload a recording or use the microphone)")
+            answer = tab.session.ask(question.strip())
+        except Exception as exc:
+            self._fail(tab, exc)
+            return question, chat
+        chat += [
+            {"role": "user", "content": question.strip()},
+            {"role": "assistant", "content": render.answer_markdown(answer)},
+        ]
+        return "", chat
+
+    def export(self, request: gr.Request) -> list[str] | None:
+        """Transcript as Markdown, JSON, SRT and VTT, plus the summary as Markdown, as downloadable files."""
+        tab = self.tab(request)
+        try:
+            if tab.session is None:
+                raise InputError("nothing to export yet: start a meeting first")
+            transcript = tab.session.transcript()
+            folder = self.export_root / tab.session.session_id
+            paths = [atomic_write(folder / f"transcript.{fmt}", writer(transcript)) for fmt, writer in WRITERS.items()]
+            paths.append(atomic_write(folder / "summary.md", tab.summary_md + "\n"))
+        except Exception as exc:
+            self._fail(tab, exc)
+            return None
+        return [str(p) for p in paths]
+
+    def apply_settings(self, model: str, budget_ratio: float, request: gr.Request) -> str:
+        """Model and KV budget for this tab's next meeting; a model that cannot be found is refused now."""
+        from app.models import EMBEDDED_LLM, resolve_model
+
+        tab = self.tab(request)
+        model = (model or "").strip() or self.runtime.settings.llm.model
+        try:
+            resolve_model(model, self.runtime.settings.home, "LLM", EMBEDDED_LLM, "config.json")
+            if not 0 < float(budget_ratio) <= 1:
+                raise InputError(f"the KV budget must be in (0, 1], got {budget_ratio}")
+        except Exception as exc:
+            return self._fail(tab, exc)
+        tab.overrides = {"model": model, "budget_ratio": float(budget_ratio)}
+        tab.notice = f"settings saved (LLM {model}, KV budget {float(budget_ratio):g}): they apply to the next meeting you start"
+        return render.status_line(tab.session.snapshot() if tab.session else None, tab.notice)
+
+    @staticmethod
+    def _fail(tab: Tab, exc: Exception) -> str:
+        """A clear message on this tab (toast + status line); unexpected errors are logged too."""
+        if not isinstance(exc, InputError):
+            log.exception("ui action failed")
+        message = str(exc) or type(exc).__name__
+        tab.notice = f"⚠️ {message}"
+        gr.Warning(message)
+        return render.status_line(tab.session.snapshot() if tab.session else None, tab.notice)
+
+
+def build_page(runtime: Runtime, ui_settings: UISettings | None = None) -> gr.Blocks:
+    """The live meeting page for ``runtime``; ``page.live`` is the :class:`LivePage` behind it."""
+    page = LivePage(runtime, ui_settings)
+    ui = page.ui
+    settings = runtime.settings
+    samples = list(page.samples)
+    with gr.Blocks(title="minutia — live meeting", analytics_enabled=False) as demo:
+        gr.Markdown("# minutia — live meeting")
+        status = gr.Markdown(render.status_line(None), elem_id="mt-status")
+        with gr.Row():
+            with gr.Column(scale=3):
+                with gr.Tab("Recording"):
+                    with gr.Row():
+                        sample = gr.Dropdown(samples, value=samples[0] if samples else None, label="Sample meeting", elem_id="mt-sample")
+                        speed = gr.Slider(0, 16, value=ui.replay_speed, step=0.5, label="Replay speed (x real time; 0 = fastest)", elem_id="mt-speed")
+                    upload = gr.File(label=f"…or upload a recording (≤ {ui.max_upload_mb:g} MB)", type="filepath", elem_id="mt-upload")
+                    replay_button = gr.Button("Replay live", variant="primary", elem_id="mt-replay")
+                with gr.Tab("Microphone / webcam"):
+                    mic = gr.Audio(sources=["microphone"], streaming=True, label="Microphone", elem_id="mt-mic")
+                    cam = gr.Image(sources=["webcam"], streaming=True, label="Webcam (slides)", elem_id="mt-cam",
+                                   webcam_options=gr.WebcamOptions(mirror=False))  # slide text must not come out mirrored
+                gr.Markdown("### Live transcript")
+                transcript = gr.HTML(render.transcript_html(_empty_transcript()), elem_id="mt-transcript")
+                slides = gr.Gallery(label="Slides", columns=6, height=160, object_fit="contain", elem_id="mt-slides")
+            with gr.Column(scale=2):
+                chat = gr.Chatbot(label="Ask about the meeting", height=320, elem_id="mt-chat")
+                with gr.Row():
+                    question = gr.Textbox(placeholder="e.g. What is the budget for the pilot?", show_label=False, scale=4, elem_id="mt-question")
+                    ask_button = gr.Button("Ask", scale=1, elem_id="mt-ask")
+                with gr.Accordion("Summary and action items", open=True):
+                    summary = gr.Markdown("_No summary yet._", elem_id="mt-summary")
+                    summary_button = gr.Button("Refresh summary", size="sm", elem_id="mt-summary-refresh")
+                    actions = gr.Markdown("_No action items yet._", elem_id="mt-actions")
+                with gr.Accordion("Export", open=True):
+                    export_button = gr.Button("Export transcript + summary", size="sm", elem_id="mt-export")
+                    files = gr.File(label="Files (Markdown, JSON, SRT, VTT; summary.md)", file_count="multiple", interactive=False, elem_id="mt-files")
+        gr.Markdown("### KV cache")
+        kv_stats = gr.Markdown(render.kv_stats_markdown({}), elem_id="mt-kv-stats")
+        with gr.Row():
+            tier_plot = gr.LinePlot(x="t", y="MiB", color="series", title="Bytes per tier vs budget", x_title=X_TITLE, elem_id="mt-plot-tier")
+            modality_plot = gr.LinePlot(x="t", y="MiB", color="series", title="Bytes per modality vs budget", x_title=X_TITLE, elem_id="mt-plot-modality")
+            ratio_plot = gr.LinePlot(x="t", y="ratio", title="Compression ratio", x_title=X_TITLE, elem_id="mt-plot-ratio")
+        with gr.Accordion("Settings (apply to the next meeting you start)", open=False):
+            model = gr.Textbox(value=settings.llm.model, label="LLM (embedded name or local HF folder)", elem_id="mt-model")
+            budget = gr.Slider(0.05, 1.0, value=settings.kv.budget_ratio, step=0.05, label="KV budget (share of the full cache)", elem_id="mt-budget")
+            apply_button = gr.Button("Apply", size="sm", elem_id="mt-apply")
+
+        timer = gr.Timer(ui.poll_seconds)
+        tab_outputs = [status, transcript, tier_plot, modality_plot, ratio_plot, kv_stats, slides, actions, summary]
+        timer.tick(page.refresh, outputs=tab_outputs, show_progress="hidden", concurrency_limit=None)
+        replay_button.click(page.start_replay, inputs=[sample, upload, speed], outputs=[status, chat], concurrency_limit=None)
+        ask_button.click(page.ask, inputs=[question, chat], outputs=[question, chat], concurrency_limit=None)
+        question.submit(page.ask, inputs=[question, chat], outputs=[question, chat], concurrency_limit=None)
+        summary_button.click(page.refresh_summary, outputs=[summary], concurrency_limit=None)
+        export_button.click(page.export, outputs=[files], concurrency_limit=None)
+        apply_button.click(page.apply_settings, inputs=[model, budget], outputs=[status], concurrency_limit=None)
+        mic.stream(page.feed_microphone, inputs=[mic], outputs=None, stream_every=0.5, concurrency_limit=None)
+        mic.stop_recording(page.stop_microphone, outputs=[status], concurrency_limit=None)
+        cam.stream(page.feed_webcam, inputs=[cam], outputs=None, stream_every=1.0, concurrency_limit=None)
+        demo.unload(page.close_tab)
+    demo.live = page  # type: ignore[attr-defined]
+    return demo
+
+
+def _empty_transcript():
+    from app.transcript import Transcript
+
+    return Transcript(turns=[])
+
+
+# ---------------------------------------------------------------------------------------------- serving
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+def check_bind(host: str, allow_remote: bool, auth: tuple[str, str] | None) -> None:
+    """Only loopback unless remote access is asked for explicitly, and then only behind a password."""
+    if is_loopback(host):
+        return
+    if not allow_remote:
+        raise InputError(f"refusing to listen on {host}: only loopback is served unless remote access is asked for explicitly (--allow-remote)")
+    if not auth or not auth[1]:
+        raise InputError(f"refusing to listen on {host} without a password: give --share-password")
+
+
+@dataclass
+class Server:
+    """A running page: its address, the Blocks, and how to stop it."""
+
+    url: str
+    demo: gr.Blocks
+
+    @property
+    def page(self) -> LivePage:
+        return self.demo.live  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        self.page.close()
+        self.demo.close()
+
+
+def serve(
+    runtime: Runtime | None = None,
+    host: str = "127.0.0.1",
+    port: int = 7860,
+    auth: tuple[str, str] | None = None,
+    allow_remote: bool = False,
+    ui_settings: UISettings | None = None,
+    block: bool = True,
+) -> Server:
+    """Serve the page. Loopback by default; any other interface needs ``allow_remote`` and ``auth``."""
+    check_bind(host, allow_remote, auth)
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    if runtime is None:
+        from app.config import load_settings
+        from app.runtime import Runtime
+
+        runtime = Runtime(load_settings())
+    ui_settings = ui_settings or UISettings()
+    demo = build_page(runtime, ui_settings)
+    demo.queue(default_concurrency_limit=None)
+    _, url, _ = demo.launch(
+        server_name=host, server_port=port, auth=auth, prevent_thread_lock=True, quiet=True, ssr_mode=False,
+        share=False, max_file_size=f"{ui_settings.max_upload_mb:g}mb", footer_links=[], css=CSS, head=HEAD,
+    )
+    server = Server(url=url or f"http://{host}:{port}/", demo=demo)
+    if block:
+        try:
+            demo.block_thread()
+        finally:
+            server.close()
+    return server

@@ -1,0 +1,173 @@
+"""Pure rendering: session state -> HTML, Markdown, plot tables and gallery items.
+
+No Gradio here, so every view of the page is unit-testable without a browser. Inputs are duck-typed
+on ``app.session.SessionSnapshot`` (transcript, tentative, slides, kv, state, ...).
+"""
+
+from __future__ import annotations
+
+import html
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import pandas as pd
+
+from app.transcript import Transcript, format_time
+
+# Okabe-Ito + extras: distinguishable for colour-blind readers, readable on white.
+SPEAKER_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#8B4513", "#6A3D9A")
+LINE_PREFIX = "mt-t-"  # a line's anchor: its start in centiseconds, stable while later words arrive
+MIB = 1024 * 1024
+
+
+def speaker_colours(speakers: Iterable[str]) -> dict[str, str]:
+    """Colour by order of first appearance, so a speaker keeps their colour as the meeting grows."""
+    colours: dict[str, str] = {}
+    for name in speakers:
+        if name not in colours:
+            colours[name] = SPEAKER_COLOURS[len(colours) % len(SPEAKER_COLOURS)]
+    return colours
+
+
+def transcript_html(transcript: Transcript, tentative: str = "") -> str:
+    """Committed turns (time, coloured speaker, text; each line an anchor) and the greyed tentative tail."""
+    colours = speaker_colours(transcript.speakers)
+    lines = []
+    for index, turn in enumerate(transcript.turns):
+        start = "" if turn.start is None else f"{turn.start:.2f}"
+        lines.append(
+            f'<div class="mt-line" id="{line_anchor(turn.start, index)}" data-start="{start}">'
+            f'<span class="mt-time">{format_time(turn.start)}</span> '
+            f'<span class="mt-speaker" style="color:{colours[turn.speaker]}">{html.escape(turn.speaker)}</span> '
+            f'<span class="mt-text">{html.escape(turn.text)}</span></div>'
+        )
+    if tentative.strip():
+        lines.append(f'<div class="mt-line mt-tentative"><span class="mt-text">{html.escape(tentative.strip())}</span></div>')
+    if not lines:
+        lines.append('<div class="mt-empty">No transcript yet: replay the sample, upload a recording or start the microphone.</div>')
+    return '<div class="mt-transcript">' + "".join(lines) + "</div>"
+
+
+def line_anchor(start: float | None, index: int) -> str:
+    """The id of a transcript line; the page's script also resolves a time to the line spoken then."""
+    return f"{LINE_PREFIX}{round(start * 100)}" if start is not None else f"mt-turn-{index}"
+
+
+def answer_markdown(answer: Any) -> str:
+    """An answer with its citations as links that scroll the transcript to the cited time."""
+    links = []
+    for citation in answer.citations:
+        label = citation.label.strip("[]")
+        links.append(f"[{label} {citation.speaker}](#{line_anchor(citation.start, citation.turn_index)})")
+    text = answer.text.strip() or "(no answer)"
+    return text + ("\n\nSources: " + " · ".join(links) if links else "")
+
+
+def action_items_markdown(items: Sequence[Any]) -> str:
+    if not items:
+        return "_No action items yet._"
+    rows = []
+    for item in items:
+        due = f" (due {item.due})" if item.due else ""
+        when = f" [{format_time(item.start)}]" if item.start is not None else ""
+        rows.append(f"- **{item.owner}**: {item.task}{due}{when}")
+    return "\n".join(rows)
+
+
+def summary_markdown(summary: Any) -> str:
+    """A MeetingSummary as the Markdown that is both shown and exported."""
+    parts = ["# Meeting summary", "", summary.summary.strip() or "_(empty)_", ""]
+    if summary.decisions:
+        parts += ["## Decisions", ""] + [f"- {d.text} ({d.speaker}, {format_time(d.start)})" for d in summary.decisions] + [""]
+    if summary.action_items:
+        parts += ["## Action items", "", action_items_markdown(summary.action_items), ""]
+    if getattr(summary, "key_facts", None):
+        parts += ["## Key facts", ""] + [f"- {_fact_text(f)}" for f in summary.key_facts] + [""]
+    return "\n".join(parts)
+
+
+def _fact_text(fact: Any) -> str:
+    text = getattr(fact, "text", None) or str(fact)
+    start = getattr(fact, "start", None)
+    return f"{text} [{format_time(start)}]" if start is not None else text
+
+
+def slide_items(slides: Sequence[Any]) -> list[tuple[Any, str]]:
+    """Gallery items: (thumbnail, "mm:ss  OCR text"); slides without a thumbnail are skipped."""
+    items = []
+    for slide in slides:
+        if slide.thumbnail is None:
+            continue
+        text = " ".join(slide.text.split())
+        items.append((slide.thumbnail, f"{format_time(slide.time)}  {text[:120]}".strip()))
+    return items
+
+
+@dataclass(frozen=True)
+class KVPoint:
+    seconds: float
+    kv: dict
+
+
+class KVHistory:
+    """A bounded per-tab history of snapshot.kv: one point per refresh that changed something."""
+
+    def __init__(self, max_points: int = 600) -> None:
+        self.points: deque[KVPoint] = deque(maxlen=max_points)
+
+    def add(self, seconds: float, kv: dict) -> bool:
+        if not kv or (self.points and self.points[-1].seconds == seconds and self.points[-1].kv == kv):
+            return False
+        self.points.append(KVPoint(seconds, dict(kv)))
+        return True
+
+    def bytes_frame(self, key: str) -> pd.DataFrame:
+        """Long table (t, MiB, series) of ``kv[key]`` (bytes_by_tier / bytes_by_modality) plus the budget line."""
+        rows = []
+        for point in self.points:
+            for name, value in (point.kv.get(key) or {}).items():
+                rows.append((point.seconds, value / MIB, str(name)))
+            if point.kv.get("budget_bytes"):
+                rows.append((point.seconds, point.kv["budget_bytes"] / MIB, "budget"))
+        return pd.DataFrame(rows, columns=["t", "MiB", "series"])
+
+    def ratio_frame(self) -> pd.DataFrame:
+        rows = [(p.seconds, float(p.kv["compression_ratio"])) for p in self.points if p.kv.get("compression_ratio")]
+        return pd.DataFrame(rows, columns=["t", "ratio"])
+
+
+def kv_stats_markdown(kv: dict, commit_lag: float | None = None) -> str:
+    """The current KV figures as one line: mode, tokens, bytes vs budget, compression, prefetch hits."""
+    if not kv:
+        return "KV cache: _empty_"
+    mode = kv.get("mode", "normal")
+    badge = "**fallback** (L1/L2 only)" if mode == "fallback" else "**normal**"
+    used = sum((kv.get("bytes_by_tier") or {}).values()) / MIB
+    budget = (kv.get("budget_bytes") or 0) / MIB
+    hit = kv.get("prefetch_hit_rate")
+    parts = [
+        f"Mode: {badge}",
+        f"tokens: {kv.get('tokens', 0)}",
+        f"KV: {used:.2f} MiB of {budget:.2f} MiB budget" if budget else f"KV: {used:.2f} MiB",
+        f"compression: {kv.get('compression_ratio', 1.0):.2f}x",
+        f"prefetch hit rate: {hit:.0%}" if hit is not None else "prefetch hit rate: n/a",
+    ]
+    if commit_lag is not None:
+        parts.append(f"commit lag: {commit_lag:.1f} s")
+    return " · ".join(parts)
+
+
+def status_line(snapshot: Any, notice: str | None = None) -> str:
+    """One line on top of the page: state, stream time, and an error or notice when there is one."""
+    state = snapshot.state if snapshot is not None else "idle"
+    text = f"**{state}**"
+    if snapshot is not None:
+        text += f" · {format_time(snapshot.stream_seconds)} received · {len(snapshot.transcript.turns)} turns"
+        if snapshot.error:
+            text += f" · ⚠️ error: {snapshot.error}"
+        elif snapshot.state == "finished" and not snapshot.transcript.turns:
+            text += " · ⚠️ no speech found in this recording"
+    if notice:
+        text += f" · {notice}"
+    return text
