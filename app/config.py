@@ -55,6 +55,10 @@ class ASRSettings(BaseModel):
     beam_size: int = 5
     vad_filter: bool = True
     cpu_threads: int = 0
+    stream_min_chunk_seconds: float = Field(
+        1.0, gt=0, description="live: new audio before the next decode (0.5 commits faster but keeps 2 cores busy)"
+    )
+    stream_beam_size: int = Field(1, ge=1, description="live: beam of the streaming decodes (agreement filters noise)")
 
 
 class DiarizationSettings(BaseModel):

@@ -266,7 +266,8 @@ class MeetingSession:
         asr_settings = self.settings.asr
         asr = StreamingTranscriber(
             self.runtime.transcriber,
-            StreamingOptions(language=asr_settings.language, beam_size=asr_settings.beam_size),
+            StreamingOptions(language=asr_settings.language, beam_size=asr_settings.stream_beam_size,
+                             min_chunk_seconds=asr_settings.stream_min_chunk_seconds),
         )
         diarization = self.settings.diarization
         diarizer = make_online_diarizer(diarization.backend, diarization.model)
