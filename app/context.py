@@ -8,11 +8,13 @@ back afterwards: the cache holds the meeting and nothing else (seed 11; DESIGN "
 
 from __future__ import annotations
 
+import copy
 import math
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -169,8 +171,6 @@ class MeetingContext:
         """One forward of ``ids`` after the cache; ``marks``: (start, end, modality, flags) per line."""
         if not ids:
             return
-        start = self.tokens
-        positions = torch.arange(start, start + len(ids))
         # Everything that touches the cache runs in inference mode: tensors the model created there
         # cannot be updated in place outside it.
         with self.engine.lock, torch.inference_mode():
@@ -179,14 +179,20 @@ class MeetingContext:
                     self.cache.mark_modality((begin, end), modality)
                     if flags:
                         self.cache.annotate(list(range(begin, min(begin + 4, end))), flags)
-            self.engine.model(
-                input_ids=torch.tensor([ids]),
-                past_key_values=self.cache,
-                use_cache=True,
-                cache_position=positions,
-                logits_to_keep=1,
-            )
+            self._forward(ids)
         self.tokens += len(ids)
+
+    def _forward(self, ids: list[int]) -> torch.Tensor:
+        """Run ``ids`` after the cache's tokens (caller holds the engine lock, in inference mode);
+        returns the last position's logits. ``self.tokens`` is advanced by the caller."""
+        out = self.engine.model(
+            input_ids=torch.tensor([ids]),
+            past_key_values=self.cache,
+            use_cache=True,
+            cache_position=torch.arange(self.tokens, self.tokens + len(ids)),
+            logits_to_keep=1,
+        )
+        return out.logits[0, -1]
 
     # ------------------------------------------------------------------ asking
     def generate(
@@ -221,33 +227,33 @@ class MeetingContext:
         ids = self._encode(suffix)
         with self._lock:
             self.flush()
-            with torch.inference_mode():
-                checkpoint = self.cache.checkpoint()
-                try:
-                    with self.engine.lock:
-                        out = self.engine.model(
-                            input_ids=torch.tensor([ids]), past_key_values=self.cache, use_cache=True,
-                            cache_position=torch.arange(self.tokens, self.tokens + len(ids)), logits_to_keep=1,
-                        )
-                    return out.logits[0, -1].float().clone()
-                finally:
-                    self.cache.rollback(checkpoint)
+            with self._rolled_back(), self.engine.lock, torch.inference_mode():
+                return self._forward(ids).float().clone()
 
-    def _generate_locked(self, ids: list[int], max_new_tokens: int, stop: tuple[str, ...], started: float) -> Generation:
-        if self.tokens + len(ids) + max_new_tokens > self.max_positions:
-            raise InputError(f"the meeting fills the model's context ({self.tokens} of {self.max_positions} tokens)")
+    @contextmanager
+    def _rolled_back(self) -> Iterator[None]:
+        """Whatever is added to the cache inside leaves it afterwards (a question, an answer)."""
         with torch.inference_mode():
-            checkpoint = self.cache.checkpoint() if hasattr(self.cache, "checkpoint") else None
+            if hasattr(self.cache, "checkpoint"):
+                checkpoint, saved = self.cache.checkpoint(), None
+            else:  # DynamicCache: its sliding-window layers cannot be cropped, so keep a copy
+                checkpoint, saved = None, copy.deepcopy(self.cache)
         before = self.tokens
         try:
-            return self._decode(ids, max_new_tokens, stop, started)
+            yield
         finally:
             with torch.inference_mode():
                 if checkpoint is not None:
                     self.cache.rollback(checkpoint)
-                else:  # DynamicCache
-                    self.cache.crop(before)
+                else:
+                    self.cache = saved
             self.tokens = before
+
+    def _generate_locked(self, ids: list[int], max_new_tokens: int, stop: tuple[str, ...], started: float) -> Generation:
+        if self.tokens + len(ids) + max_new_tokens > self.max_positions:
+            raise InputError(f"the meeting fills the model's context ({self.tokens} of {self.max_positions} tokens)")
+        with self._rolled_back():
+            return self._decode(ids, max_new_tokens, stop, started)
 
     def _decode(self, ids: list[int], max_new: int, stop: tuple[str, ...], started: float) -> Generation:
         tokenizer = self.engine.tokenizer
@@ -259,16 +265,9 @@ class MeetingContext:
         with self.engine.lock, torch.inference_mode():
             feed = ids
             for _ in range(max_new):
-                positions = torch.arange(self.tokens, self.tokens + len(feed))
-                out = self.engine.model(
-                    input_ids=torch.tensor([feed]),
-                    past_key_values=self.cache,
-                    use_cache=True,
-                    cache_position=positions,
-                    logits_to_keep=1,
-                )
+                logits = self._forward(feed)
                 self.tokens += len(feed)
-                scores = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
+                scores = torch.log_softmax(logits.float(), dim=-1)
                 token = int(scores.argmax())
                 if first_token_at is None:
                     first_token_at = time.perf_counter()

@@ -1,0 +1,76 @@
+"""MeetingContext on a tiny random Gemma 3: incremental prefill of lines is exact, questions roll back.
+
+The live session prefills committed lines in packed chunks as they arrive; with compression off the
+next-token logits must equal those of the same text prefilled in one forward pass, and asking must
+leave the cache exactly as it was.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from app.config import KVSettings, LLMSettings
+from app.context import ContextLine, MeetingContext
+from app.llm import LLMEngine
+from encoders.errors import InputError
+
+LINES = [
+    ContextLine("audio", 0.5, 4.0, "Alice", "Good morning, this is our weekly meeting."),
+    ContextLine("audio", 4.2, 9.0, "Bob", "The login page is finished and the payment page needs a week."),
+    ContextLine("video", 9.5, 9.5, None, "Budget; Spent so far: $30,000; Total: $50,000", slide_change=True),
+    ContextLine("audio", 13.0, 18.0, "Carol", "We have spent thirty thousand dollars so far.", speaker_change=True),
+]
+
+
+def _engine(folder, enabled: bool) -> LLMEngine:
+    settings = LLMSettings(model=str(folder), dtype="float32", prompts="completion", max_context_tokens=1024)
+    return LLMEngine(folder, settings, KVSettings(enabled=enabled, compress=False))
+
+
+@pytest.mark.parametrize("tiered", [True, False], ids=["tiered", "dynamic"])
+def test_incremental_prefill_equals_one_pass_and_rolls_back(tiny_llm_dir, tiered):
+    engine = _engine(tiny_llm_dir, tiered)
+    header = engine.live_prompts().header
+    context = MeetingContext(engine, engine.kv, header=header, prefill_chunk_tokens=16)
+    placed = []
+    context.on_placed(placed.append)
+    for line in LINES[:2]:
+        context.append(line)
+    assert context.flush(min_tokens=10_000) == 0  # below the chunk size: waits for more
+    context.flush(max_chunk_tokens=8)  # several forwards of packed lines
+    for line in LINES[2:]:
+        context.append(line)
+    context.flush()
+    assert [p.line for p in placed] == LINES and context.lines == 4
+    assert all(a.token_end == b.token_start for a, b in zip(placed, placed[1:]))
+
+    suffix = "\nQuestion: How much was spent?\nAnswer:"
+    incremental = context.next_token_logits(suffix)
+
+    text = header + "".join(line.render() for line in LINES)
+    ids = [engine.tokenizer.bos_token_id] + [
+        i for piece in [header] + [line.render() for line in LINES] for i in engine.tokenizer(piece, add_special_tokens=False).input_ids
+    ] + engine.tokenizer(suffix, add_special_tokens=False).input_ids
+    assert context.tokens == len(ids) - len(engine.tokenizer(suffix, add_special_tokens=False).input_ids)
+    with torch.inference_mode():
+        one_pass = engine.model(input_ids=torch.tensor([ids])).logits[0, -1].float()
+    assert (incremental - one_pass).abs().max().item() <= 1e-5, text
+
+    before = context.tokens
+    generation = context.generate(suffix, max_new_tokens=5, stop=("\n",))
+    assert generation.new_tokens <= 5 and generation.time_to_first_token <= generation.total_seconds
+    assert context.tokens == before == context.cache.get_seq_length()  # the question left nothing behind
+    assert torch.allclose(context.next_token_logits(suffix), incremental, atol=1e-6)
+    stats = context.stats()
+    assert stats["tokens"] == before and stats["kv_bytes"] > 0
+    if tiered:
+        assert set(stats["bytes_by_modality"]) >= {"audio", "text"}
+
+
+def test_a_question_that_does_not_fit_is_refused(tiny_llm_dir):
+    engine = _engine(tiny_llm_dir, True)
+    context = MeetingContext(engine, engine.kv, header="Meeting transcript:\n")
+    with pytest.raises(InputError, match="fills the model's context"):
+        context.generate("x " * 10, max_new_tokens=5000)
+    assert context.tokens == context.cache.get_seq_length()
