@@ -149,7 +149,9 @@ def test_summary_and_action_items(replayed):
     summary = session.summary()
     assert summary.summary.startswith("The meeting was about")
     items = session.action_items()
-    assert any("budget" in item.task.lower() for item in items)
+    # Three commitments in the meeting (contract, budget, test plan); online speaker labels may cut one.
+    found = {k for item in items for k in ("contract", "budget", "test plan") if k in item.task.lower()}
+    assert len(found) >= 2, items
 
 
 @needs_models
