@@ -149,9 +149,10 @@ def test_summary_and_action_items(replayed):
     summary = session.summary()
     assert summary.summary.startswith("The meeting was about")
     items = session.action_items()
-    # Three commitments in the meeting (contract, budget, test plan); online speaker labels may cut one.
-    found = {k for item in items for k in ("contract", "budget", "test plan") if k in item.task.lower()}
-    assert len(found) >= 2, items
+    # Three commitments in the meeting (contract, budget, test plan); streaming ASR and online speaker
+    # labels may garble or cut one of them, the contract one is said in one clean sentence.
+    assert len(items) >= 2 and any("contract" in item.task.lower() for item in items), items
+    assert all(item.owner in {"Alice", "Bob", "Carol"} for item in items), items
 
 
 @needs_models
