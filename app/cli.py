@@ -413,7 +413,6 @@ def resume(
         if not info_only:
             with err.status(f"loading session {session}"):
                 live_session = runtime.resume_session(session, autosave=recording is not None)
-            snap = live_session.snapshot()
             report["kv_bytes"] = live_session.kv_stats().get("tiered_kv_bytes")
             if recording is not None:
                 replay(live_session, recording, speed=speed)

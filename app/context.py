@@ -118,10 +118,6 @@ class MeetingContext:
         with self._lock:
             return len(self._pending)
 
-    def pending_tokens(self) -> int:
-        with self._lock:
-            return sum(len(self._encode(line.render())) for line in self._pending)
-
     def flush(self, min_tokens: int = 0, max_chunk_tokens: int = 256) -> int:
         """Prefill queued lines (all of them, or nothing if fewer than ``min_tokens`` are waiting).
 

@@ -109,7 +109,7 @@ class MeetingSession:
         self._slides: list[Slide] = []
         self._commit_lags: list[float] = []
         self._ttfts: list[float] = []
-        self._snapshot_cache: tuple[int, Transcript] | None = None
+        self._snapshot_cache: tuple[int, Transcript, dict[str, str]] | None = None
 
         self._pending_lines: deque[ContextLine] = deque()  # closed lines waiting for the LLM worker
         self._slide_embeddings: dict[float, np.ndarray] = {}  # slide time -> CLIP embedding, until on the timeline
@@ -309,6 +309,7 @@ class MeetingSession:
                         self._words[pos] = TranscriptWord(old.text, old.start, old.end, change.new, old.probability)
                 self._diarized.extend(range(len(self._words), len(self._words) + len(committed)))
                 self._words.extend(committed)
+                self._version += 1  # the lines closed below read the names of this transcript
                 self._commit_lags.extend(max(0.0, now_stream - w.end) for w in committed)
                 self._commit_lags = self._commit_lags[-2000:]
             for word in committed:
@@ -570,22 +571,25 @@ class MeetingSession:
 
     # ------------------------------------------------------------------ views
     def _names(self) -> dict[str, str]:
-        return speaker_names(self._raw_transcript())
+        return self._named()[1]
 
     def _raw_transcript(self) -> Transcript:
         words = list(self._words)
         turns = turns_from_words(realign_to_sentences(words)) if words else []
         return Transcript(turns=turns, source=self.source, duration=round(self.stream_seconds, 3))
 
+    def _named(self) -> tuple[Transcript, dict[str, str]]:
+        """The committed transcript with speaker names, and the label -> name map; built once per version."""
+        with self._lock:
+            if self._snapshot_cache is None or self._snapshot_cache[0] != self._version:
+                raw = self._raw_transcript()
+                names = speaker_names(raw)
+                self._snapshot_cache = (self._version, rename_speakers(raw, names), names)
+            return self._snapshot_cache[1], self._snapshot_cache[2]
+
     def transcript(self) -> Transcript:
         """Committed turns with the names people call each other (SPEAKER_xx until someone is named)."""
-        with self._lock:
-            if self._snapshot_cache is not None and self._snapshot_cache[0] == self._version:
-                return self._snapshot_cache[1]
-            raw = self._raw_transcript()
-            named = rename_speakers(raw, speaker_names(raw))
-            self._snapshot_cache = (self._version, named)
-            return named
+        return self._named()[0]
 
     def snapshot(self) -> SessionSnapshot:
         transcript = self.transcript()

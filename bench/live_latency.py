@@ -14,6 +14,8 @@ so latencies are those of a real-time replay on this machine (encoders.streaming
 from __future__ import annotations
 
 import argparse
+import bisect
+import itertools
 import json
 import os
 import re
@@ -153,15 +155,17 @@ def long_meeting_part(args, settings) -> dict | None:
     runtime.warm_up()
     session = runtime.new_session(source="qmsum")
     full = _qmsum_turns(args.qmsum, max(marks))
+    cumulative = list(itertools.accumulate(len(t.text.split()) for t in full.turns))
     rows, done = [], 0
     for mark in marks:
-        part = _qmsum_turns(args.qmsum, mark)
+        # the turns that fit ``mark`` minutes at 150 words/min (same cut as _qmsum_turns)
+        end = bisect.bisect_right(cumulative, mark * 60 * 2.5)
         started = time.perf_counter()
-        session.add_transcript(Transcript(turns=full.turns[done:len(part.turns)]))
+        session.add_transcript(Transcript(turns=full.turns[done:end]))
         session.wait_until_prefilled()
         prefill_s = time.perf_counter() - started
-        added_words = sum(len(t.text.split()) for t in full.turns[done:len(part.turns)])
-        done = len(part.turns)
+        added_words = sum(len(t.text.split()) for t in full.turns[done:end])
+        done = end
         ttfts, totals = [], []
         for question in QUESTIONS:
             t0 = time.perf_counter()
