@@ -91,6 +91,24 @@ class KVSettings(BaseModel):
     modalities: dict[Literal["text", "audio", "video"], "ModalitySettings"] = Field(
         default_factory=dict, description="per-modality tier policy (e.g. slide text to int4, speech kept at int8)"
     )
+    idle_compact_seconds: float = Field(10.0, gt=0, description="live meetings: compact the block pools after this long without input")
+    device_cap_mib: float | None = Field(
+        None, gt=0, description="hard cap on the KV's device memory; the budget then follows a watermark under it")
+    watermark: float = Field(0.85, gt=0, le=1, description="share of device_cap_mib the KV is kept at")
+    cold: "ColdSettings" = Field(default_factory=lambda: ColdSettings(),
+                                 description="live meetings: where blocks the budget cannot hold wait for a question")
+
+
+class ColdSettings(BaseModel):
+    """The cold tier of a live meeting (kvstore.cold): evicted blocks on host memory, then the session store."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(True, description="evict blocks to the cold tier instead of dropping them")
+    host_mib: float = Field(512.0, ge=0, description="host memory for one meeting's cold blocks")
+    spill_to_store: bool = Field(True, description="past host_mib, cold blocks go to the (encrypted) session store")
+    staging_mib: float = Field(16.0, gt=0, description="device memory the prefetcher stages blocks in")
+    recall_top_k: int = Field(8, gt=0, description="cold blocks per layer a query may bring back per step")
 
 
 class ModalitySettings(BaseModel):

@@ -66,8 +66,9 @@ class MeetingContext:
     """A TieredCache holding the meeting so far; thread-safe (one lock for the cache, the engine's for the model)."""
 
     def __init__(self, engine: LLMEngine, kv: KVSettings, header: str, prefill_chunk_tokens: int = 192,
-                 restored: Any = None, restored_lines: int = 0) -> None:
-        """``restored``: a cache loaded from a saved session (kvstore.persist), continued instead of a new one."""
+                 restored: Any = None, restored_lines: int = 0, cold_tier: Any = None) -> None:
+        """``restored``: a cache loaded from a saved session (kvstore.persist), continued instead of a new one.
+        ``cold_tier``: a kvstore.cold.ColdTier that blocks the budget cannot hold are evicted to."""
         self.engine = engine
         self.kv = kv
         self.prefill_chunk_tokens = prefill_chunk_tokens
@@ -78,8 +79,10 @@ class MeetingContext:
         self.full = False  # the model's position limit was reached: no further lines are prefilled
         if restored is not None:
             self.cache, self.tokens, self.lines = restored, int(restored.get_seq_length()), restored_lines
+            self._attach(cold_tier)
             return
         self.cache = self._new_cache()
+        self._attach(cold_tier)
         self.tokens = 0  # tokens in the cache (== cache.get_seq_length())
         self.lines = 0
         tokenizer = engine.tokenizer
@@ -98,6 +101,25 @@ class MeetingContext:
         from kvstore.cache import TieredCache
 
         return TieredCache(config=self.engine.model.config, settings=meeting_cache_config(self.kv))
+
+    def _attach(self, cold_tier: Any) -> None:
+        if cold_tier is not None and hasattr(self.cache, "attach_cold_tier"):
+            self.cache.attach_cold_tier(cold_tier)
+
+    def compact(self) -> int:
+        """Shrink the cache's block pools to their used blocks; returns the bytes given back."""
+        with self._lock, self.engine.lock, torch.inference_mode():
+            if not hasattr(self.cache, "compact_storage"):
+                return 0
+            before = self.cache.reserved_bytes()
+            self.cache.compact_storage()
+            return before - self.cache.reserved_bytes()
+
+    def close(self) -> None:
+        """Let go of the cold tier's blocks (host memory, store entries)."""
+        with self._lock:
+            if getattr(self.cache, "cold_tier", None) is not None:
+                self.cache.attach_cold_tier(None)
 
     def _encode(self, text: str) -> list[int]:
         return self.engine.tokenizer(text, add_special_tokens=False).input_ids
@@ -212,7 +234,7 @@ class MeetingContext:
                 with torch.inference_mode():
                     self.cache.promote_tokens(focus, pin=True)
             try:
-                return self._generate_locked(ids, max_new_tokens, stop, started)
+                return self._generate_locked(ids, max_new_tokens, stop, started, focus)
             finally:
                 if pinned:
                     with torch.inference_mode():
@@ -245,10 +267,14 @@ class MeetingContext:
                     self.cache = saved
             self.tokens = before
 
-    def _generate_locked(self, ids: list[int], max_new_tokens: int, stop: tuple[str, ...], started: float) -> Generation:
+    def _generate_locked(self, ids: list[int], max_new_tokens: int, stop: tuple[str, ...], started: float,
+                         focus: list[tuple[int, int]] | None = None) -> Generation:
         if self.tokens + len(ids) + max_new_tokens > self.max_positions:
             raise InputError(f"the meeting fills the model's context ({self.tokens} of {self.max_positions} tokens)")
         with self._rolled_back():
+            if focus and getattr(self.cache, "cold_tier", None) is not None:
+                with self.engine.lock, torch.inference_mode():
+                    self.cache.recall_tokens(focus)  # the rollback sends them back to the cold tier
             return self._decode(ids, max_new_tokens, stop, started)
 
     def _decode(self, ids: list[int], max_new: int, stop: tuple[str, ...], started: float) -> Generation:
@@ -296,7 +322,8 @@ class MeetingContext:
             if hasattr(cache, "kv_bytes"):
                 from kvstore.manager import KVCacheManager
 
-                summary = KVCacheManager(cache).summary()
+                cold = getattr(cache, "cold_tier", None)
+                summary = KVCacheManager(cache, placement=None if cold is None else cold.placement).summary()
                 held = int(cache.kv_bytes(include_sliding=False))
                 full = int(cache.full_precision_bytes())
                 stats.update(
@@ -305,7 +332,8 @@ class MeetingContext:
                     full_precision_bytes=full,
                     budget_bytes=int(cache.budget_bytes()),
                     compression_ratio=round(full / held, 3) if held else 1.0,
-                    bytes_by_tier={tier.lower(): u["bytes"] for tier, u in summary["tiers"].items()},
+                    bytes_by_tier={tier.lower(): u["bytes"] for tier, u in summary["tiers"].items()}
+                    | {f"cold_{tier}": n for tier, n in summary["bytes_per_tier"].items() if tier != "device"},
                     bytes_by_modality={mod.lower(): u["bytes"] for mod, u in summary["modalities"].items()},
                     prefetch_hit_rate=summary.get("prefetch_hit_rate"),
                     mode=summary.get("mode", "normal"),
@@ -338,6 +366,8 @@ def meeting_cache_config(kv: KVSettings):
         warm_kinds=tuple(kv.warm_kinds),
         decode_top_k_blocks=kv.decode_top_k_blocks,
         modalities={name: ModalityPolicy(**policy.model_dump()) for name, policy in kv.modalities.items()},
+        device_cap_bytes=None if kv.device_cap_mib is None else int(kv.device_cap_mib * (1 << 20)),
+        watermark=kv.watermark,
     )
 
 

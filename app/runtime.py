@@ -78,6 +78,25 @@ class Runtime:
 
         return self._shared("store", lambda: open_session_store(self.settings, create_key=create_key))
 
+    def cold_tier(self, session_id: str):
+        """A meeting's cold tier (kvstore.cold): staging + host memory, then the encrypted session store."""
+        from kvstore.cold import ColdTier
+        from kvstore.placement import PlacementPolicy, Tier, TierPlacement, WatermarkController
+        from kvstore.stores.memory import MemoryStore
+
+        cold = self.settings.kv.cold
+        if not (cold.enabled and self.settings.kv.enabled and self.settings.kv.compress):
+            return None
+        mib = 1 << 20
+        device = "cuda" if self.engine.model.device.type == "cuda" else "cpu"
+        tiers = {Tier.DEVICE: MemoryStore(device, tier="device"), Tier.HOST: MemoryStore("cpu", tier="host")}
+        if cold.spill_to_store:
+            lowest = Tier.REDIS if self.settings.store.backend == "redis" else Tier.DISK
+            tiers[lowest] = self.session_store()
+        placement = TierPlacement(tiers, f"{session_id}.cold", WatermarkController(int(cold.staging_mib * mib)),
+                                  PlacementPolicy(host_bytes=int(cold.host_mib * mib)))
+        return ColdTier(placement, recall_top_k=cold.recall_top_k)
+
     # ------------------------------------------------------------------ sessions
     def new_session(self, session_id: str | None = None, source: str = "live", autosave: bool = False) -> "MeetingSession":
         """A new meeting; ``autosave`` saves it to the session store as it goes (see ``minutia resume``)."""

@@ -493,6 +493,34 @@ def answer_nll(model, cache, tokenizer, question: str, answer: str, max_answer_t
     return float(torch.nn.functional.cross_entropy(logits, torch.tensor(ans), reduction="mean"))
 
 
+def answer_nll_stepwise(model, cache, tokenizer, question: str, answer: str, max_answer_tokens: int,
+                        step_seconds: list[float] | None = None) -> float:
+    """:func:`answer_nll` with the answer fed one token at a time, as a decoder reads it.
+
+    The same logits for a full or pressed cache; a cache with a cold tier recalls blocks at each
+    step (the question's prefill only stages them), so it is scored the way it answers.
+    """
+    import torch
+
+    prompt = tokenizer(QUERY_TEMPLATE.format(question=question), add_special_tokens=False)["input_ids"]
+    ans = tokenizer(" " + answer, add_special_tokens=False)["input_ids"][:max_answer_tokens]
+    losses = []
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt]), past_key_values=cache, use_cache=True, logits_to_keep=1).logits
+        for i, token in enumerate(ans):
+            losses.append(float(torch.nn.functional.cross_entropy(logits[0, -1:].float(), torch.tensor([token]))))
+            if i + 1 == len(ans):
+                break
+            start = time.perf_counter()
+            logits = model(torch.tensor([[token]]), past_key_values=cache, use_cache=True, logits_to_keep=1).logits
+            if step_seconds is not None:
+                step_seconds.append(time.perf_counter() - start)
+            if hasattr(cache, "kv_bytes"):  # recalled blocks add to the device bytes while the answer runs
+                peak = getattr(cache, "peak_answer_bytes", 0)
+                cache.peak_answer_bytes = max(peak, cache.kv_bytes(include_sliding=False))
+    return sum(losses) / max(len(losses), 1)
+
+
 def needle_answer(model, cache, tokenizer, needle: Needle, max_new: int) -> str:
     import torch
 
@@ -529,7 +557,11 @@ def evaluate(model, prepared: Prepared, meeting: Meeting, queries: list[Query], 
         span = query_span_tokens(meeting, q)
         retention = (sum(float(torch.isin(span, k).float().mean()) for k in kept) / len(kept)) if span.numel() else None
         state = prepared.save()
-        nll = answer_nll(model, prepared.cache, tokenizer, q.question, q.answer, args.max_answer_tokens)
+        if prepared.extra.get("stepwise"):
+            nll = answer_nll_stepwise(model, prepared.cache, tokenizer, q.question, q.answer, args.max_answer_tokens,
+                                      prepared.extra.setdefault("step_seconds", []))
+        else:
+            nll = answer_nll(model, prepared.cache, tokenizer, q.question, q.answer, args.max_answer_tokens)
         prepared.restore(state)
         result["queries"].append({"retention": retention, "nll": nll, "span_tokens": int(span.numel())})
         if progress is not None:
@@ -622,7 +654,7 @@ def prepare_minutia(model, ids, meeting: Meeting, budget: float, args, mode: str
     from kvstore.config import TieredCacheConfig
 
     use_minutia_attention(model)
-    if mode == "bytes":
+    if mode in ("bytes", "cold"):
         # A fixed byte budget (the deployment case: a meeting must fit N bytes): the fraction of the full
         # bf16 KV bytes of this context's full-attention layers. Compression starts once the cache outgrows it.
         settings = TieredCacheConfig(compress=True, budget_ratio=None,
@@ -636,6 +668,15 @@ def prepare_minutia(model, ids, meeting: Meeting, budget: float, args, mode: str
                                      recent_tokens=args.recent_tokens, budget_floor_tokens=args.live_floor,
                                      drop_last_resort=True, hysteresis=args.live_hysteresis)
     cache = TieredCache(config=model.config, settings=settings)
+    if mode == "cold":
+        from kvstore.cold import ColdTier
+        from kvstore.placement import Tier, TierPlacement, WatermarkController
+        from kvstore.stores.memory import MemoryStore
+
+        staging = args.cold_staging_mib << 20
+        tiers = {Tier.DEVICE: MemoryStore(tier="device"), Tier.HOST: MemoryStore(tier="host")}
+        cache.attach_cold_tier(ColdTier(TierPlacement(tiers, meeting.name, WatermarkController(staging)),
+                                        recall_top_k=args.cold_top_k))
     if args.annotations:
         starts, changes = turn_start_annotations(meeting)
         cache.annotate(starts, TokenFlag.TURN_START)
@@ -664,7 +705,8 @@ def prepare_minutia(model, ids, meeting: Meeting, budget: float, args, mode: str
     return Prepared(cache, MINUTIA_ATTENTION, cache.checkpoint, cache.rollback, kept_positions,
                     cache.kv_bytes(include_sliding=False), sliding, elapsed,
                     extra={"blocks_per_format": formats, "tokens_kept_per_layer": tokens_kept,
-                           "budget_bytes": cache.budget_bytes(), "full_precision_bytes": cache.full_precision_bytes()})
+                           "budget_bytes": cache.budget_bytes(), "full_precision_bytes": cache.full_precision_bytes(),
+                           **({"stepwise": True} if mode == "cold" else {})})
 
 
 # ------------------------------------------------------------------------------------------------
@@ -871,7 +913,7 @@ def aggregate(per_meeting: list[dict[str, Any]], full_key: str = "full") -> dict
         for key, res in meeting["methods"].items():
             m = methods.setdefault(key, {"retention": [], "nll": [], "full_nll": [], "needles": [],
                                          "needle_retention": [], "full_bytes": [], "full_ref_bytes": [],
-                                         "sliding_bytes": [], "prefill_s": [], "error": res.get("error")})
+                                         "sliding_bytes": [], "prefill_s": [], "cold": [], "error": res.get("error")})
             if res.get("error"):
                 continue
             full = meeting["methods"][full_key]
@@ -886,6 +928,8 @@ def aggregate(per_meeting: list[dict[str, Any]], full_key: str = "full") -> dict
             m["full_ref_bytes"].append(full["full_bytes"])
             m["sliding_bytes"].append(res["sliding_bytes"])
             m["prefill_s"].append(res["prefill_s"])
+            if res.get("cold"):
+                m["cold"].append(res["cold"])
     out = {}
     for key, m in methods.items():
         if m["error"] or not m["nll"]:
@@ -905,6 +949,15 @@ def aggregate(per_meeting: list[dict[str, Any]], full_key: str = "full") -> dict
             "kv_bytes_sliding": sum(m["sliding_bytes"]),
             "prefill_s": sum(m["prefill_s"]),
         }
+        if m["cold"]:
+            out[key]["cold"] = {
+                "prefetch_hit_rate": mean([c["prefetch_hit_rate"] for c in m["cold"]]),
+                "recalled": sum(c["recalled"] for c in m["cold"]),
+                "evicted": sum(c["evicted"] for c in m["cold"]),
+                "decode_step_ms_median": mean([c["decode_step_ms"]["median"] for c in m["cold"] if "decode_step_ms" in c]),
+                "decode_step_ms_p95": mean([c["decode_step_ms"]["p95"] for c in m["cold"] if "decode_step_ms" in c]),
+                "peak_answer_fraction": max(c["peak_answer_fraction"] for c in m["cold"]),
+            }
     full = out.get(full_key, {})
     for key, row in out.items():
         if "error" not in row and full.get("needle_accuracy"):
@@ -916,6 +969,7 @@ MODE_LABELS = {
     "bytes": "minutia TieredCache",
     "ratio": "minutia TieredCache (ratio budget from chunk 1)",
     "live": "minutia TieredCache (live: ratio budget + floor, quantize before drop, small chunks)",
+    "cold": "minutia TieredCache + cold tier (evicted blocks on host memory, recalled per decode step)",
 }
 
 
@@ -978,6 +1032,16 @@ def write_markdown(path: Path, report: dict[str, Any]) -> None:
             f"{_fmt(row['span_retention'])} | {_fmt(row['nll'])} | {_fmt(row['nll_recovery'])} | "
             f"{_fmt(row['needle_accuracy'])} ({row['needles']}) | {_fmt(row.get('needle_vs_full'))} |"
         )
+    cold_rows = [(key, row["cold"]) for key, row in agg.items() if isinstance(row, dict) and row.get("cold")]
+    if cold_rows:
+        lines += ["", "## Cold tier (issue 5): blocks evicted to host memory, recalled at decode", "",
+                  "| method | prefetch hit rate | blocks recalled | blocks evicted | decode step ms (median / p95) | "
+                  "peak KV while answering (of full) |",
+                  "|---|---|---|---|---|---|"]
+        for key, cold in cold_rows:
+            lines.append(f"| {key} | {_fmt(cold['prefetch_hit_rate'])} | {cold['recalled']} | {cold['evicted']} | "
+                         f"{_fmt(cold['decode_step_ms_median'], 1)} / {_fmt(cold['decode_step_ms_p95'], 1)} | "
+                         f"{_fmt(cold['peak_answer_fraction'])} |")
     lines += ["", "## Targets at 25% (issue 3)", ""]
     for line in report["targets"]:
         lines.append(f"- {line}")
@@ -1121,6 +1185,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "a 512 floor still drops early context at 50%%, docs/benchmarks.md)")
     p.add_argument("--live-hysteresis", type=float, default=0.05, help="hysteresis of the 'live' budget mode")
     p.add_argument("--max-answer-tokens", type=int, default=96)
+    p.add_argument("--cold-top-k", type=int, default=8, help="'cold' mode: cold blocks per layer a step may recall")
+    p.add_argument("--cold-staging-mib", type=int, default=16, help="'cold' mode: device staging for prefetched blocks")
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--threads", type=int, default=0,
                    help="torch threads; 0 = auto: 1 when the machine is already busy (1-min load average >= 1; "
@@ -1349,6 +1415,19 @@ def main(argv: list[str] | None = None) -> int:
                 console.log(f"{meeting.name}: {key} prefill {prepared.prefill_s:.1f} s, "
                             f"{prepared.full_bytes / max(results['full']['full_bytes'], 1):.3f} of full bytes, "
                             f"{prepared.extra['tokens_kept_per_layer']:.0f}/{n_tok} tokens kept per layer")
+                cold = getattr(prepared.cache, "cold_tier", None)
+                if cold is not None:
+                    stats = cold.stats()
+                    results[key]["cold"] = {name: stats[name] for name in (
+                        "prefetch_hit_rate", "evicted", "recalled", "requested", "cold_blocks", "bytes_per_tier")}
+                    results[key]["cold"]["peak_answer_fraction"] = (
+                        getattr(prepared.cache, "peak_answer_bytes", 0) / max(results["full"]["full_bytes"], 1))
+                    steps = sorted(results[key].pop("step_seconds", []))
+                    if steps:
+                        results[key]["cold"]["decode_step_ms"] = {
+                            "median": 1e3 * steps[len(steps) // 2], "p95": 1e3 * steps[int(0.95 * (len(steps) - 1))]}
+                    console.log(f"{meeting.name}: {key} cold tier: {results[key]['cold']}")
+                    cold.close()
                 del prepared
             model.set_attn_implementation("sdpa")
             per_meeting.append({"meeting": meeting.name, "tokens": n_tok, "methods": results})

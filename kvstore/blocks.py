@@ -273,6 +273,32 @@ class PageTable:
         for name, column in self.columns.items():
             self.columns[name] = column[mask.to(column.device)]
 
+    def subset(self, mask: torch.Tensor) -> "PageTable":
+        """A new table holding copies of the rows where ``mask`` is true (same columns)."""
+        mask = mask.cpu().bool()
+        part = PageTable(self.batch)
+        part.block_index = self.block_index[mask].clone()
+        part.format = self.format[mask].clone()
+        part.slot = self.slot[mask].clone()
+        part.fill = self.fill[mask].clone()
+        part.columns = {name: column[mask.to(column.device)].clone() for name, column in self.columns.items()}
+        return part
+
+    def insert(self, other: "PageTable") -> None:
+        """Merge ``other``'s rows (block indices not present here) into logical order."""
+        if len(other) == 0:
+            return
+        if bool(torch.isin(other.block_index, self.block_index).any()):
+            raise ValueError("inserted blocks are already in the table")
+        order = torch.argsort(torch.cat([self.block_index, other.block_index]), stable=True)
+        self.block_index = torch.cat([self.block_index, other.block_index])[order]
+        self.format = torch.cat([self.format, other.format])[order]
+        self.slot = torch.cat([self.slot, other.slot])[order]
+        self.fill = torch.cat([self.fill, other.fill])[order]
+        for name, column in self.columns.items():
+            merged = torch.cat([column, other.columns[name].to(column.device, column.dtype)])
+            self.columns[name] = merged[order.to(column.device)]
+
     def truncate(self, rows: int) -> None:
         mask = torch.arange(len(self)) < rows
         self.keep(mask)

@@ -55,6 +55,7 @@ from kvstore.blocks import BlockFormat
 from kvstore.layers import SlidingWindowLayer, TieredLayer
 
 if TYPE_CHECKING:
+    from kvstore.cold import ColdTier
     from kvstore.timeline import TimelineIndex
 
 _checkpoint_ids = itertools.count()
@@ -66,18 +67,19 @@ TokenRanges = Sequence[tuple[int, int]]
 class PromotionReport:
     """Where the promoted blocks are, counted over (tiered layer, block) pairs.
 
-    Full-precision and quantized blocks are read by the answer; dropped ones survive only in the
-    layer's summary (bringing them back from host/disk tiers is issue 5's job).
+    Full-precision and quantized blocks are read by the answer; cold ones can be recalled from the
+    cold tier (:meth:`TieredCache.recall_tokens`); dropped ones survive only in the layer's summary.
     """
 
     blocks: int  # logical blocks requested
     full: int
     quantized: int
-    dropped: int
+    dropped: int  # gone for good (only in the layer's summary)
+    cold: int = 0  # on the cold tier (host / disk / Redis): recallable
 
     @property
     def readable_share(self) -> float:
-        total = self.full + self.quantized + self.dropped
+        total = self.full + self.quantized + self.dropped + self.cold
         return (self.full + self.quantized) / total if total else 1.0
 
 
@@ -107,6 +109,9 @@ class TieredCache(Cache):
         self.annotations = TokenAnnotations()
         self.priorities = BlockPriorities()
         self._checkpoints: list[CacheCheckpoint] = []
+        self.cold_tier: "ColdTier | None" = None
+        self.peak_device_bytes = 0  # tracked when settings.device_cap_bytes is set
+        self.refused_recalls = 0  # cold blocks not recalled because the device cap had no room
         layers: list[Any] = []
         for layer_idx, layer_type in enumerate(self._layer_types(self.text_config)):
             if layer_type in ("sliding_attention", "chunked_attention"):
@@ -143,6 +148,8 @@ class TieredCache(Cache):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         layer = self.layers[layer_idx]
         keys, values = layer.update(key_states, value_states, cache_kwargs)
+        if self.settings.device_cap_bytes is not None:
+            self.peak_device_bytes = max(self.peak_device_bytes, self.device_bytes())
         if isinstance(layer, TieredLayer) and self.sparse_attention:
             bind_layer(layer_idx, layer, keys)
         else:
@@ -189,7 +196,11 @@ class TieredCache(Cache):
 
     def release(self, checkpoint: CacheCheckpoint) -> None:
         """Keep what was added since ``checkpoint`` and forget the checkpoint (compression resumes)."""
-        del self._checkpoints[self._checkpoint_position(checkpoint):]
+        position = self._checkpoint_position(checkpoint)
+        for layer, state in zip(self.layers, checkpoint.layer_states):
+            if isinstance(layer, TieredLayer) and state is not None:
+                del layer._recalled[state.recalled:]  # recalled blocks stay resident
+        del self._checkpoints[position:]
 
     def _checkpoint_position(self, checkpoint: CacheCheckpoint) -> int:
         for i, cp in enumerate(self._checkpoints):
@@ -237,8 +248,67 @@ class TieredCache(Cache):
         """End the pins of :meth:`promote_tokens` (boosts stay); compression may move those blocks again."""
         self.priorities.unpin()
 
+    # ------------------------------------------------------------------------------------------
+    # Cold tier
+    # ------------------------------------------------------------------------------------------
+
+    def device_bytes(self) -> int:
+        """KV bytes in device memory: every layer, plus the cold tier's staged blocks."""
+        staged = 0
+        if self.cold_tier is not None:
+            from kvstore.placement import Tier
+
+            staged = self.cold_tier.placement.tier_bytes()[Tier.DEVICE.value]
+        return self.kv_bytes() + staged
+
+    def watermark_budget_per_layer(self) -> int | None:
+        """Each tiered layer's share of ``watermark x device_cap_bytes``, after the sliding windows and the
+        staging area (None without a cap): the watermark moves the keep / quantize / evict thresholds."""
+        cap = self.settings.device_cap_bytes
+        if cap is None:
+            return None
+        fixed = self.kv_bytes() - self.kv_bytes(include_sliding=False)
+        if self.cold_tier is not None:
+            fixed += self.cold_tier.placement.controller.cap_bytes
+        return max(int((self.settings.watermark * cap - fixed) / max(self.num_tiered_layers, 1)), 0)
+
+    def device_room(self) -> int | None:
+        """Bytes recalled blocks may still take (None without a cap): up to half the headroom above the
+        watermark, so the question's and answer's own tokens still fit under the hard cap."""
+        cap = self.settings.device_cap_bytes
+        if cap is None:
+            return None
+        return int((1 + self.settings.watermark) / 2 * cap) - self.device_bytes()
+
+    def attach_cold_tier(self, cold_tier: "ColdTier | None") -> None:
+        """Evict blocks to ``cold_tier`` instead of dropping them (None: drop, the summary keeps their share)."""
+        if self.cold_tier is not None and cold_tier is not self.cold_tier:
+            self.cold_tier.close()
+        self.cold_tier = cold_tier
+
+    def recall_tokens(self, token_ranges: TokenRanges) -> PromotionReport:
+        """Bring the cold blocks holding ``token_ranges`` back into the pools (staged in parallel first).
+
+        Call it after :meth:`checkpoint` so that :meth:`rollback` returns them to the cold tier.
+        """
+        from kvstore.timeline import blocks_of_ranges
+
+        blocks = blocks_of_ranges(list(token_ranges), self.settings.block_size)
+        if self.cold_tier is not None and blocks.numel():
+            wanted = []
+            for layer in self.tiered_layers:
+                if layer.is_initialized and len(layer.cold):
+                    rows = torch.nonzero(torch.isin(layer.cold.block_index, blocks)).flatten()
+                    wanted += layer._cold_ids(rows)
+            self.cold_tier.request(wanted)
+            self.cold_tier.wait()
+            for layer in self.tiered_layers:
+                if layer.is_initialized:
+                    layer.recall(blocks)
+        return self.block_residency(blocks)
+
     def block_residency(self, blocks: torch.Tensor) -> PromotionReport:
-        full = quantized = dropped = 0
+        full = quantized = dropped = cold = 0
         for layer in self.tiered_layers:
             if not layer.is_initialized:
                 continue
@@ -249,8 +319,10 @@ class TieredCache(Cache):
             is_full = layer.table.format[rows[found]] == BlockFormat.FULL
             full += int(is_full.sum())
             quantized += int((~is_full).sum())
-            dropped += int((~found).sum())
-        return PromotionReport(int(blocks.numel()), full, quantized, dropped)
+            in_cold = int(torch.isin(seen[~found], layer.cold.block_index).sum())
+            cold += in_cold
+            dropped += int((~found).sum()) - in_cold
+        return PromotionReport(int(blocks.numel()), full, quantized, dropped, cold)
 
     def compress(self) -> bool:
         """Enforce the budget now on every tiered layer (normally done after each update)."""
@@ -332,6 +404,9 @@ class TieredCache(Cache):
         return {
             "tokens": seq,
             "seq_length": seq,
+            "device_cap_bytes": self.settings.device_cap_bytes,
+            "peak_device_bytes": self.peak_device_bytes,
+            "refused_recalls": self.refused_recalls,
             "kv_bytes": self.kv_bytes(),
             "tiered_kv_bytes": tiered,
             "full_precision_bytes": full,

@@ -75,6 +75,12 @@ class TieredCacheConfig:
     # tail), chosen by Quest bound against the current query; None reads every kept block.
     decode_top_k_blocks: int | None = None
     modalities: dict[str, ModalityPolicy] = field(default_factory=dict)  # keyed "text" / "audio" / "video"
+    # Device memory: a hard cap on the KV bytes (all layers, the cold tier's staging included). The budget
+    # then never exceeds ``watermark`` x cap (compression down to (1 - hysteresis) of that); blocks recalled
+    # for a question may fill half the headroom above the watermark, the rest takes the question's tokens
+    # and one prefill chunk.
+    device_cap_bytes: int | None = None
+    watermark: float = 0.85
 
     def __post_init__(self) -> None:
         if self.block_size <= 0:
@@ -86,6 +92,10 @@ class TieredCacheConfig:
             raise ValueError("budget_ratio must be >= 0")
         if self.budget_floor_tokens < 0:
             raise ValueError("budget_floor_tokens must be >= 0")
+        if not 0 < self.watermark <= 1:
+            raise ValueError("watermark must be in (0, 1]")
+        if self.device_cap_bytes is not None and self.device_cap_bytes <= 0:
+            raise ValueError("device_cap_bytes must be positive")
         for name, policy in self.modalities.items():
             if name not in MODALITY_NAMES:
                 raise ValueError(f"unknown modality {name!r} (expected one of {', '.join(MODALITY_NAMES)})")

@@ -49,6 +49,8 @@ class TieredLayerSnapshot:
     observations: torch.Tensor
     summary: GlobalSummary
     recent_queries: torch.Tensor | None
+    block_index: torch.Tensor
+    recalled: int
 
 
 class TieredLayer(CacheLayerMixin):
@@ -88,12 +90,11 @@ class TieredLayer(CacheLayerMixin):
         self.batch, self.n_heads, _, self.head_dim = key_states.shape
         self.value_dim = value_states.shape[-1]
         bs = self.block_size
-        self.table = PageTable(self.batch)
-        bound_shape = (self.batch, self.n_heads, self.head_dim)
-        self.table.add_column("key_min", bound_shape, self.dtype, device=self.device)
-        self.table.add_column("key_max", bound_shape, self.dtype, device=self.device)
-        self.table.add_column("attention_mass", (self.batch, self.n_heads), torch.float32)
-        self.table.add_column("observations", (self.batch, self.n_heads), torch.float32)
+        self._forget_cold()
+        self.table = self._new_table()
+        # Blocks evicted to the owner's cold tier (kvstore.cold): same columns, slots unused.
+        self.cold = self._new_table()
+        self._recalled: list[PageTable] = []  # cold rows brought back while a checkpoint is open
         self.pools: dict[int, BlockPool] = {
             BlockFormat.FULL: BlockPool(
                 {
@@ -115,6 +116,15 @@ class TieredLayer(CacheLayerMixin):
         self.summary = GlobalSummary.empty(self.batch, self.n_heads, self.head_dim, self.device)
         self.recent_queries: torch.Tensor | None = None
         self.is_initialized = True
+
+    def _new_table(self) -> PageTable:
+        table = PageTable(self.batch)
+        bound_shape = (self.batch, self.n_heads, self.head_dim)
+        table.add_column("key_min", bound_shape, self.dtype, device=self.device)
+        table.add_column("key_max", bound_shape, self.dtype, device=self.device)
+        table.add_column("attention_mass", (self.batch, self.n_heads), torch.float32)
+        table.add_column("observations", (self.batch, self.n_heads), torch.float32)
+        return table
 
     def _outlier_probe(self, width: int) -> torch.Tensor | None:
         n = min(self.settings.outlier_channels, width)
@@ -235,6 +245,8 @@ class TieredLayer(CacheLayerMixin):
         if (self.table.format[cut] != BlockFormat.FULL).any():
             raise ValueError("cannot crop into compressed blocks")
         keep = starts < max_length
+        if len(self.cold):
+            self.cold.keep(self.cold.block_index * self.block_size < max_length)
         self._free_rows(torch.nonzero(~keep).flatten())
         self.table.keep(keep)
         if len(self.table) and int(ends[keep][-1]) > max_length:
@@ -375,6 +387,8 @@ class TieredLayer(CacheLayerMixin):
         n_queries = query.shape[2]
         self.last_scale = scale
         self._check_no_padding(attention_mask)
+        if self.owner.cold_tier is not None and len(self.cold):
+            self._recall_predicted(query, int((self.table.block_index * bs < chunk_start).sum()))
         starts = self.table.block_index * bs
         n_past = int((starts < chunk_start).sum())
         groups = query.shape[1] // self.n_heads
@@ -553,11 +567,14 @@ class TieredLayer(CacheLayerMixin):
         return sum(pool.reserved_bytes() for pool in self.pools.values()) + self.metadata_bytes()
 
     def budget(self) -> int:
+        watermark = self.owner.watermark_budget_per_layer()
         if self.settings.budget_bytes is not None:
-            return int(self.settings.budget_bytes / max(self.owner.num_tiered_layers, 1))
-        ratio = self.settings.budget_ratio if self.settings.budget_ratio is not None else 1.0
-        floor = self.settings.budget_floor_tokens * self.full_precision_bytes_per_token()
-        return int(max(ratio * self.full_precision_bytes(), floor))
+            budget = int(self.settings.budget_bytes / max(self.owner.num_tiered_layers, 1))
+        else:
+            ratio = self.settings.budget_ratio if self.settings.budget_ratio is not None else 1.0
+            floor = self.settings.budget_floor_tokens * self.full_precision_bytes_per_token()
+            budget = int(max(ratio * self.full_precision_bytes(), floor))
+        return budget if watermark is None else min(budget, watermark)
 
     def full_precision_bytes_per_token(self) -> int:
         if not self.is_initialized:
@@ -720,7 +737,13 @@ class TieredLayer(CacheLayerMixin):
         self.table.set_format(rows, fmt, slots)
 
     def _drop_rows(self, rows: torch.Tensor) -> None:
-        """Fold the rows into the Global Summary and remove them from the page table."""
+        """Fold the rows into the Global Summary and remove them from the page table.
+
+        With a cold tier attached the rows' payloads go there too, and their key bounds and scores
+        to the cold index, so a question can bring them back (:meth:`recall`).
+        """
+        if self.owner.cold_tier is not None:
+            self._evict_to_cold(rows)
         keys, values = self._rows_dense(rows)  # [n, B, bs, H, D]
         valid = torch.arange(self.block_size).view(1, -1) < self.table.fill[rows].view(-1, 1)  # [n, bs]
         k = keys.permute(1, 3, 0, 2, 4).reshape(self.batch, self.n_heads, -1, self.head_dim)
@@ -731,6 +754,122 @@ class TieredLayer(CacheLayerMixin):
         keep = torch.ones(len(self.table), dtype=torch.bool)
         keep[rows] = False
         self.table.keep(keep)
+
+    # ------------------------------------------------------------------------------------------
+    # Cold tier (kvstore.cold)
+    # ------------------------------------------------------------------------------------------
+
+    def _evict_to_cold(self, rows: torch.Tensor) -> None:
+        cold = self.owner.cold_tier
+        table = self.table
+        mass = table.columns["attention_mass"][rows].flatten(1).sum(-1)
+        seen = table.columns["observations"][rows].flatten(1).sum(-1).clamp(min=1.0)
+        modality = self.owner.annotations.block_modality(table.block_index[rows], self.block_size)
+        for i, row in enumerate(rows.tolist()):
+            cold.evict(self.layer_idx, int(table.block_index[row]), int(table.format[row]), self.block_payload(row),
+                       float(mass[i] / seen[i]), int(modality[i]))
+        evicted = table.subset(torch.isin(torch.arange(len(table)), rows))
+        evicted.slot.fill_(-1)
+        self.cold.insert(evicted)
+
+    def _forget_cold(self) -> None:
+        cold_table = getattr(self, "cold", None)
+        if self.owner.cold_tier is None or cold_table is None or not len(cold_table):
+            return
+        ids = [self.owner.cold_tier.block_id(self.layer_idx, b, f)
+               for b, f in zip(cold_table.block_index.tolist(), cold_table.format.tolist())]
+        self.owner.cold_tier.placement.forget(ids)
+
+    def _cold_ids(self, rows: torch.Tensor) -> list[str]:
+        tier = self.owner.cold_tier
+        return [tier.block_id(self.layer_idx, int(self.cold.block_index[r]), int(self.cold.format[r]))
+                for r in rows.tolist()]
+
+    def recall(self, blocks: torch.Tensor) -> int:
+        """Bring the cold blocks among ``blocks`` (logical indices) back into the pools; returns how many.
+
+        Their tokens leave the Global Summary while they are back. Inside a checkpoint, rolling it
+        back returns them to the cold tier (the cache is then exactly as before the question).
+        """
+        if self.owner.cold_tier is None or not self.is_initialized or not len(self.cold):
+            return 0
+        mask = torch.isin(self.cold.block_index, blocks.cpu().long())
+        if not bool(mask.any()):
+            return 0
+        tier = self.owner.cold_tier
+        room = self.owner.device_room()
+        if room is not None:  # the hard cap: recall only the best-ranked blocks that fit
+            fits = int(room // max(self.batch * self.pools[BlockFormat.FULL].slot_bytes + self._row_metadata_bytes(), 1))
+            hits = torch.nonzero(mask).flatten()
+            if fits < hits.numel():
+                self.owner.refused_recalls += int(hits.numel()) - max(fits, 0)
+                mask = torch.zeros_like(mask)
+                mask[hits[:max(fits, 0)]] = True
+                if not bool(mask.any()):
+                    return 0
+        back = self.cold.subset(mask)
+        payloads = [tier.fetch(block_id) for block_id in self._cold_ids(torch.nonzero(mask).flatten())]
+        for fmt in back.format.unique().tolist():
+            where = torch.nonzero(back.format == fmt).flatten()
+            pool = self.pools[fmt]
+            new = pool.alloc(where.numel() * self.batch)
+            pool.write(new, **{name: torch.stack([payloads[i][name] for i in where.tolist()]).to(self.device)
+                               .flatten(0, 1) for name in pool.specs})
+            back.slot[where] = new.view(-1, self.batch).cpu()
+        self.cold.keep(~mask)
+        self.table.insert(back)
+        rows = torch.searchsorted(self.table.block_index, back.block_index)
+        keys, values = self._rows_dense(rows)
+        valid = torch.arange(self.block_size).view(1, -1) < back.fill.view(-1, 1)
+        k = keys.permute(1, 3, 0, 2, 4).reshape(self.batch, self.n_heads, -1, self.head_dim).float()
+        v = values.permute(1, 3, 0, 2, 4).reshape(self.batch, self.n_heads, -1, self.value_dim).float()
+        weight = valid.flatten().to(self.device).float().view(1, 1, -1, 1)
+        self.summary = GlobalSummary(
+            key_sum=self.summary.key_sum - (k * weight).sum(2),
+            value_sum=self.summary.value_sum - (v * weight).sum(2),
+            count=(self.summary.count - weight.sum(2).squeeze(-1)).clamp(min=0.0),
+        )
+        if self.owner.compression_suspended:
+            recalled = back.subset(torch.ones(len(back), dtype=torch.bool))
+            recalled.slot.fill_(-1)
+            self._recalled.append(recalled)
+        return int(back.block_index.numel())
+
+    def _cold_ranking(self, query: torch.Tensor, n_past: int) -> torch.Tensor:
+        """Cold rows whose Quest bound for the last query ranks among the layer's best blocks."""
+        k = self.owner.cold_tier.recall_top_k
+        last = query[:, :, -1:]
+
+        def bounds(table: PageTable, n: int) -> torch.Tensor:
+            kmin = table.columns["key_min"][:n].reshape(n * self.batch, self.n_heads, self.head_dim)
+            kmax = table.columns["key_max"][:n].reshape(n * self.batch, self.n_heads, self.head_dim)
+            rows = torch.arange(n).view(1, 1, -1).expand(self.batch, self.n_heads, n)
+            pages = rows * self.batch + torch.arange(self.batch).view(-1, 1, 1)
+            return ops.quest_scores(last, kmin, kmax, pages.to(self.device)).float().amax(dim=(0, 1)).cpu()
+
+        cold_scores = bounds(self.cold, len(self.cold))
+        top = torch.topk(cold_scores, min(k, cold_scores.numel())).indices
+        if n_past:
+            resident = bounds(self.table, n_past)
+            threshold = torch.topk(resident, min(k, resident.numel())).values[-1]
+            top = top[cold_scores[top] >= threshold]
+        return top
+
+    def _recall_predicted(self, query: torch.Tensor, n_past: int) -> None:
+        """Decode: recall the cold blocks this query ranks high; question prefill: stage them ahead.
+
+        Not in the placement's fallback mode (L1/L2 only: a low hit rate or saturated transfers).
+        """
+        tier = self.owner.cold_tier
+        if tier is None or not len(self.cold) or not self.owner.compression_suspended or tier.placement.mode == "fallback":
+            return
+        rows = self._cold_ranking(query, n_past)
+        if not rows.numel():
+            return
+        if query.shape[2] == 1:
+            self.recall(self.cold.block_index[rows])
+        else:
+            self.owner.cold_tier.request(self._cold_ids(rows))
 
     def _maybe_compact_pools(self) -> None:
         """Give memory back when a pool is mostly free (moves only blocks above the high-water mark)."""
@@ -762,6 +901,8 @@ class TieredLayer(CacheLayerMixin):
             observations=cols["observations"].clone(),
             summary=self.summary.clone(),
             recent_queries=self.recent_queries,
+            block_index=self.table.block_index.clone(),
+            recalled=len(self._recalled),
         )
 
     def restore(self, snap: TieredLayerSnapshot | None) -> None:
@@ -769,9 +910,13 @@ class TieredLayer(CacheLayerMixin):
             if self.is_initialized:
                 self.reset()
             return
-        extra = torch.arange(snap.rows, len(self.table))
-        self._free_rows(extra)
-        self.table.truncate(snap.rows)
+        # Rows added since the checkpoint: the question's tokens, and cold blocks recalled for it.
+        present = torch.isin(self.table.block_index, snap.block_index)
+        self._free_rows(torch.nonzero(~present).flatten())
+        self.table.keep(present)
+        for recalled in self._recalled[snap.recalled:]:
+            self.cold.insert(recalled)
+        del self._recalled[snap.recalled:]
         cols = self.table.columns
         if snap.rows:
             self.table.fill[-1] = snap.tail_fill

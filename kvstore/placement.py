@@ -97,6 +97,7 @@ class HitRateWindow:
         self.total_reads = 0
         self.total_hits = 0
         self.mode = "normal"
+        self.reason = ""  # why the last fallback happened
         self._fallback_reads = 0
 
     def record(self, hit: bool) -> str | None:
@@ -106,9 +107,7 @@ class HitRateWindow:
         self.total_hits += int(hit)
         if self.mode == "normal":
             if len(self._hits) == self.window and self.rate < self.threshold:
-                self.mode = "fallback"
-                self._fallback_reads = 0
-                return self.mode
+                return self.fall_back(f"prefetch hit rate {100 * self.rate:.0f}% over {self.window} reads")
         else:
             self._fallback_reads += 1
             if self._fallback_reads >= self.cooldown:
@@ -116,6 +115,13 @@ class HitRateWindow:
                 self._hits.clear()
                 return self.mode
         return None
+
+    def fall_back(self, reason: str) -> str | None:
+        """Enter L1/L2-only mode (returns the new mode, or None if already there)."""
+        if self.mode == "fallback":
+            return None
+        self.mode, self.reason, self._fallback_reads = "fallback", reason, 0
+        return self.mode
 
     @property
     def rate(self) -> float:
@@ -227,6 +233,32 @@ class TierPlacement:
             self.blocks[block_id] = info
             return info.tier
 
+    def put_cold(self, block_id: str, data: bytes, score: float, modality: int = int(Modality.TEXT)) -> Tier:
+        """Add a block evicted from the device: on the host while the host budget lasts, else the lowest tier."""
+        with self._lock:
+            lowest = self.lowest_tier()
+            tier = lowest
+            if Tier.HOST in self.tiers and lowest != Tier.DEVICE:
+                budget = self.policy.host_bytes
+                if budget is None or self.tier_bytes()[Tier.HOST.value] + len(data) <= budget:
+                    tier = Tier.HOST
+            self.tiers[tier].put(self.session, block_id, data)
+            self.blocks[block_id] = BlockInfo(tier, len(data), score, modality)
+            return tier
+
+    def tier_of(self, block_id: str) -> Tier | None:
+        with self._lock:
+            info = self.blocks.get(block_id)
+            return None if info is None else info.tier
+
+    def forget(self, block_ids: list[str]) -> None:
+        """Delete blocks from whatever tier holds them (a session closing, a source shredded)."""
+        with self._lock:
+            for block_id in block_ids:
+                info = self.blocks.pop(block_id, None)
+                if info is not None:
+                    self.tiers[info.tier].delete(self.session, block_id)
+
     def update_scores(self, scores: dict[str, float]) -> None:
         with self._lock:
             for block_id, score in scores.items():
@@ -277,17 +309,26 @@ class TierPlacement:
             if info is None:
                 raise BlockNotFound(f"no block {block_id!r} in session {self.session!r}")
             hit = info.tier == Tier.DEVICE
-            change = self.hits.record(hit)
-            if change:
-                log.warning("KV placement of session %r: prefetch hit rate %.0f%% over %d reads -> %s mode%s",
-                            self.session, 100 * self.hits.rate, self.hits.window, change,
-                            " (L1/L2-only: nothing below the host tier)" if change == "fallback" else "")
-                if change == "fallback":
-                    self.rebalance()
+            self._mode_changed(self.hits.record(hit))
             store = self.tiers[info.tier]
             if isinstance(store, MemoryStore):
                 return store.get_tensor(self.session, block_id).cpu().numpy().tobytes()
             return store.get(self.session, block_id)
+
+    def _mode_changed(self, change: str | None) -> None:
+        if not change:
+            return
+        if change == "fallback":
+            log.warning("KV placement of session %r: %s -> fallback mode (L1/L2 only: no recalls from the cold "
+                        "tier, nothing below the host tier)", self.session, self.hits.reason)
+            self.rebalance()
+        else:
+            log.warning("KV placement of session %r: back to normal mode", self.session)
+
+    def transfers_saturated(self, backlog: int) -> None:
+        """The prefetcher cannot keep up (``backlog`` requests queued): fall back to L1/L2-only mode."""
+        with self._lock:
+            self._mode_changed(self.hits.fall_back(f"transfers saturated ({backlog} prefetch requests queued)"))
 
     def stats(self) -> dict[str, object]:
         with self._lock:
@@ -296,6 +337,7 @@ class TierPlacement:
                 "prefetch_hit_rate": self.hits.overall_rate,
                 "window_hit_rate": self.hits.rate,
                 "mode": self.mode,
+                "fallback_reason": self.hits.reason if self.mode == "fallback" else "",
                 "transfer_gbps": {f"{a.value}->{b.value}": c.gbps for (a, b), c in self.transfers.items()},
                 "device_cap_bytes": self.controller.cap_bytes,
                 "device_target_bytes": self.controller.target_bytes,
@@ -310,9 +352,10 @@ class Prefetcher:
     calls it before reading). On CUDA the copies run on a side stream so they overlap compute.
     """
 
-    def __init__(self, placement: TierPlacement, top_k: int = 8) -> None:
+    def __init__(self, placement: TierPlacement, top_k: int = 8, max_backlog: int = 64) -> None:
         self.placement = placement
         self.top_k = top_k
+        self.max_backlog = max_backlog  # queued requests beyond this: transfers are saturated
         self.stream = torch.cuda.Stream() if torch.cuda.is_available() else None
         self._queue: queue.Queue[list[str] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="kv-prefetch", daemon=True)
@@ -324,6 +367,10 @@ class Prefetcher:
         return [b for b, _ in sorted(block_scores.items(), key=lambda kv: -kv[1])[: self.top_k]]
 
     def request(self, block_ids: list[str]) -> None:
+        backlog = self._queue.unfinished_tasks
+        if backlog >= self.max_backlog:
+            self.placement.transfers_saturated(backlog)
+            return  # dropped: the blocks are read on demand (counted as misses) until the queue drains
         self._queue.put(list(block_ids))
 
     def wait(self) -> None:

@@ -74,3 +74,37 @@ def test_a_question_that_does_not_fit_is_refused(tiny_llm_dir):
     with pytest.raises(InputError, match="fills the model's context"):
         context.generate("x " * 10, max_new_tokens=5000)
     assert context.tokens == context.cache.get_seq_length()
+
+
+def test_a_long_meeting_evicts_to_the_cold_tier_and_a_question_recalls_its_lines(tiny_llm_dir, tmp_path):
+    from kvstore.cold import ColdTier
+    from kvstore.placement import PlacementPolicy, Tier, TierPlacement, WatermarkController
+    from kvstore.stores.disk import DiskStore
+    from kvstore.stores.memory import MemoryStore
+
+    settings = LLMSettings(model=str(tiny_llm_dir), dtype="float32", prompts="completion", max_context_tokens=4096)
+    kv = KVSettings(compress=True, budget_ratio=0.25, block_size=8, budget_floor_tokens=0, recent_tokens=16,
+                    warm_kinds=("int4",))
+    engine = LLMEngine(tiny_llm_dir, settings, kv)
+    tiers = {Tier.DEVICE: MemoryStore(tier="device"), Tier.HOST: MemoryStore(tier="host"),
+             Tier.DISK: DiskStore(tmp_path / "cold")}
+    cold = ColdTier(TierPlacement(tiers, "m.cold", WatermarkController(1 << 20), PlacementPolicy(host_bytes=4096)))
+    context = MeetingContext(engine, engine.kv, header=engine.live_prompts().header, cold_tier=cold)
+    placed = []
+    context.on_placed(placed.append)
+    for minute in range(12):
+        for line in LINES:
+            context.append(ContextLine(line.modality, line.start + 60 * minute, line.end + 60 * minute, line.speaker,
+                                       f"{line.text} (item {minute})"))
+        context.flush()
+    stats = context.stats()
+    assert stats["bytes_by_tier"]["cold_host"] > 0 and stats["bytes_by_tier"]["cold_disk"] > 0
+    suffix = "\nQuestion: What was said at the start?\nAnswer:"
+    before = context.next_token_logits(suffix)
+    first = placed[1]  # an early line: long evicted under a 25% budget
+    assert context.cache.block_residency(torch.arange(first.token_start // 8, first.token_end // 8 + 1)).cold > 0
+    context.generate(suffix, max_new_tokens=3, focus=[(first.token_start, first.token_end)])
+    assert cold.counts.recalled > 0
+    assert torch.allclose(context.next_token_logits(suffix), before, atol=1e-6), "the answer left the cache as it was"
+    context.close()
+    assert not cold.placement.blocks and not list((tmp_path / "cold").rglob("*.blk"))

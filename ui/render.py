@@ -143,7 +143,9 @@ def kv_stats_markdown(kv: dict, commit_lag: float | None = None) -> str:
         return "KV cache: _empty_"
     mode = kv.get("mode", "normal")
     badge = "**fallback** (L1/L2 only)" if mode == "fallback" else "**normal**"
-    used = sum((kv.get("bytes_by_tier") or {}).values()) / MIB
+    by_tier = kv.get("bytes_by_tier") or {}
+    used = sum(v for name, v in by_tier.items() if not str(name).startswith("cold_")) / MIB
+    cold = sum(v for name, v in by_tier.items() if str(name).startswith("cold_")) / MIB
     budget = (kv.get("budget_bytes") or 0) / MIB
     hit = kv.get("prefetch_hit_rate")
     parts = [
@@ -151,6 +153,7 @@ def kv_stats_markdown(kv: dict, commit_lag: float | None = None) -> str:
         f"tokens: {kv.get('tokens', 0)}",
         f"KV: {used:.2f} MiB of {budget:.2f} MiB budget" if budget else f"KV: {used:.2f} MiB",
         f"compression: {kv.get('compression_ratio', 1.0):.2f}x",
+        *([f"cold tier: {cold:.2f} MiB"] if cold else []),
         f"prefetch hit rate: {hit:.0%}" if hit is not None else "prefetch hit rate: n/a",
     ]
     if commit_lag is not None:

@@ -1,0 +1,95 @@
+"""The cold tier: blocks the budget cannot hold wait on host / disk / Redis until a question needs them.
+
+Without a cold tier, a block that no format fits into the budget is dropped: only its share of the
+layer's Global Summary remains. With one attached (:meth:`kvstore.cache.TieredCache.attach_cold_tier`)
+the evicted block's payload, in its stored format, goes to a :class:`~kvstore.placement.TierPlacement`
+(host memory while the host budget lasts, then disk or Redis, encrypted there when the store is an
+``EncryptedStore``), and the layer keeps the block's key bounds and scores in its cold index.
+
+Blocks come back into the device pools for the length of an answer:
+
+* predicted ones: while a question's tokens are prefilled, cold blocks whose Quest bound against the
+  question ranks among the best blocks of the layer are requested from the prefetcher, whose worker
+  stages them in device memory while the model computes; at each decode step the cold blocks the
+  current query ranks that high are recalled (a hit when already staged, a miss when they still had
+  to be read from the host or lower);
+* focus ranges (:meth:`~kvstore.cache.TieredCache.recall_tokens`): the blocks of the lines a
+  question retrieved.
+
+A recalled row leaves the Global Summary while it is back, and rolling back the question's
+checkpoint returns it to the cold index, so the cache after an answer is exactly what it was before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kvstore.placement import Prefetcher, Tier, TierPlacement
+from kvstore.stores.base import pack_block, unpack_block
+
+
+@dataclass
+class ColdTierStats:
+    evicted: int = 0  # blocks written to the cold tier
+    recalled: int = 0  # blocks brought back into the pools
+    requested: int = 0  # prefetch requests (blocks)
+
+
+class ColdTier:
+    """The cold blocks of one cache (all its tiered layers), kept by a :class:`TierPlacement`."""
+
+    def __init__(self, placement: TierPlacement, recall_top_k: int = 8, prefetch: bool = True) -> None:
+        if recall_top_k <= 0:
+            raise ValueError("recall_top_k must be positive")
+        self.placement = placement
+        self.recall_top_k = recall_top_k
+        self.prefetcher = Prefetcher(placement, top_k=recall_top_k) if prefetch else None
+        self.counts = ColdTierStats()
+
+    @staticmethod
+    def block_id(layer_idx: int, block: int, fmt: int) -> str:
+        return f"L{layer_idx}.b{block}.f{fmt}"
+
+    def evict(self, layer_idx: int, block: int, fmt: int, payload: dict[str, torch.Tensor], score: float,
+              modality: int) -> None:
+        """Keep a block's payload; a block already there in the same format is not written again."""
+        block_id = self.block_id(layer_idx, block, fmt)
+        if self.placement.tier_of(block_id) is None:
+            self.placement.put_cold(block_id, pack_block(payload), score, modality)
+        else:
+            self.placement.update_scores({block_id: score})
+        self.counts.evicted += 1
+
+    def staged(self, block_id: str) -> bool:
+        return self.placement.tier_of(block_id) == Tier.DEVICE
+
+    def request(self, block_ids: list[str]) -> None:
+        """Stage blocks in device memory in the background (returns at once)."""
+        if self.prefetcher is None or not block_ids:
+            return
+        self.counts.requested += len(block_ids)
+        self.prefetcher.request(block_ids)
+
+    def wait(self) -> None:
+        if self.prefetcher is not None:
+            self.prefetcher.wait()
+
+    def fetch(self, block_id: str, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+        """A block's payload tensors; the read counts as a prefetch hit when the block was staged."""
+        tensors, _ = unpack_block(self.placement.read(block_id), device=device)
+        self.counts.recalled += 1
+        return tensors
+
+    def stats(self) -> dict[str, object]:
+        placed = self.placement.stats()
+        return {**placed, "evicted": self.counts.evicted, "recalled": self.counts.recalled,
+                "requested": self.counts.requested, "cold_blocks": len(self.placement.blocks)}
+
+    def close(self) -> None:
+        if self.prefetcher is not None:
+            self.prefetcher.close()
+        self.placement.forget(list(self.placement.blocks))
+        for store in self.placement.tiers.values():
+            store.flush()  # the deletes of write-behind stores are done when this returns
