@@ -7,8 +7,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Debian packages: ffmpeg (PyAV/torchcodec), espeak-ng + sox (regenerate samples),
 # tesseract (slide OCR), redis-server (tiered KV store tests start their own),
-# chromium + a font (the browser tests drive it through Playwright; no browser downloads).
-DEB_PACKAGES := ffmpeg espeak-ng sox tesseract-ocr tesseract-ocr-eng redis-server chromium fonts-dejavu-core
+# chromium + a font (the browser tests drive it through Playwright; no browser downloads),
+# g++ + ninja-build + python3-dev (the fused CPU decode kernel, kernels/csrc, is built at first use).
+DEB_PACKAGES := ffmpeg espeak-ng sox tesseract-ocr tesseract-ocr-eng redis-server chromium fonts-dejavu-core \
+	g++ ninja-build python3-dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup sysdeps venv models demo test test-fast lock samples clean-venv

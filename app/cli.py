@@ -63,6 +63,14 @@ def models(config: ConfigOpt = None) -> None:
         info = describe(model.path)
         state = "provisioned" if model.created else "already present"
         err.print(f"[green]{model.name}[/]: {state} at {model.path} ({info['bytes'] / 1e6:.0f} MB)")
+    from kernels import cpu_decode
+
+    with err.status("building the fused CPU decode kernel (once per machine)"):
+        built = cpu_decode.available()
+    if built:
+        err.print("[green]CPU decode kernel[/]: ready")
+    else:
+        err.print(f"[yellow]CPU decode kernel[/]: not built ({cpu_decode.build_error()}); decoding uses the torch reference")
 
 
 @app.command()

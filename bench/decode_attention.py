@@ -10,9 +10,11 @@ One decode step of one attention layer (batch 1, one new query token), side by s
   attention sink + the last 256 tokens) and a warm tier (INT8 or INT4, KIVI group scales of 32, fp16
   scale/zero points) holding every other block. At an active fraction ``f`` the step reads
   ``ceil(f * blocks)`` blocks per KV head: the hot ones plus the warm blocks with the best Quest bound
-  for the query (selection timed separately: it reads the per-block key min/max). The attention is
-  ``kernels.dispatch.mixed_sparse_attention`` — the torch reference on CPU, the Triton kernel (both
-  tiers in one launch) with ``--device cuda``.
+  for the query (selection timed separately: it reads the per-block key min/max). Two columns:
+  ``reference`` = ``kernels.reference.mixed_sparse_attention`` (plain torch ops), and ``fused`` =
+  ``kernels.dispatch.mixed_sparse_attention`` — the fused C++ kernel (``kernels/cpu_decode.py``)
+  on CPU, the Triton kernel (both tiers in one launch) with ``--device cuda``. Speedup, GB/s and
+  ``x limit`` are those of the fused path.
 
 Reported per row: time per decode step per layer (best of ``--repeats``; the median is in the JSON),
 bytes the step reads, achieved GB/s, and the physical limit: bytes / the machine's memory read
@@ -67,9 +69,11 @@ class Row:
     dense_ms: float
     dense_median_ms: float
     dense_bytes: int
-    minutia_ms: float
+    minutia_ms: float  # the fused path (dispatch)
     minutia_median_ms: float
     minutia_cpu_ms: float | None
+    reference_ms: float | None
+    reference_median_ms: float | None
     minutia_bytes: int
     select_ms: float | None
     select_bytes: int
@@ -78,6 +82,7 @@ class Row:
     limit_ms: float
     limit_ratio: float
     max_abs_err_vs_dense: float | None = None
+    max_abs_err_fused_vs_reference: float | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -296,7 +301,14 @@ def run_model(model: str, context: int, args, device: torch.device, bandwidth: f
             def step(sources=sources):
                 return dispatch.mixed_sparse_attention(cache.q, sources, scale)
 
+            def ref_step(sources=sources):
+                return ref.mixed_sparse_attention(cache.q, sources, scale)
+
             best, median, cpu = time_fn_cpu(step, device, args.repeats)
+            ref_best = ref_median = ref_err = None
+            if not args.skip_reference:
+                ref_best, ref_median = time_fn(ref_step, device, args.repeats)
+                ref_err = (step()[0].out - ref_step()[0].out).abs().max().item()
             merged, _ = step()
             err = None
             if k_warm == n_warm:
@@ -316,6 +328,8 @@ def run_model(model: str, context: int, args, device: torch.device, bandwidth: f
                     minutia_ms=best * 1e3,
                     minutia_median_ms=median * 1e3,
                     minutia_cpu_ms=None if cpu is None else cpu * 1e3,
+                    reference_ms=None if ref_best is None else ref_best * 1e3,
+                    reference_median_ms=None if ref_median is None else ref_median * 1e3,
                     minutia_bytes=read,
                     select_ms=select_ms,
                     select_bytes=select_bytes,
@@ -324,6 +338,7 @@ def run_model(model: str, context: int, args, device: torch.device, bandwidth: f
                     limit_ms=limit * 1e3,
                     limit_ratio=best / limit,
                     max_abs_err_vs_dense=err,
+                    max_abs_err_fused_vs_reference=ref_err,
                 )
             )
             print(_row_line(rows[-1]), flush=True)
@@ -346,9 +361,11 @@ def _ctx(n: int) -> str:
 
 def _row_line(r: Row) -> str:
     sel = f"{r.select_ms:7.2f}" if r.select_ms is not None else "      -"
+    refp = f"{r.reference_ms:7.2f}" if r.reference_ms is not None else "      -"
     return (
         f"{r.model:20s} {_ctx(r.context):>5s} {r.warm:5s} {_frac(r.fraction):>4s} "
-        f"dense {r.dense_ms:8.2f} ms | minutia {r.minutia_ms:7.2f} ms (x{r.speedup:5.1f}) select {sel} ms | "
+        f"dense {r.dense_ms:8.2f} ms | reference {refp} ms | fused {r.minutia_ms:7.3f} ms (x{r.speedup:5.1f}) "
+        f"select {sel} ms | "
         f"{r.minutia_bytes / 1e6:7.2f} MB {r.gbps:6.2f} GB/s limit {r.limit_ms:6.3f} ms ratio {r.limit_ratio:5.2f}"
     )
 
@@ -362,20 +379,22 @@ def markdown(rows: list[Row], meta: dict) -> str:
         f"- torch {meta['torch']}, threads {meta['threads']}, minutia backend: {meta['backend']}",
         f"- Measured memory read bandwidth: **{meta['bandwidth_gbps']:.1f} GB/s** ({meta['bandwidth_method']})",
         f"- Load average before / after: {meta['loadavg_before']} / {meta['loadavg_after']}",
-        "- Times are per decode step per layer (batch 1), best wall time of the repeats (`minutia CPU ms`: best CPU",
-        "  time of this process, all threads); `limit` = bytes read / bandwidth;",
-        "  `x limit` = time / limit (1.0 = running at the memory bandwidth). Dense reads the full bf16 K+V.",
-        "  `select` = Quest scores over all warm blocks + top-k (reads the per-block key min/max), not in `minutia`.",
+        "- Times are per decode step per layer (batch 1), best wall time of the repeats (`fused CPU ms`: best CPU",
+        "  time of this process, all threads); `reference` = the plain torch path (kernels/reference.py), `fused` =",
+        f"  the dispatch path ({meta['backend']}); `limit` = bytes read / bandwidth;",
+        "  `x limit` = fused time / limit (1.0 = running at the memory bandwidth). Dense reads the full bf16 K+V.",
+        "  `select` = Quest scores over all warm blocks + top-k (reads the per-block key min/max), not in the times.",
         "",
-        "| model | context | warm | active | blocks/head | dense ms | minutia ms | minutia CPU ms | speedup | select ms | MB read | GB/s | limit ms | x limit |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | context | warm | active | blocks/head | dense ms | reference ms | fused ms | fused CPU ms | speedup | select ms | MB read | GB/s | limit ms | x limit |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         sel = f"{r.select_ms:.2f}" if r.select_ms is not None else "-"
         cpu = f"{r.minutia_cpu_ms:.3f}" if r.minutia_cpu_ms is not None else "-"
+        refp = f"{r.reference_ms:.3f}" if r.reference_ms is not None else "-"
         lines.append(
             f"| {r.model} | {_ctx(r.context)} | {r.warm} | {_frac(r.fraction)} | {r.blocks_read} | {r.dense_ms:.2f} | "
-            f"{r.minutia_ms:.3f} | {cpu} | {r.speedup:.1f}x | {sel} | {r.minutia_bytes / 1e6:.2f} | {r.gbps:.2f} | "
+            f"{refp} | {r.minutia_ms:.3f} | {cpu} | {r.speedup:.1f}x | {sel} | {r.minutia_bytes / 1e6:.2f} | {r.gbps:.2f} | "
             f"{r.limit_ms:.3f} | {r.limit_ratio:.2f} |"
         )
     lines += ["", "## Targets", ""]
@@ -432,7 +451,10 @@ def plot(rows: list[Row], path: Path, meta: dict) -> None:
             for fraction in sorted({r.fraction for r in mine}, reverse=True):
                 pts = [(r.context, r.minutia_ms) for r in mine if r.warm == warm and r.fraction == fraction]
                 if pts:
-                    ax.plot(*zip(*sorted(pts)), style, marker="s", label=f"minutia {warm} active {_frac(fraction)}")
+                    ax.plot(*zip(*sorted(pts)), style, marker="s", label=f"fused {warm} active {_frac(fraction)}")
+                pts = [(r.context, r.reference_ms) for r in mine if r.warm == warm and r.fraction == fraction and r.reference_ms]
+                if pts and warm == "int4":
+                    ax.plot(*zip(*sorted(pts)), ":", marker="x", alpha=0.6, label=f"reference {warm} active {_frac(fraction)}")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(contexts, [_ctx(c) for c in contexts])
@@ -494,6 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch threads on CPU (default: nproc)")
     parser.add_argument("--bandwidth-mb", type=int, default=1024, help="buffer size of the bandwidth measurement")
     parser.add_argument("--out", default="bench/out/decode_attention")
+    parser.add_argument("--skip-reference", action="store_true", help="do not time the plain torch reference path")
     args = parser.parse_args(argv)
     args.fractions = [float(f) for f in args.fractions.split(",")]
     args.warm = [w.strip() for w in args.warm.split(",") if w.strip()]
@@ -510,7 +533,8 @@ def main(argv: list[str] | None = None) -> int:
     machine, kind = machine_description(device)
     load_before = _loadavg()
     bandwidth = measure_read_bandwidth(device, args.bandwidth_mb)
-    print(f"{machine}; read bandwidth {bandwidth / 1e9:.1f} GB/s; backend {dispatch.backend_for(device)}", flush=True)
+    backend = dispatch.backend_for(device, decode=True)
+    print(f"{machine}; read bandwidth {bandwidth / 1e9:.1f} GB/s; backend {backend}", flush=True)
     rows: list[Row] = []
     with torch.inference_mode():
         for model in models:
@@ -523,7 +547,7 @@ def main(argv: list[str] | None = None) -> int:
         "device_kind": kind,
         "torch": torch.__version__,
         "threads": torch.get_num_threads() if device.type == "cpu" else "-",
-        "backend": dispatch.backend_for(device),
+        "backend": backend,
         "bandwidth_gbps": max(bandwidth, bandwidth_after) / 1e9,
         "bandwidth_method": f"best of 7 torch.sum over a {args.bandwidth_mb} MiB fp32 buffer, before and after the run "
         f"({bandwidth / 1e9:.1f} / {bandwidth_after / 1e9:.1f} GB/s)",
@@ -531,7 +555,8 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg_after": _loadavg(),
         "notes": [
             "Random bf16 K/V/q; Quest selection on random keys is arbitrary but real (same work as on real keys).",
-            "`max_abs_err_vs_dense` in the JSON (active fraction 1 only) checks the quantized path against dense SDPA.",
+            "`max_abs_err_vs_dense` in the JSON (active fraction 1 only) checks the quantized path against dense SDPA;",
+            "`max_abs_err_fused_vs_reference` checks the fused path against the reference on every row.",
         ],
     }
     bandwidth = max(bandwidth, bandwidth_after)

@@ -1,4 +1,5 @@
-"""The one dispatch point of the KV kernels: Triton on CUDA tensors, the torch reference elsewhere.
+"""The one dispatch point of the KV kernels: Triton on CUDA, a fused C++ kernel for CPU decode, the
+torch reference elsewhere.
 
 Every function here has the signature of its :mod:`kernels.reference` namesake and returns the same
 thing, so a caller can swap ``from kernels import reference`` for ``from kernels import dispatch``.
@@ -9,9 +10,14 @@ Which backend runs, per call, from the device of the main input tensor:
 * ``MINUTIA_KERNELS=reference`` — always the reference.
 * ``MINUTIA_KERNELS=triton`` — always Triton; on CPU this needs ``TRITON_INTERPRET=1`` (the Triton
   interpreter, for tests) and raises otherwise. Cases a kernel does not cover raise.
+* ``MINUTIA_KERNELS=cpu`` — the fused CPU decode kernel (:mod:`kernels.cpu_decode`) for decode
+  attention on CPU tensors (one query per sequence); cases it does not cover raise, and so does a
+  failed build. Ops it has no kernel for (quantize, Quest scores, prefill attention) use the reference.
 * ``MINUTIA_KERNELS=auto`` (default) — Triton for CUDA tensors (compute capability >= 8.0) and for
-  CPU tensors under ``TRITON_INTERPRET=1``; the reference otherwise, and for any case a kernel does
-  not cover (``NotImplementedError`` from the Triton wrapper falls back to the reference).
+  CPU tensors under ``TRITON_INTERPRET=1``; on other CPU tensors the fused CPU kernel for decode
+  attention (built at first use; if the build fails, one logged warning and the reference); the
+  reference otherwise, and for any case a kernel does not cover (``NotImplementedError`` from a
+  kernel wrapper falls back to the reference).
 
 The environment is read at each call, so tests can switch it; ``TRITON_INTERPRET`` must be set
 before Triton kernels are first imported (Triton reads it when the kernels are defined).
@@ -31,11 +37,11 @@ from kernels import reference
 from kernels.reference import *  # noqa: F401,F403  (re-export the reference API unchanged)
 from kernels.reference import AttentionPartial, GlobalSummary, PagedSource, QuantizedTensor
 
-BACKENDS = ("auto", "reference", "triton")
+BACKENDS = ("auto", "reference", "triton", "cpu")
 
 
 def requested_backend() -> str:
-    """``MINUTIA_KERNELS`` (auto | reference | triton)."""
+    """``MINUTIA_KERNELS`` (auto | reference | triton | cpu)."""
     mode = os.environ.get("MINUTIA_KERNELS", "auto").strip().lower() or "auto"
     if mode not in BACKENDS:
         raise ValueError(f"MINUTIA_KERNELS={mode!r}; expected one of {BACKENDS}")
@@ -59,12 +65,28 @@ def _cuda_capable(index: int) -> bool:
     return torch.cuda.get_device_capability(index) >= (8, 0)
 
 
-def backend_for(device: torch.device | str) -> str:
-    """``"triton"`` or ``"reference"``: the backend a call with inputs on ``device`` uses."""
+def _cpu_module() -> ModuleType:
+    from kernels import cpu_decode
+
+    return cpu_decode
+
+
+def backend_for(device: torch.device | str, decode: bool = False) -> str:
+    """``"triton"``, ``"cpu"`` or ``"reference"``: the backend a call with inputs on ``device`` uses.
+
+    ``decode`` asks about decode attention (one query per sequence), the one case the fused CPU
+    kernel covers; every other op on CPU tensors runs the reference (or Triton when interpreting).
+    """
     device = torch.device(device)
     mode = requested_backend()
     if mode == "reference":
         return "reference"
+    if mode == "cpu":
+        if not decode:
+            return "reference"
+        if device.type != "cpu":
+            raise RuntimeError("MINUTIA_KERNELS=cpu needs CPU tensors")
+        return "cpu"
     if mode == "triton":
         if device.type == "cpu" and not _interpreting():
             raise RuntimeError("MINUTIA_KERNELS=triton on CPU needs TRITON_INTERPRET=1 (the Triton interpreter)")
@@ -76,7 +98,28 @@ def backend_for(device: torch.device | str) -> str:
         return "reference"
     if device.type == "cpu" and _interpreting() and _triton_module("triton_decode") is not None:
         return "triton"
+    if device.type == "cpu" and decode and _cpu_module().available():
+        return "cpu"
     return "reference"
+
+
+def _is_decode(q: torch.Tensor) -> bool:
+    return q.ndim == 3 or (q.ndim == 4 and q.shape[2] == 1)
+
+
+def _call_attention(name: str, q: torch.Tensor, *args: Any) -> Any:
+    """Attention ops: the fused CPU kernel for CPU decode, else as :func:`_call` (Triton / reference)."""
+    if backend_for(q.device, _is_decode(q)) != "cpu":
+        return _call("triton_decode", name, q.device, q, *args)
+    cpu = _cpu_module()
+    if requested_backend() == "cpu" and not cpu.available():
+        raise RuntimeError("MINUTIA_KERNELS=cpu but the fused CPU kernel did not build") from cpu.build_error()
+    try:
+        return getattr(cpu, name)(q, *args)
+    except NotImplementedError:
+        if requested_backend() == "cpu":
+            raise
+        return getattr(reference, name)(q, *args)
 
 
 def _call(module: str, name: str, device: torch.device, *args: Any, **kwargs: Any) -> Any:
@@ -148,10 +191,8 @@ def paged_attention_partial(
     softcap: float | None = None,
     return_block_mass: bool = False,
 ) -> tuple[AttentionPartial, torch.Tensor | None]:
-    return _call(
-        "triton_decode",
+    return _call_attention(
         "paged_attention_partial",
-        q.device,
         q,
         k_source,
         v_source,
@@ -173,10 +214,8 @@ def sparse_decode_attention(
     summary: GlobalSummary | None = None,
     softcap: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    return _call(
-        "triton_decode",
+    return _call_attention(
         "sparse_decode_attention",
-        q.device,
         q,
         k_pages,
         v_pages,
@@ -196,7 +235,7 @@ def mixed_sparse_attention(
     softcap: float | None = None,
     extra: Sequence[AttentionPartial] = (),
 ) -> tuple[AttentionPartial, list[torch.Tensor]]:
-    return _call("triton_decode", "mixed_sparse_attention", q.device, q, sources, scale, summary, softcap, extra)
+    return _call_attention("mixed_sparse_attention", q, sources, scale, summary, softcap, extra)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,0 +1,351 @@
+"""Fused CPU decode attention: one C++ pass per (batch, KV head) over the listed paged blocks.
+
+Same signatures and results as the :mod:`kernels.reference` namesakes, for the decode case (one
+query token per sequence). The reference path spends its time turning codes into fp32 temporaries
+and running small matmuls; here each listed block is read once, its codes (INT8, INT4 nibbles, FP8
+bytes) or bf16/fp16/fp32 rows become floats in registers, every query head of the GQA group is
+dotted with them in the same pass, and an online softmax feeds the value accumulation, so memory
+traffic is the bytes of the listed blocks. Mixed tiers (full precision + quantized pools) go in one
+call, as one sequence of blocks.
+
+The kernel (``kernels/csrc/cpu_decode.cpp``) is compiled at first use with
+``torch.utils.cpp_extension.load`` (``-O3 -march=native -fopenmp``) into
+``$TORCH_EXTENSIONS_DIR``, else ``$MINUTIA_HOME/torch_extensions``, else
+``~/.cache/minutia/torch_extensions``; a build is keyed by the source, the flags, torch and the CPU,
+so it compiles once per machine. If the build fails, :func:`available` is False after one logged
+warning and :mod:`kernels.dispatch` uses the reference.
+
+Cases the kernel does not cover raise :class:`NotImplementedError` (dispatch then falls back to the
+reference): several queries per sequence (prefill), head dims that are not multiples of 16, keys
+not quantized along tokens or values not along channels, more than 64 outlier channels.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import os
+import platform
+import threading
+from pathlib import Path
+from types import ModuleType
+from typing import Sequence
+
+import torch
+
+from kernels import reference as ref
+from kernels.reference import AttentionPartial, GlobalSummary, PagedSource, QuantizedTensor
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).resolve().parent / "csrc" / "cpu_decode.cpp"
+CFLAGS = ["-O3", "-march=native", "-fopenmp", "-ffp-contract=fast"]
+LDFLAGS = ["-fopenmp"]
+MAX_OUTLIERS = 64
+
+# Storage codes shared with the C++ side.
+_FULL_KINDS = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+_QUANT_KINDS = {"int8": 3, "int4": 4, "fp8": 5}
+_PARAM_DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+
+_lock = threading.Lock()
+_state: dict[str, object] = {"module": None, "error": None}
+
+
+# --------------------------------------------------------------------------------------------------
+# Build
+# --------------------------------------------------------------------------------------------------
+
+
+def extension_dir() -> Path:
+    """Where compiled builds are cached (created on demand)."""
+    if os.environ.get("TORCH_EXTENSIONS_DIR"):
+        return Path(os.environ["TORCH_EXTENSIONS_DIR"])
+    if os.environ.get("MINUTIA_HOME"):
+        return Path(os.environ["MINUTIA_HOME"]) / "torch_extensions"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "minutia" / "torch_extensions"
+
+
+def _cpu_signature() -> str:
+    """The CPU model and flags: -march=native code must not be reused on another CPU."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        wanted = [line for line in lines if line.startswith(("model name", "flags"))][:2]
+        return "\n".join(wanted)
+    except OSError:
+        return platform.processor() or platform.machine()
+
+
+def _build() -> ModuleType:
+    from torch.utils.cpp_extension import load
+
+    key = hashlib.sha256(
+        b"\0".join([SOURCE.read_bytes(), " ".join(CFLAGS).encode(), torch.__version__.encode(), _cpu_signature().encode()])
+    ).hexdigest()[:16]
+    name = f"minutia_cpu_decode_{key}"
+    folder = extension_dir() / name
+    folder.mkdir(parents=True, exist_ok=True)
+    return load(
+        name=name,
+        sources=[str(SOURCE)],
+        extra_cflags=CFLAGS,
+        extra_ldflags=LDFLAGS,
+        build_directory=str(folder),
+        verbose=False,
+    )
+
+
+def extension() -> ModuleType | None:
+    """The compiled kernel module (built at first use), or None if the build failed (warned once)."""
+    if _state["module"] is not None or _state["error"] is not None:
+        return _state["module"]  # type: ignore[return-value]
+    with _lock:
+        if _state["module"] is None and _state["error"] is None:
+            try:
+                _state["module"] = _build()
+            except Exception as exc:  # compiler, headers or ninja missing: the reference serves
+                _state["error"] = exc
+                log.warning("fused CPU decode kernel unavailable, using the torch reference: %s", str(exc).strip()[-2000:])
+    return _state["module"]  # type: ignore[return-value]
+
+
+def available() -> bool:
+    """Whether the fused kernel is built and loaded (building it on the first call)."""
+    return extension() is not None
+
+
+def build_error() -> BaseException | None:
+    """Why the build failed, if it did."""
+    return _state["error"]  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------------------------------
+# Arguments
+# --------------------------------------------------------------------------------------------------
+
+
+def _contiguous(t: torch.Tensor) -> torch.Tensor:
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def _operand(
+    source: torch.Tensor | QuantizedTensor, n_kv: int, dim: int, is_key: bool, keep: list[torch.Tensor]
+) -> tuple[list[int], int]:
+    """The 10 integers describing one K or V storage to the kernel, and its block size."""
+    if not isinstance(source, QuantizedTensor):
+        if source.ndim != 4 or source.device.type != "cpu" or source.dtype not in _FULL_KINDS:
+            raise NotImplementedError("full-precision pages must be [P, block_size, H, D] fp32/bf16/fp16 on the CPU")
+        if source.shape[2] != n_kv or source.shape[3] != dim:
+            raise NotImplementedError("pages disagree with the block table or queries on heads or head dim")
+        pages = _contiguous(source)
+        keep.append(pages)
+        return [_FULL_KINDS[source.dtype], pages.data_ptr(), 0, 0, 0, 1, 0, 0, 0, 0], int(source.shape[1])
+    if len(source.shape) != 4 or source.kind not in _QUANT_KINDS or source.axis != (1 if is_key else 3):
+        raise NotImplementedError("the kernel reads keys quantized along tokens and values along channels")
+    n_pages, block_size, heads, width = source.shape
+    if heads != n_kv or width != dim or source.data.device.type != "cpu":
+        raise NotImplementedError("quantized pages disagree with the block table or queries")
+    group = source.group_size
+    length = block_size if is_key else width
+    if group <= 0 or length % group or (source.kind == "int4" and group % 2):
+        raise NotImplementedError("group size must divide the quantized axis (and be even for INT4)")
+    expected = [n_pages, block_size, heads, width]
+    if source.kind == "int4":
+        expected[1 if is_key else 3] //= 2
+    data = source.data.view(torch.uint8) if source.data.dtype == ref.FP8_DTYPE else source.data
+    if data.dtype != torch.uint8 or list(data.shape) != expected:
+        raise NotImplementedError(f"unexpected code tensor {tuple(data.shape)} {data.dtype}")
+    param_shape = [n_pages, block_size // group, heads, width] if is_key else [n_pages, block_size, heads, width // group]
+    scale = _contiguous(source.scale)
+    if scale.dtype not in _PARAM_DTYPES or list(scale.shape) != param_shape:
+        raise NotImplementedError("unexpected scale tensor")
+    zero = None
+    if source.kind != "fp8":
+        if source.zero is None or source.zero.dtype != scale.dtype or list(source.zero.shape) != param_shape:
+            raise NotImplementedError("unexpected zero-point tensor")
+        zero = _contiguous(source.zero)
+    data = _contiguous(data)
+    keep.extend([data, scale] + ([zero] if zero is not None else []))
+    oidx_ptr = oval_ptr = odtype = n_out = 0
+    if source.outlier_idx is not None and source.outlier_values is not None:
+        n_out = int(source.outlier_idx.shape[-1])
+        rows = source.outlier_idx.reshape(-1, n_out)
+        values = source.outlier_values
+        if n_out > MAX_OUTLIERS or rows.shape[0] not in (1, n_kv) or values.dtype not in _PARAM_DTYPES:
+            raise NotImplementedError("outlier channels must be per KV head (at most 64)")
+        if list(values.shape) != [n_pages, block_size, heads, n_out]:
+            raise NotImplementedError("unexpected outlier values")
+        idx = rows.expand(n_kv, n_out).to(device="cpu", dtype=torch.int64).contiguous()
+        values = _contiguous(values)
+        keep.extend([idx, values])
+        oidx_ptr, oval_ptr, odtype = idx.data_ptr(), values.data_ptr(), _PARAM_DTYPES[values.dtype]
+    args = [
+        _QUANT_KINDS[source.kind],
+        data.data_ptr(),
+        scale.data_ptr(),
+        0 if zero is None else zero.data_ptr(),
+        _PARAM_DTYPES[scale.dtype],
+        group,
+        oidx_ptr,
+        oval_ptr,
+        odtype,
+        n_out,
+    ]
+    return args, int(block_size)
+
+
+def _run(
+    q: torch.Tensor, sources: Sequence[PagedSource], scale: float, softcap: float | None, want_mass: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, list[int]]:
+    """One kernel call over all sources: out ``[B, Hkv, G, DV]``, lse ``[B, Hkv, G]``, the per-block
+    mass ``[B, Hkv, G, M_total]`` normalised within this call (or None) and the sources' column offsets."""
+    if q.device.type != "cpu" or not q.is_floating_point():
+        raise NotImplementedError("the fused kernel runs on CPU tensors")
+    if q.ndim == 4 and q.shape[2] != 1 or q.ndim not in (3, 4):
+        raise NotImplementedError("the fused kernel covers decode (one query per sequence); prefill uses the reference")
+    if not sources:
+        raise NotImplementedError("no sources")
+    module = extension()
+    if module is None:
+        raise NotImplementedError("the fused CPU kernel did not build") from build_error()
+    batch, n_q, dim = q.shape[0], q.shape[1], q.shape[-1]
+    n_kv = sources[0].block_table.shape[1]
+    if n_kv == 0 or n_q % n_kv:
+        raise NotImplementedError("query heads must be a multiple of KV heads")
+    groups = n_q // n_kv
+    keep: list[torch.Tensor] = []
+    args: list[list[int]] = []
+    offsets = [0]
+    dv = None
+    for source in sources:
+        table, seq = source.block_table, source.seq_lens
+        if table.ndim != 3 or tuple(table.shape[:2]) != (batch, n_kv) or tuple(seq.shape) != (batch, n_kv):
+            raise NotImplementedError("block table must be [B, Hkv, M] and seq_lens [B, Hkv]")
+        if table.device.type != "cpu" or seq.device.type != "cpu":
+            raise NotImplementedError("block tables must be on the CPU")
+        v_dim = source.v_pages.shape[-1]
+        dv = v_dim if dv is None else dv
+        if v_dim != dv:
+            raise NotImplementedError("all sources need the same value dim")
+        k_args, k_bs = _operand(source.k_pages, n_kv, dim, True, keep)
+        v_args, v_bs = _operand(source.v_pages, n_kv, v_dim, False, keep)
+        if k_bs != v_bs:
+            raise NotImplementedError("K and V block sizes differ")
+        table = _contiguous(table.to(torch.int64))
+        seq = _contiguous(seq.to(torch.int64))
+        keep.extend([table, seq])
+        args.append([table.data_ptr(), seq.data_ptr(), table.shape[2], k_bs, *k_args, *v_args])
+        offsets.append(offsets[-1] + table.shape[2])
+    if dim % 16 or dv % 16:
+        raise NotImplementedError("head dims must be multiples of 16")
+    qf = _contiguous(q.reshape(batch, n_q, dim).to(torch.float32))
+    out = torch.empty(batch, n_kv, groups, dv, dtype=torch.float32)
+    lse = torch.empty(batch, n_kv, groups, dtype=torch.float32)
+    mass = torch.empty(batch, n_kv, groups, offsets[-1], dtype=torch.float32) if want_mass else None
+    threads = max(1, torch.get_num_threads())
+    splits = 1 if threads == 1 else max(1, math.ceil(threads / max(1, batch * n_kv)))
+    module.decode(
+        qf.data_ptr(),
+        out.data_ptr(),
+        lse.data_ptr(),
+        0 if mass is None else mass.data_ptr(),
+        batch,
+        n_kv,
+        groups,
+        dim,
+        dv,
+        float(scale),
+        float(softcap) if softcap is not None else 0.0,
+        splits,
+        threads,
+        args,
+    )
+    return out, lse, mass, offsets
+
+
+# --------------------------------------------------------------------------------------------------
+# The reference API (decode case)
+# --------------------------------------------------------------------------------------------------
+
+
+def paged_attention_partial(
+    q: torch.Tensor,
+    k_source: torch.Tensor | QuantizedTensor,
+    v_source: torch.Tensor | QuantizedTensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    softcap: float | None = None,
+    return_block_mass: bool = False,
+) -> tuple[AttentionPartial, torch.Tensor | None]:
+    """Fused version of :func:`kernels.reference.paged_attention_partial` (one query per sequence)."""
+    out, lse, mass, _ = _run(q, [PagedSource(k_source, v_source, block_table, seq_lens)], scale, softcap, return_block_mass)
+    batch, n_kv, groups, dv = out.shape
+    partial = AttentionPartial(out=out.view(batch, n_kv * groups, 1, dv), lse=lse.view(batch, n_kv * groups, 1))
+    if mass is not None:
+        mass = mass.view(batch, n_kv, groups, 1, mass.shape[-1])
+    return partial, mass
+
+
+def sparse_decode_attention(
+    q: torch.Tensor,
+    k_pages: torch.Tensor | QuantizedTensor,
+    v_pages: torch.Tensor | QuantizedTensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float | None = None,
+    summary: GlobalSummary | None = None,
+    softcap: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fused version of :func:`kernels.reference.sparse_decode_attention`: ``(output, lse)``."""
+    scale = scale if scale is not None else q.shape[-1] ** -0.5
+    partial, _ = paged_attention_partial(q, k_pages, v_pages, block_table, seq_lens, scale, softcap)
+    if summary is not None:
+        partial = ref.merge_partials([partial, ref.summary_partial(q, summary, scale, softcap)])
+    out, lse = partial.out.to(q.dtype), partial.lse
+    if q.ndim == 3:
+        out, lse = out.squeeze(2), lse.squeeze(2)
+    return out, lse
+
+
+def mixed_sparse_attention(
+    q: torch.Tensor,
+    sources: Sequence[PagedSource],
+    scale: float | None = None,
+    summary: GlobalSummary | None = None,
+    softcap: float | None = None,
+    extra: Sequence[AttentionPartial] = (),
+) -> tuple[AttentionPartial, list[torch.Tensor]]:
+    """Fused version of :func:`kernels.reference.mixed_sparse_attention`: every tier in one kernel call.
+
+    Returns the merged fp32 partial ``[B, Hq, 1, D]`` and per source the attention mass of each
+    listed block ``[B, Hkv, M]`` under the merged softmax (summed over the group's query heads).
+    """
+    scale = scale if scale is not None else q.shape[-1] ** -0.5
+    sources = list(sources)
+    out, lse, mass, offsets = _run(q, sources, scale, softcap, True)
+    batch, n_kv, groups, dv = out.shape
+    partial = AttentionPartial(out=out.view(batch, n_kv * groups, 1, dv), lse=lse.view(batch, n_kv * groups, 1))
+    partials = [partial]
+    if summary is not None:
+        partials.append(ref.summary_partial(q, summary, scale, softcap))
+    partials.extend(extra)
+    merged = ref.merge_partials(partials)
+    if len(partials) == 1:
+        total = mass.sum(2)
+    else:
+        total = ref.renormalised_mass(mass.view(batch, n_kv, groups, 1, -1), partial, merged)
+    return merged, [total[..., offsets[i] : offsets[i + 1]] for i in range(len(sources))]
+
+
+__all__ = [
+    "available",
+    "build_error",
+    "extension",
+    "extension_dir",
+    "mixed_sparse_attention",
+    "paged_attention_partial",
+    "sparse_decode_attention",
+]

@@ -1,0 +1,841 @@
+// Fused block-sparse decode attention over paged, mixed-tier KV blocks, for the CPU.
+//
+// Same semantics as kernels/reference.py (read its module docstring): paged K/V [P, BS, H, D],
+// per-source block tables [B, H, M] (-1 = padding) and seq_lens [B, H], one query token per
+// sequence with GQA. Per (batch, KV head, split of the listed blocks) one pass reads each listed
+// block once: the codes (uint8, INT4 nibbles, FP8 e4m3 bytes) or bf16/fp16/fp32 rows are turned into
+// floats in registers, dotted with all G query heads of the group at once (keys: the per-channel
+// group scale is folded into the query once per token group, the zero point into one bias per
+// group), then an online softmax and the value accumulation (values dequantized per 16-channel chunk
+// in registers, outlier channels patched in) follow. Splits merge by log-sum-exp at the end.
+//
+// Written with GCC/Clang vector extensions (16 floats = one AVX-512 register) so -march=native
+// picks the widest ISA available; only the fp16 conversion uses an intrinsic when present.
+// The Python side passes raw pointers (no torch headers: the build takes seconds, not a minute).
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <vector>
+
+#if defined(__SSE2__) || defined(__F16C__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace {
+
+typedef float vf __attribute__((vector_size(64)));
+typedef int32_t vi __attribute__((vector_size(64)));
+typedef uint32_t vu __attribute__((vector_size(64)));
+typedef uint8_t vb __attribute__((vector_size(16)));
+typedef uint16_t vh __attribute__((vector_size(32)));
+
+constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
+constexpr int MAX_OUT = 64;  // outlier channels per head (kernels/cpu_decode.py checks)
+
+// Storage kinds (must match kernels/cpu_decode.py).
+enum Kind { K_F32 = 0, K_BF16 = 1, K_F16 = 2, K_INT8 = 3, K_INT4 = 4, K_FP8 = 5 };
+// Dtypes of scales / zero points / outlier values.
+enum PDtype { P_F32 = 0, P_BF16 = 1, P_F16 = 2 };
+
+template <class V>
+inline V loadv(const void* p) {
+  V v;
+  std::memcpy(&v, p, sizeof(V));
+  return v;
+}
+inline void storev(float* p, vf v) { std::memcpy(p, &v, sizeof(vf)); }
+inline vf splat(float x) { return vf{} + x; }
+inline vf vmax(vf a, vf b) { return a > b ? a : b; }
+inline vf vmin(vf a, vf b) { return a < b ? a : b; }
+inline vf lane_index() { return vf{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}; }
+
+inline float hsum(vf v) {
+  vf a = v + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+  a = a + __builtin_shufflevector(a, a, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+  a = a + __builtin_shufflevector(a, a, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+  a = a + __builtin_shufflevector(a, a, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+  return a[0];
+}
+
+inline float hmax(vf v) {
+  vf a = vmax(v, __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
+  a = vmax(a, __builtin_shufflevector(a, a, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));
+  a = vmax(a, __builtin_shufflevector(a, a, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
+  a = vmax(a, __builtin_shufflevector(a, a, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
+  return a[0];
+}
+
+// Sixteen horizontal sums at once: lane i of the result is the sum of a[i] (a transpose-add tree,
+// 45 shuffles/adds instead of 16 separate reductions).
+inline vf reduce16(const vf* a) {
+  vf x[8], y[4], z[2];
+  for (int i = 0; i < 8; ++i)
+    x[i] = __builtin_shufflevector(a[2 * i], a[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+           __builtin_shufflevector(a[2 * i], a[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+  for (int i = 0; i < 4; ++i)
+    y[i] = __builtin_shufflevector(x[2 * i], x[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+           __builtin_shufflevector(x[2 * i], x[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+  for (int i = 0; i < 2; ++i)
+    z[i] = __builtin_shufflevector(y[2 * i], y[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
+           __builtin_shufflevector(y[2 * i], y[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+  return __builtin_shufflevector(z[0], z[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
+         __builtin_shufflevector(z[0], z[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+}
+
+// exp(x), about 2 ulp, for x in [-87, 88] (clamped outside): Cody-Waite reduction + degree-6 poly.
+inline vf vexp(vf x) {
+  x = vmin(vmax(x, splat(-87.0f)), splat(88.0f));
+  const vf shifter = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
+  vf n = (x * 1.44269504088896341f + shifter) - shifter;
+  vf r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  vf p = splat(1.0f / 720);
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  vi e = (__builtin_convertvector(n, vi) + 127) << 23;
+  return p * (vf)e;
+}
+
+inline float half_to_float(uint16_t h) {
+#if defined(__F16C__)
+  return _cvtsh_ss(h);
+#else
+  uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, man = h & 0x3FF, bits;
+  if (exp == 0x1F) {
+    bits = sign | 0x7F800000u | (man << 13);
+  } else if (exp) {
+    bits = sign | ((exp + 112) << 23) | (man << 13);
+  } else {
+    float f = std::ldexp(float(man), -24);
+    return sign ? -f : f;
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+#endif
+}
+
+inline float bf16_to_float(uint16_t h) {
+  uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline float param_at(const void* p, int dtype, int64_t i) {
+  switch (dtype) {
+    case P_BF16:
+      return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case P_F16:
+      return half_to_float(static_cast<const uint16_t*>(p)[i]);
+    default:
+      return static_cast<const float*>(p)[i];
+  }
+}
+
+inline vf bf16x16(const void* p) { return (vf)(__builtin_convertvector(loadv<vh>(p), vu) << 16); }
+
+inline vf f16x16(const void* p) {
+#if defined(__AVX512F__)
+  return (vf)_mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
+#else
+  const uint16_t* h = static_cast<const uint16_t*>(p);
+  vf r;
+  for (int i = 0; i < 16; ++i) r[i] = half_to_float(h[i]);
+  return r;
+#endif
+}
+
+inline vf params16(const void* p, int dtype, int64_t i) {
+  switch (dtype) {
+    case P_BF16:
+      return bf16x16(static_cast<const uint16_t*>(p) + i);
+    case P_F16:
+      return f16x16(static_cast<const uint16_t*>(p) + i);
+    default:
+      return loadv<vf>(static_cast<const float*>(p) + i);
+  }
+}
+
+// GCC scalarises a direct uint8 -> float vector conversion (and sometimes one through int32).
+inline vf u8x16(vb b) {
+#if defined(__AVX512F__)
+  return (vf)_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32((__m128i)b));
+#else
+  return __builtin_convertvector(__builtin_convertvector(b, vi), vf);
+#endif
+}
+
+// Sixteen 4-bit codes packed in 8 bytes, even element in the low nibble.
+inline vf u4x16(const uint8_t* p) {
+#if defined(__SSE2__)
+  __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  const __m128i low = _mm_set1_epi8(15);
+  __m128i lo = _mm_and_si128(b, low), hi = _mm_and_si128(_mm_srli_epi16(b, 4), low);
+  return u8x16((vb)_mm_unpacklo_epi8(lo, hi));
+#else
+  vb x;
+  for (int i = 0; i < 8; ++i) {
+    x[2 * i] = p[i] & 15;
+    x[2 * i + 1] = p[i] >> 4;
+  }
+  return u8x16(x);
+#endif
+}
+
+// float8 e4m3fn: the 7 magnitude bits placed at the top of an fp32 mantissa/exponent give the value
+// times 2^-120 (normals and subnormals alike); NaN (0x7F) never appears: quantize clamps to 448.
+inline vf fp8x16(vb b) {
+#if defined(__AVX512F__)
+  vu u = (vu)_mm512_cvtepu8_epi32((__m128i)b);
+#else
+  vu u = (vu)__builtin_convertvector(b, vi);
+#endif
+  vf mag = (vf)((u & 0x7F) << 20) * 0x1p120f;
+  return (vf)((vu)mag | ((u & 0x80) << 24));
+}
+
+// One storage operand (K or V of one source), as passed from Python.
+struct Operand {
+  int kind = K_F32;
+  const uint8_t* data = nullptr;
+  const void* scale = nullptr;
+  const void* zero = nullptr;
+  int pdtype = P_F32;
+  int group = 1;
+  const int64_t* oidx = nullptr;  // [H, n_out]
+  const void* oval = nullptr;     // [P, BS, H, n_out]
+  int odtype = P_F32;
+  int n_out = 0;
+};
+
+struct Source {
+  Operand k, v;
+  const int64_t* table = nullptr;  // [B, H, M]
+  const int64_t* seq = nullptr;    // [B, H]
+  int64_t width = 0;
+  int bs = 0;
+};
+
+// Rows of one (block, head) slice of paged keys, as floats: values (full precision) or codes.
+template <int KIND>
+struct KeyRows {
+  const uint8_t* base;  // first (packed) row of the slice
+  int64_t stride;       // bytes between (packed) rows
+  inline vf load(int t, int c) const {
+    if constexpr (KIND == K_F32) return loadv<vf>(base + t * stride + 64 * c);
+    if constexpr (KIND == K_BF16) return bf16x16(base + t * stride + 32 * c);
+    if constexpr (KIND == K_F16) return f16x16(base + t * stride + 32 * c);
+    if constexpr (KIND == K_INT8) return u8x16(loadv<vb>(base + t * stride + 16 * c));
+    if constexpr (KIND == K_FP8) return fp8x16(loadv<vb>(base + t * stride + 16 * c));
+    if constexpr (KIND == K_INT4) {  // packed along tokens: even token in the low nibble
+      vb b = loadv<vb>(base + (t >> 1) * stride + 16 * c);
+      return u8x16((t & 1) ? vb(b >> 4) : vb(b & 15));
+    }
+  }
+};
+
+// Rows of one (block, head) slice of paged values, dequantized to floats chunk by chunk. The
+// block's scales, zero points and outlier values were converted to fp32 beforehand (State).
+template <int KIND>
+struct ValueRows {
+  const uint8_t* base;  // first row of the slice
+  int64_t stride;       // bytes between rows
+  const float* scale;   // [nv][n_groups], or [nv][D] when groups are narrower than 16 channels
+  const float* zero;
+  int n_groups;
+  bool per_lane;
+  const float* oval;    // [nv][n_out]
+  int n_out;
+  uint64_t out_chunks;  // bit c: chunk c holds an outlier channel
+  const int* ochunk;    // chunk and lane of each outlier channel
+  const int* olane;
+
+  inline vf codes(int t, int c) const {
+    const uint8_t* row = base + t * stride;
+    if constexpr (KIND == K_F32) return loadv<vf>(row + 64 * c);
+    if constexpr (KIND == K_BF16) return bf16x16(row + 32 * c);
+    if constexpr (KIND == K_F16) return f16x16(row + 32 * c);
+    if constexpr (KIND == K_INT8) return u8x16(loadv<vb>(row + 16 * c));
+    if constexpr (KIND == K_FP8) return fp8x16(loadv<vb>(row + 16 * c));
+    if constexpr (KIND == K_INT4) return u4x16(row + 8 * c);  // packed along channels
+  }
+
+  // Chunk c of row t; j is the channel group of the chunk (when groups are >= 16 channels).
+  inline vf load(int t, int c, int j) const {
+    vf x = codes(t, c);
+    if constexpr (KIND >= K_INT8) {
+      vf sv, zv = vf{};
+      if (!per_lane) {
+        sv = splat(scale[t * n_groups + j]);
+        if constexpr (KIND != K_FP8) zv = splat(zero[t * n_groups + j]);
+      } else {
+        sv = loadv<vf>(scale + t * n_groups + 16 * c);
+        if constexpr (KIND != K_FP8) zv = loadv<vf>(zero + t * n_groups + 16 * c);
+      }
+      x = x * sv + zv;
+      if (out_chunks >> c & 1)
+        for (int i = 0; i < n_out; ++i)
+          if (ochunk[i] == c) x = lane_index() == float(olane[i]) ? splat(oval[t * n_out + i]) : x;
+    }
+    return x;
+  }
+};
+
+// S[g][t] = sum_d qe[g][d] * row_t[d] for t in [t0, t1): T tokens x G heads per step, 16 sums
+// reduced together. qe rows have stride D; [t0, t1) is a multiple of T.
+template <int G, int T, int KIND>
+void key_dots(const KeyRows<KIND>& rows, int t0, int t1, int D, const float* qe, float* S, int ldS) {
+  const int C = D / 16;
+  for (int tt = t0; tt < t1; tt += T) {
+    vf acc[T * G];
+#pragma GCC unroll 16
+    for (int i = 0; i < T * G; ++i) acc[i] = vf{};
+    for (int c = 0; c < C; ++c) {
+      vf qv[G];
+#pragma GCC unroll 8
+      for (int g = 0; g < G; ++g) qv[g] = loadv<vf>(qe + g * D + 16 * c);
+      if constexpr (KIND == K_INT4 && T % 2 == 0) {  // one packed row = two tokens
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t += 2) {
+          vb b = loadv<vb>(rows.base + ((tt + t) >> 1) * rows.stride + 16 * c);
+          vf k0 = u8x16(b & 15), k1 = u8x16(vb(b >> 4) & 15);
+#pragma GCC unroll 8
+          for (int g = 0; g < G; ++g) {
+            acc[t * G + g] += qv[g] * k0;
+            acc[(t + 1) * G + g] += qv[g] * k1;
+          }
+        }
+      } else {
+#pragma GCC unroll 16
+        for (int t = 0; t < T; ++t) {
+          vf k = rows.load(tt + t, c);
+#pragma GCC unroll 8
+          for (int g = 0; g < G; ++g) acc[t * G + g] += qv[g] * k;
+        }
+      }
+    }
+    if constexpr (T * G == 16) {
+      vf r = reduce16(acc);
+#pragma GCC unroll 16
+      for (int t = 0; t < T; ++t)
+#pragma GCC unroll 8
+        for (int g = 0; g < G; ++g) S[g * ldS + tt + t] = r[t * G + g];
+    } else {
+      for (int t = 0; t < T; ++t)
+        for (int g = 0; g < G; ++g) S[g * ldS + tt + t] = hsum(acc[t * G + g]);
+    }
+  }
+}
+
+// acc[g][:] = alpha[g] * acc[g][:] + sum_{t < nv} P[g][t] * v_t (dequantized rows).
+template <int G, int KIND>
+void value_accumulate(const ValueRows<KIND>& rows, int nv, int DV, const float* P, int ldP, const float* alpha, float* acc) {
+  constexpr int W = G >= 8 ? 2 : (G >= 4 ? 4 : 8);
+  const int C = DV / 16;
+  for (int c0 = 0; c0 < C; c0 += W) {
+    const int wn = std::min(W, C - c0);
+    vf a[G][W];
+    int jc[W];
+    for (int w = 0; w < W; ++w) jc[w] = rows.per_lane ? 0 : (16 * (c0 + w)) / (DV / rows.n_groups);
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g)
+#pragma GCC unroll 8
+      for (int w = 0; w < W; ++w)
+        a[g][w] = w < wn ? loadv<vf>(acc + g * DV + 16 * (c0 + w)) * alpha[g] : vf{};
+    for (int t = 0; t < nv; ++t) {
+      vf p[G];
+#pragma GCC unroll 8
+      for (int g = 0; g < G; ++g) p[g] = splat(P[g * ldP + t]);
+#pragma GCC unroll 8
+      for (int w = 0; w < W; ++w) {
+        if (w < wn) {
+          vf v = rows.load(t, c0 + w, jc[w]);
+#pragma GCC unroll 8
+          for (int g = 0; g < G; ++g) a[g][w] += p[g] * v;
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g)
+#pragma GCC unroll 8
+      for (int w = 0; w < W; ++w)
+        if (w < wn) storev(acc + g * DV + 16 * (c0 + w), a[g][w]);
+  }
+}
+
+struct Dims {
+  int64_t B, H, G, DK, DV;
+  float scale, softcap;
+};
+
+// Per work item scratch and running softmax state for one (batch, head, split).
+struct State {
+  std::vector<float> q;     // [G][DK] scaled queries
+  std::vector<float> qm;    // [G][DK] scaled queries, the current source's outlier channels zeroed
+  std::vector<float> qe;    // [G][DK] qm times the key scales of the current token group
+  std::vector<float> sbuf, zbuf;  // [DK]
+  std::vector<float> S;     // [G][ldS] logits, then probabilities
+  std::vector<float> m, l, alpha, bias;  // [G]
+  std::vector<float> acc;   // [G][DV]
+  std::vector<float> vscale, vzero, vout;  // one block's value params as fp32
+  int ldS = 0;
+};
+
+template <int G, int KIND>
+void key_block(const Operand& op, const Dims& d, int64_t h, int64_t slot, int bs, int nv, int g0, State& st) {
+  const int64_t H = d.H, D = d.DK;
+  const int ldS = st.ldS;
+  float* S = st.S.data() + g0 * ldS;
+  const bool quant = KIND >= K_INT8;
+  const int gsz = quant ? op.group : bs;
+  constexpr int T = 16 / G;
+  KeyRows<KIND> rows;
+  if constexpr (KIND == K_INT4) {
+    rows.base = op.data + ((slot * (bs / 2)) * H + h) * D;
+    rows.stride = H * D;
+  } else {
+    const int elt = KIND == K_F32 ? 4 : (KIND == K_BF16 || KIND == K_F16 ? 2 : 1);
+    rows.base = op.data + ((slot * bs) * H + h) * D * elt;
+    rows.stride = H * D * elt;
+  }
+  const float* qm = st.qm.data() + g0 * D;
+  for (int t0 = 0; t0 < nv; t0 += gsz) {
+    const float* qe = qm;
+    float* bias = st.bias.data() + g0;
+    if constexpr (KIND >= K_INT8) {
+      // Fold the per-channel scale of this token group into the queries; the zero point is a bias.
+      const int64_t prow = ((slot * (bs / gsz) + t0 / gsz) * H + h) * D;
+      float* qe_w = st.qe.data() + g0 * D;
+      for (int c = 0; c < D / 16; ++c) {
+        vf s = params16(op.scale, op.pdtype, prow + 16 * c);
+        for (int g = 0; g < G; ++g) storev(qe_w + g * D + 16 * c, loadv<vf>(qm + g * D + 16 * c) * s);
+      }
+      for (int g = 0; g < G; ++g) bias[g] = 0.0f;
+      if (KIND != K_FP8) {
+        vf b[G];
+        for (int g = 0; g < G; ++g) b[g] = vf{};
+        for (int c = 0; c < D / 16; ++c) {
+          vf z = params16(op.zero, op.pdtype, prow + 16 * c);
+          for (int g = 0; g < G; ++g) b[g] += loadv<vf>(qm + g * D + 16 * c) * z;
+        }
+        for (int g = 0; g < G; ++g) bias[g] = hsum(b[g]);
+      }
+      qe = qe_w;
+    }
+    const int t_end = std::min(t0 + gsz, nv);
+    if (gsz % T == 0) {  // tiles of T tokens never straddle two token groups
+      const int t1 = std::min(t0 + gsz, (t_end + T - 1) / T * T);
+      key_dots<G, T, KIND>(rows, t0, t1, D, qe, S, ldS);
+    } else {
+      key_dots<G, 1, KIND>(rows, t0, t_end, D, qe, S, ldS);
+    }
+    if constexpr (KIND >= K_INT8) {
+      for (int g = 0; g < G; ++g)
+        for (int t = t0; t < t_end; ++t) S[g * ldS + t] += bias[g];
+    }
+  }
+  if (op.n_out) {  // exact outlier channels: q_c * k_c, their code part was zeroed in qm
+    const int64_t orow = (slot * bs * H + h) * op.n_out;
+    const float* q = st.q.data() + g0 * D;
+    for (int t = 0; t < nv; ++t)
+      for (int j = 0; j < op.n_out; ++j) {
+        const float ov = param_at(op.oval, op.odtype, orow + t * H * op.n_out + j);
+        const int64_t c = op.oidx[h * op.n_out + j];
+        for (int g = 0; g < G; ++g) S[g * ldS + t] += q[g * D + c] * ov;
+      }
+  }
+}
+
+// Convert n rows of `width` params (row stride `stride`) to fp32 [n][width].
+template <int DTYPE>
+void params_rows(const void* p, int64_t first, int64_t stride, int n, int width, float* out) {
+  for (int t = 0; t < n; ++t)
+    for (int j = 0; j < width; ++j) out[t * width + j] = param_at(p, DTYPE, first + t * stride + j);
+}
+
+void params_to_float(const void* p, int dtype, int64_t first, int64_t stride, int n, int width, float* out) {
+  switch (dtype) {
+    case P_BF16: return params_rows<P_BF16>(p, first, stride, n, width, out);
+    case P_F16: return params_rows<P_F16>(p, first, stride, n, width, out);
+    default: return params_rows<P_F32>(p, first, stride, n, width, out);
+  }
+}
+
+inline int elt_size(int kind) { return kind == K_F32 ? 4 : (kind == K_BF16 || kind == K_F16 ? 2 : 1); }
+inline int param_size(int dtype) { return dtype == P_F32 ? 4 : 2; }
+
+// Touch n rows of `bytes` bytes each (row stride `stride` bytes), so they are on their way to the
+// cache while the previous block is computed: a block's rows are scattered (one head's slice of
+// each token row), too short a run for the hardware prefetcher to pick up.
+inline void prefetch_rows(const void* base, int64_t stride, int n, int64_t bytes) {
+  const char* p = static_cast<const char*>(base);
+  for (int r = 0; r < n; ++r)
+    for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + r * stride + off, 0, 3);
+}
+
+void prefetch_block(const Operand& k, const Operand& v, int64_t H, int64_t DK, int64_t DV, int64_t h, int64_t slot,
+                    int bs, int nv) {
+  if (k.kind == K_INT4) {
+    prefetch_rows(k.data + ((slot * (bs / 2)) * H + h) * DK, H * DK, (nv + 1) / 2, DK);
+  } else {
+    const int e = elt_size(k.kind);
+    prefetch_rows(k.data + ((slot * bs) * H + h) * DK * e, H * DK * e, nv, DK * e);
+  }
+  if (k.kind >= K_INT8) {
+    const int ps = param_size(k.pdtype), ng = (nv + k.group - 1) / k.group;
+    const int64_t first = ((slot * (bs / k.group)) * H + h) * DK * ps;
+    prefetch_rows(static_cast<const char*>(k.scale) + first, H * DK * ps, ng, DK * ps);
+    if (k.zero) prefetch_rows(static_cast<const char*>(k.zero) + first, H * DK * ps, ng, DK * ps);
+  }
+  if (v.kind == K_INT4) {
+    prefetch_rows(v.data + ((slot * bs) * H + h) * (DV / 2), H * (DV / 2), nv, DV / 2);
+  } else {
+    const int e = elt_size(v.kind);
+    prefetch_rows(v.data + ((slot * bs) * H + h) * DV * e, H * DV * e, nv, DV * e);
+  }
+  if (v.kind >= K_INT8) {
+    const int ps = param_size(v.pdtype);
+    const int64_t ng = DV / v.group, first = ((slot * bs) * H + h) * ng * ps;
+    prefetch_rows(static_cast<const char*>(v.scale) + first, H * ng * ps, nv, ng * ps);
+    if (v.zero) prefetch_rows(static_cast<const char*>(v.zero) + first, H * ng * ps, nv, ng * ps);
+  }
+}
+
+template <int G, int KIND>
+void value_block(const Operand& op, const Dims& d, int64_t h, int64_t slot, int bs, int nv, int g0, State& st,
+                 const int* ochunk, const int* olane) {
+  const int64_t H = d.H, D = d.DV;
+  ValueRows<KIND> rows{};
+  if constexpr (KIND == K_INT4) {
+    rows.base = op.data + ((slot * bs) * H + h) * (D / 2);
+    rows.stride = H * (D / 2);
+  } else {
+    const int elt = KIND == K_F32 ? 4 : (KIND == K_BF16 || KIND == K_F16 ? 2 : 1);
+    rows.base = op.data + ((slot * bs) * H + h) * D * elt;
+    rows.stride = H * D * elt;
+  }
+  rows.n_groups = 1;
+  if constexpr (KIND >= K_INT8) {
+    if (g0 == 0) {  // once per block: this block's params as fp32
+      const int ng = int(D / op.group);
+      const int64_t first = ((slot * bs) * H + h) * ng;
+      params_to_float(op.scale, op.pdtype, first, H * ng, nv, ng, st.vscale.data());
+      if (op.zero) params_to_float(op.zero, op.pdtype, first, H * ng, nv, ng, st.vzero.data());
+      if (op.group % 16) {  // groups narrower than a chunk: expand to one param per channel
+        for (int t = nv - 1; t >= 0; --t)
+          for (int64_t c = D - 1; c >= 0; --c) {
+            st.vscale[t * D + c] = st.vscale[t * ng + c / op.group];
+            if (op.zero) st.vzero[t * D + c] = st.vzero[t * ng + c / op.group];
+          }
+      }
+      if (op.n_out)
+        params_to_float(op.oval, op.odtype, ((slot * bs) * H + h) * op.n_out, H * op.n_out, nv, op.n_out, st.vout.data());
+    }
+    rows.per_lane = op.group % 16 != 0;
+    rows.n_groups = rows.per_lane ? int(D) : int(D / op.group);
+    rows.scale = st.vscale.data();
+    rows.zero = st.vzero.data();
+    rows.n_out = op.n_out;
+    rows.oval = st.vout.data();
+    rows.ochunk = ochunk;
+    rows.olane = olane;
+    rows.out_chunks = 0;
+    for (int i = 0; i < op.n_out; ++i) rows.out_chunks |= uint64_t(1) << ochunk[i];
+  }
+  value_accumulate<G, KIND>(rows, nv, D, st.S.data() + g0 * st.ldS, st.ldS, st.alpha.data() + g0,
+                            st.acc.data() + g0 * D);
+}
+
+using KeyFn = void (*)(const Operand&, const Dims&, int64_t, int64_t, int, int, int, State&);
+using ValueFn = void (*)(const Operand&, const Dims&, int64_t, int64_t, int, int, int, State&, const int*, const int*);
+
+template <int G>
+KeyFn key_fn(int kind) {
+  switch (kind) {
+    case K_F32: return key_block<G, K_F32>;
+    case K_BF16: return key_block<G, K_BF16>;
+    case K_F16: return key_block<G, K_F16>;
+    case K_INT8: return key_block<G, K_INT8>;
+    case K_INT4: return key_block<G, K_INT4>;
+    case K_FP8: return key_block<G, K_FP8>;
+  }
+  throw std::invalid_argument("unknown key kind");
+}
+
+template <int G>
+ValueFn value_fn(int kind) {
+  switch (kind) {
+    case K_F32: return value_block<G, K_F32>;
+    case K_BF16: return value_block<G, K_BF16>;
+    case K_F16: return value_block<G, K_F16>;
+    case K_INT8: return value_block<G, K_INT8>;
+    case K_INT4: return value_block<G, K_INT4>;
+    case K_FP8: return value_block<G, K_FP8>;
+  }
+  throw std::invalid_argument("unknown value kind");
+}
+
+KeyFn key_fn_for(int g, int kind) {
+  switch (g) {
+    case 1: return key_fn<1>(kind);
+    case 2: return key_fn<2>(kind);
+    case 4: return key_fn<4>(kind);
+    default: return key_fn<8>(kind);
+  }
+}
+
+ValueFn value_fn_for(int g, int kind) {
+  switch (g) {
+    case 1: return value_fn<1>(kind);
+    case 2: return value_fn<2>(kind);
+    case 4: return value_fn<4>(kind);
+    default: return value_fn<8>(kind);
+  }
+}
+
+// The query heads of a group in chunks of 8, 4, 2, 1 (each chunk one template instance).
+std::vector<std::pair<int, int>> head_chunks(int G) {
+  std::vector<std::pair<int, int>> out;
+  int g0 = 0;
+  for (int size : {8, 4, 2, 1})
+    while (G - g0 >= size) {
+      out.emplace_back(g0, size);
+      g0 += size;
+    }
+  return out;
+}
+
+Operand operand_from(const std::vector<int64_t>& v, size_t at) {
+  Operand op;
+  op.kind = int(v[at]);
+  op.data = reinterpret_cast<const uint8_t*>(v[at + 1]);
+  op.scale = reinterpret_cast<const void*>(v[at + 2]);
+  op.zero = reinterpret_cast<const void*>(v[at + 3]);
+  op.pdtype = int(v[at + 4]);
+  op.group = int(v[at + 5]);
+  op.oidx = reinterpret_cast<const int64_t*>(v[at + 6]);
+  op.oval = reinterpret_cast<const void*>(v[at + 7]);
+  op.odtype = int(v[at + 8]);
+  op.n_out = int(v[at + 9]);
+  return op;
+}
+
+// Softcap, mask, online-softmax update for one block; leaves probabilities in S.
+void softmax_block(const Dims& d, int nv, State& st, float* bm, float* bl, int64_t mstride) {
+  const int ldS = st.ldS;
+  const int G = int(d.G);
+  for (int g = 0; g < G; ++g) {
+    float* s = st.S.data() + g * ldS;
+    vf mx = splat(NEG_INF);
+    for (int t = 0; t < nv; t += 16) {
+      vf x = loadv<vf>(s + t);
+      if (d.softcap > 0) {  // cap * tanh(x / cap), tanh(y) = 1 - 2 / (exp(2y) + 1)
+        vf e = vexp(x * (2.0f / d.softcap));
+        x = d.softcap * (1.0f - 2.0f / (e + 1.0f));
+      }
+      x = lane_index() + float(t) < float(nv) ? x : splat(NEG_INF);
+      storev(s + t, x);
+      mx = vmax(mx, x);
+    }
+    const float m_new = std::max(st.m[g], hmax(mx));
+    const float alpha = st.m[g] == NEG_INF ? 0.0f : std::exp(st.m[g] - m_new);
+    vf sum = vf{};
+    for (int t = 0; t < nv; t += 16) {
+      vf p = vexp(loadv<vf>(s + t) - m_new);
+      p = lane_index() + float(t) < float(nv) ? p : vf{};
+      storev(s + t, p);
+      sum += p;
+    }
+    const float block_sum = hsum(sum);
+    st.l[g] = st.l[g] * alpha + block_sum;
+    st.m[g] = m_new;
+    st.alpha[g] = alpha;
+    if (bm) {
+      bm[g * mstride] = m_new;
+      bl[g * mstride] = block_sum;
+    }
+  }
+}
+
+// Returns nothing: writes out [B, H, G, DV] (normalised), lse [B, H, G] and, when mass_ptr is set,
+// the per-block mass [B, H, G, M_total] normalised within this call's softmax.
+void decode(int64_t q_ptr, int64_t out_ptr, int64_t lse_ptr, int64_t mass_ptr, int64_t B, int64_t H, int64_t G,
+            int64_t DK, int64_t DV, double scale, double softcap, int64_t n_splits, int64_t n_threads,
+            const std::vector<std::vector<int64_t>>& source_args) {
+  if (DK % 16 || DV % 16) throw std::invalid_argument("head dims must be multiples of 16");
+  const Dims dims{B, H, G, DK, DV, float(scale), float(softcap)};
+  std::vector<Source> sources;
+  std::vector<int64_t> col_start{0};
+  int max_bs = 16;
+  for (const auto& a : source_args) {
+    if (a.size() != 24) throw std::invalid_argument("bad source description");
+    Source s;
+    s.table = reinterpret_cast<const int64_t*>(a[0]);
+    s.seq = reinterpret_cast<const int64_t*>(a[1]);
+    s.width = a[2];
+    s.bs = int(a[3]);
+    s.k = operand_from(a, 4);
+    s.v = operand_from(a, 14);
+    max_bs = std::max(max_bs, s.bs);
+    sources.push_back(s);
+    col_start.push_back(col_start.back() + s.width);
+  }
+  const int64_t total = col_start.back();
+  const float* q_in = reinterpret_cast<const float*>(q_ptr);
+  float* out = reinterpret_cast<float*>(out_ptr);
+  float* lse = reinterpret_cast<float*>(lse_ptr);
+  float* mass = reinterpret_cast<float*>(mass_ptr);
+  const auto chunks = head_chunks(int(G));
+
+  // Kernels per (source, head chunk).
+  std::vector<std::vector<KeyFn>> kfns(sources.size());
+  std::vector<std::vector<ValueFn>> vfns(sources.size());
+  for (size_t i = 0; i < sources.size(); ++i) {
+    for (auto [g0, gn] : chunks) {
+      kfns[i].push_back(key_fn_for(gn, sources[i].k.kind));
+      vfns[i].push_back(value_fn_for(gn, sources[i].v.kind));
+    }
+  }
+
+  n_splits = std::max<int64_t>(1, std::min<int64_t>(n_splits, std::max<int64_t>(total, 1)));
+  const int64_t per_split = (std::max<int64_t>(total, 1) + n_splits - 1) / n_splits;
+  const int64_t n_items = B * H * n_splits;
+  std::vector<float> part_m(n_items * G), part_l(n_items * G), part_acc(n_items * G * DV);
+  // Per block running max and sum (mass = sum * exp(max - lse)), [B, H, G, total].
+  std::vector<float> blk_m, blk_l;
+  if (mass) {
+    blk_m.assign(B * H * G * total, NEG_INF);
+    blk_l.assign(B * H * G * total, 0.0f);
+  }
+
+#pragma omp parallel for schedule(dynamic, 1) num_threads(int(n_threads)) if (n_threads > 1 && n_items > 1)
+  for (int64_t item = 0; item < n_items; ++item) {
+    const int64_t bh = item / n_splits, split = item % n_splits;
+    const int64_t h = bh % H;
+    State st;
+    st.ldS = (max_bs + 15) / 16 * 16;
+    st.q.resize(G * DK);
+    st.qm.resize(G * DK);
+    st.qe.resize(G * DK);
+    st.S.assign(G * st.ldS, 0.0f);
+    st.m.assign(G, NEG_INF);
+    st.l.assign(G, 0.0f);
+    st.alpha.assign(G, 1.0f);
+    st.bias.assign(G, 0.0f);
+    st.acc.assign(G * DV, 0.0f);
+    st.vscale.resize(max_bs * DV);
+    st.vzero.resize(max_bs * DV);
+    st.vout.resize(max_bs * MAX_OUT);
+    for (int64_t i = 0; i < G * DK; ++i) st.q[i] = q_in[bh * G * DK + i] * dims.scale;
+    const int64_t e0 = split * per_split, e1 = std::min(total, e0 + per_split);
+    int current = -1;
+    for (int64_t e = e0; e < e1; ++e) {
+      int si = 0;
+      while (col_start[si + 1] <= e) ++si;
+      const Source& src = sources[si];
+      const int64_t m = e - col_start[si];
+      const int64_t slot = src.table[bh * src.width + m];
+      const int64_t nv64 = std::clamp<int64_t>(src.seq[bh] - m * src.bs, 0, src.bs);
+      if (slot < 0 || nv64 == 0) continue;
+      const int nv = int(nv64);
+      for (int64_t f = e + 1; f < e1; ++f) {  // prefetch the next listed block
+        int sf = si;
+        while (col_start[sf + 1] <= f) ++sf;
+        const Source& nsrc = sources[sf];
+        const int64_t mf = f - col_start[sf];
+        const int64_t fslot = nsrc.table[bh * nsrc.width + mf];
+        const int64_t fnv = std::clamp<int64_t>(nsrc.seq[bh] - mf * nsrc.bs, 0, nsrc.bs);
+        if (fslot < 0 || fnv == 0) continue;
+        prefetch_block(nsrc.k, nsrc.v, H, DK, DV, h, fslot, nsrc.bs, int(fnv));
+        break;
+      }
+      if (si != current) {  // the queries with this source's key outlier channels zeroed
+        current = si;
+        std::copy(st.q.begin(), st.q.end(), st.qm.begin());
+        for (int j = 0; j < src.k.n_out; ++j) {
+          const int64_t c = src.k.oidx[h * src.k.n_out + j];
+          for (int64_t g = 0; g < G; ++g) st.qm[g * DK + c] = 0.0f;
+        }
+      }
+      // Outlier channel positions of this head's values.
+      int oc[MAX_OUT], ol[MAX_OUT];
+      const int n_vo = std::min(src.v.n_out, MAX_OUT);
+      for (int j = 0; j < n_vo; ++j) {
+        const int64_t c = src.v.oidx[h * src.v.n_out + j];
+        oc[j] = int(c / 16);
+        ol[j] = int(c % 16);
+      }
+      for (size_t ci = 0; ci < chunks.size(); ++ci)
+        kfns[si][ci](src.k, dims, h, slot, src.bs, nv, chunks[ci].first, st);
+      float* bm = mass ? blk_m.data() + bh * G * total + e : nullptr;
+      float* bl = mass ? blk_l.data() + bh * G * total + e : nullptr;
+      softmax_block(dims, nv, st, bm, bl, total);
+      for (size_t ci = 0; ci < chunks.size(); ++ci)
+        vfns[si][ci](src.v, dims, h, slot, src.bs, nv, chunks[ci].first, st, oc, ol);
+    }
+    // acc is up to date: each block's alpha was applied when its values were accumulated.
+    std::copy(st.m.begin(), st.m.end(), part_m.begin() + item * G);
+    std::copy(st.l.begin(), st.l.end(), part_l.begin() + item * G);
+    std::copy(st.acc.begin(), st.acc.end(), part_acc.begin() + item * G * DV);
+  }
+
+  // Merge the splits of each (batch, head) by log-sum-exp; normalise.
+  for (int64_t bh = 0; bh < B * H; ++bh) {
+    for (int64_t g = 0; g < G; ++g) {
+      float mx = NEG_INF;
+      for (int64_t s = 0; s < n_splits; ++s) mx = std::max(mx, part_m[(bh * n_splits + s) * G + g]);
+      float* o = out + (bh * G + g) * DV;
+      std::fill(o, o + DV, 0.0f);
+      float denom = 0.0f;
+      if (mx != NEG_INF) {
+        for (int64_t s = 0; s < n_splits; ++s) {
+          const int64_t item = bh * n_splits + s;
+          const float pm = part_m[item * G + g];
+          if (pm == NEG_INF) continue;
+          const float w = std::exp(pm - mx);
+          denom += part_l[item * G + g] * w;
+          const float* a = part_acc.data() + (item * G + g) * DV;
+          for (int64_t i = 0; i < DV; ++i) o[i] += a[i] * w;
+        }
+      }
+      if (denom > 0) {
+        const float inv = 1.0f / denom;
+        for (int64_t i = 0; i < DV; ++i) o[i] *= inv;
+        lse[bh * G + g] = mx + std::log(denom);
+      } else {
+        std::fill(o, o + DV, 0.0f);
+        lse[bh * G + g] = NEG_INF;
+      }
+      if (mass) {
+        const float total_lse = lse[bh * G + g];
+        const float* bm = blk_m.data() + (bh * G + g) * total;
+        const float* bl = blk_l.data() + (bh * G + g) * total;
+        float* ms = mass + (bh * G + g) * total;
+        for (int64_t e = 0; e < total; ++e)
+          ms[e] = (total_lse == NEG_INF || bm[e] == NEG_INF) ? 0.0f : bl[e] * std::exp(bm[e] - total_lse);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "minutia fused CPU decode attention over paged, quantized KV blocks";
+  m.def("decode", &decode, "fused block-sparse decode attention (raw pointers; see kernels/cpu_decode.py)");
+}

@@ -1,0 +1,275 @@
+"""The fused CPU decode kernel (kernels.cpu_decode) against the torch reference (kernels.reference).
+
+Compared as the Triton kernels are (tests/test_kernels_triton.py): same problems, fp32 tolerance
+2e-5. The kernel is compiled once per machine (cached under the torch extensions folder) and loaded
+once per test session.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+import torch
+
+from kernels import cpu_decode as cd
+from kernels import dispatch
+from kernels import reference as ref
+
+TOL = dict(atol=2e-5, rtol=2e-5)
+
+pytestmark = pytest.mark.skipif(not cd.available(), reason=f"fused CPU kernel did not build: {cd.build_error()}")
+
+
+def _problem(seed: int, batch: int, n_kv: int, groups: int, dim: int, block_size: int, lengths, dtype=torch.float32):
+    """Random paged K/V; each (batch, KV head) lists shuffled physical blocks, ``lengths[b][h]`` tokens."""
+    gen = torch.Generator().manual_seed(seed)
+    need = [[math.ceil(n / block_size) for n in row] for row in lengths]
+    width = max(1, max(max(row) for row in need))
+    total = sum(sum(row) for row in need) + 3
+    k = torch.randn(total, block_size, n_kv, dim, generator=gen).to(dtype)
+    v = torch.randn(total, block_size, n_kv, dim, generator=gen).to(dtype)
+    perm = torch.randperm(total, generator=gen).tolist()
+    table = torch.full((batch, n_kv, width), -1, dtype=torch.long)
+    for b in range(batch):
+        for h in range(n_kv):
+            for m in range(need[b][h]):
+                table[b, h, m] = perm.pop()
+    q = torch.randn(batch, n_kv * groups, dim, generator=gen).to(dtype)
+    return q, k, v, table, torch.tensor(lengths)
+
+
+def _quantized(pages: torch.Tensor, kind: str, is_key: bool, group: int, n_out: int = 0) -> ref.QuantizedTensor:
+    idx = None
+    if n_out:
+        idx = ref.outlier_index_for(ref.select_outlier_channels(pages, n_out, head_axis=2), 4, 2)
+    group = math.gcd(group, pages.shape[1] if is_key else pages.shape[3])
+    if is_key:
+        return ref.quantize_keys(pages, kind, group, token_axis=1, outlier_idx=idx, param_dtype=torch.float16)
+    return ref.quantize_values(pages, kind, group, outlier_idx=idx, param_dtype=torch.float16)
+
+
+def _sources(tier: str, k, v, table, seq_lens, block_size: int, group: int = 32) -> list[ref.PagedSource]:
+    """All full, all one quantized format (with outliers), or mixed: column m in tier m % 4."""
+    if tier == "full":
+        return [ref.PagedSource(k, v, table, seq_lens)]
+    if tier in ("int8", "int4", "fp8"):
+        n_out = {"int8": 0, "int4": 2, "fp8": 1}[tier]
+        kq, vq = _quantized(k, tier, True, group, n_out), _quantized(v, tier, False, group, n_out)
+        return [ref.PagedSource(kq, vq, table, seq_lens)]
+    sources = []
+    for tier_idx, kind in enumerate([None, "int8", "int4", "fp8"]):
+        cols = [m for m in range(table.shape[2]) if m % 4 == tier_idx]
+        if not cols:
+            continue
+        valid = (seq_lens.unsqueeze(-1) - torch.tensor(cols) * block_size).clamp(0, block_size)
+        sub = torch.where(valid > 0, table[..., cols], torch.full_like(table[..., cols], -1))
+        lens = valid.sum(-1)
+        if kind is None:
+            sources.append(ref.PagedSource(k, v, sub, lens))
+        else:
+            n_out = 1 if kind == "int8" else 0
+            sources.append(ref.PagedSource(_quantized(k, kind, True, group, n_out), _quantized(v, kind, False, group, n_out), sub, lens))
+    return sources
+
+
+def _check_mixed(q, sources, summary=None, extra=(), softcap=None) -> None:
+    exp, exp_mass = ref.mixed_sparse_attention(q, sources, summary=summary, softcap=softcap, extra=extra)
+    got, mass = cd.mixed_sparse_attention(q, sources, summary=summary, softcap=softcap, extra=extra)
+    torch.testing.assert_close(got.out, exp.out, **TOL)
+    torch.testing.assert_close(got.lse, exp.lse, **TOL)
+    assert len(mass) == len(exp_mass)
+    for a, b in zip(mass, exp_mass):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, **TOL)
+
+
+def _check_decode(q, k_src, v_src, table, seq_lens, softcap=None, summary=None, tol=TOL) -> None:
+    exp_out, exp_lse = ref.sparse_decode_attention(q, k_src, v_src, table, seq_lens, summary=summary, softcap=softcap)
+    out, lse = cd.sparse_decode_attention(q, k_src, v_src, table, seq_lens, summary=summary, softcap=softcap)
+    assert out.shape == exp_out.shape and out.dtype == exp_out.dtype
+    torch.testing.assert_close(out.float(), exp_out.float(), **tol)
+    torch.testing.assert_close(lse, exp_lse, **TOL)
+
+
+# ------------------------------------------------------------------------------------------------
+# Fused vs reference
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tier", ["full", "int8", "int4", "fp8", "mixed"])
+@pytest.mark.parametrize("block_size", [16, 64])
+@pytest.mark.parametrize("dim", [64, 128, 256])
+@pytest.mark.parametrize("groups", [1, 4, 8])
+def test_decode_matrix(groups: int, dim: int, block_size: int, tier: str) -> None:
+    # Ragged: partial last blocks, one empty (batch, head).
+    lengths = [[5 * block_size - 7, block_size], [2 * block_size + 1, 0]]
+    q, k, v, table, seq = _problem(groups * 1000 + dim + block_size, 2, 2, groups, dim, block_size, lengths)
+    _check_mixed(q, _sources(tier, k, v, table, seq, block_size))
+
+
+@pytest.mark.parametrize("k_kind,v_kind", [("int8", "int4"), ("int4", "fp8"), ("fp8", "int8"), ("int4", "int4")])
+@pytest.mark.parametrize("n_out", [0, 3])
+@pytest.mark.parametrize("k_group,v_group", [(8, 16), (2, 4), (16, 32)])
+def test_formats_outliers_and_group_sizes(k_kind: str, v_kind: str, n_out: int, k_group: int, v_group: int) -> None:
+    q, k, v, table, seq = _problem(11 + n_out + k_group, 1, 2, 4, 64, 16, [[50, 33]])
+    kq = _quantized(k, k_kind, True, k_group, n_out)
+    vq = _quantized(v, v_kind, False, v_group, n_out)
+    _check_decode(q, kq, vq, table, seq)
+
+
+@pytest.mark.parametrize("groups", [2, 3, 6, 16])
+def test_other_group_sizes_and_softcap(groups: int) -> None:
+    q, k, v, table, seq = _problem(20 + groups, 2, 1, groups, 32, 16, [[40], [17]])
+    for sources in (_sources("full", k, v, table, seq, 16), _sources("mixed", k, v, table, seq, 16, 8)):
+        _check_mixed(q, sources, softcap=2.5)
+
+
+def test_padding_inside_the_table_and_softcap() -> None:
+    q, k, v, table, seq = _problem(14, 1, 1, 4, 64, 16, [[64]])
+    table[0, 0, 1] = -1  # a hole: its positions count towards seq_lens but are masked
+    _check_decode(q, k, v, table, seq, softcap=2.5)
+    _check_decode(q, _quantized(k, "int4", True, 8, 2), _quantized(v, "int8", False, 16, 2), table, seq, softcap=30.0)
+
+
+def test_block_mass_of_a_partial_matches_reference() -> None:
+    q, k, v, table, seq = _problem(13, 1, 2, 2, 64, 16, [[40, 64]])
+    q4 = q.unsqueeze(2)  # [B, Hq, 1, D]: the KV store's decode query
+    kq = _quantized(k, "int8", True, 16)
+    exp, exp_mass = ref.paged_attention_partial(q4, kq, v, table, seq, 0.1, None, True)
+    got, mass = cd.paged_attention_partial(q4, kq, v, table, seq, 0.1, None, True)
+    torch.testing.assert_close(got.out, exp.out, **TOL)
+    torch.testing.assert_close(got.lse, exp.lse, **TOL)
+    assert mass.shape == exp_mass.shape == (1, 2, 2, 1, table.shape[2])
+    torch.testing.assert_close(mass, exp_mass, **TOL)
+
+
+def test_mixed_tiers_with_summary_and_extra_partial() -> None:
+    q, k, v, table, seq = _problem(12, 2, 2, 4, 64, 16, [[120, 97], [16, 128]])
+    sources = _sources("mixed", k, v, table, seq, 16, 8)
+    assert len(sources) == 4  # full, int8, int4, fp8
+    summary = ref.GlobalSummary.empty(2, 2, 64).absorb(torch.randn(2, 2, 5, 64), torch.randn(2, 2, 5, 64))
+    chunk, _ = ref.dense_attention_partial(q.unsqueeze(2), torch.randn(2, 2, 1, 64), torch.randn(2, 2, 1, 64), 64**-0.5)
+    _check_mixed(q.unsqueeze(2), sources, summary=summary, extra=[chunk])
+    _check_decode(q, k, v, table, seq, summary=summary)
+
+
+def test_bf16_queries_and_pages() -> None:
+    q, k, v, table, seq = _problem(15, 1, 2, 4, 64, 16, [[40, 21]], dtype=torch.bfloat16)
+    _check_decode(q, k, v, table, seq, tol=dict(atol=2e-2, rtol=2e-2))
+    kq, vq = _quantized(k, "int4", True, 16, 1), _quantized(v, "int4", False, 16, 1)  # bf16 outlier values
+    _check_decode(q, kq, vq, table, seq, tol=dict(atol=2e-2, rtol=2e-2))
+
+
+def test_empty_selection() -> None:
+    q = torch.randn(1, 4, 64)
+    pages = torch.randn(3, 16, 1, 64)
+    table = torch.full((1, 1, 2), -1, dtype=torch.long)
+    zero = torch.zeros(1, 1, dtype=torch.long)
+    out, lse = cd.sparse_decode_attention(q, pages, pages, table, zero)
+    assert torch.equal(out, torch.zeros_like(q)) and torch.isinf(lse).all() and (lse < 0).all()
+    empty = torch.zeros(1, 1, 0, dtype=torch.long)
+    summary = ref.GlobalSummary.empty(1, 1, 64).absorb(torch.randn(1, 1, 5, 64), torch.ones(1, 1, 5, 64))
+    out, lse = cd.sparse_decode_attention(q, pages, pages, empty, zero, summary=summary)
+    torch.testing.assert_close(out, torch.ones_like(q))
+    merged, masses = cd.mixed_sparse_attention(q, [ref.PagedSource(pages, pages, table, zero)])
+    assert torch.equal(merged.out, torch.zeros(1, 4, 1, 64)) and torch.equal(masses[0], torch.zeros(1, 1, 2))
+
+
+def test_split_blocks_across_threads_merge_exactly() -> None:
+    """With more threads than (batch, head) pairs the listed blocks are split and merged by LSE."""
+    q, k, v, table, seq = _problem(16, 1, 1, 4, 64, 16, [[16 * 9 - 5]])
+    sources = _sources("mixed", k, v, table, seq, 16, 8)
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        _check_mixed(q, sources, softcap=5.0)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def test_prefill_and_uncovered_cases_raise_not_implemented() -> None:
+    q, k, v, table, seq = _problem(17, 1, 1, 2, 64, 16, [[20]])
+    with pytest.raises(NotImplementedError):
+        cd.sparse_decode_attention(q.unsqueeze(2).expand(-1, -1, 3, -1), k, v, table, seq)  # Q = 3
+    q24, k24, v24, t24, s24 = _problem(18, 1, 1, 2, 24, 16, [[20]])
+    with pytest.raises(NotImplementedError):
+        cd.sparse_decode_attention(q24, k24, v24, t24, s24)  # head dim not a multiple of 16
+
+
+# ------------------------------------------------------------------------------------------------
+# Dispatch
+# ------------------------------------------------------------------------------------------------
+
+
+def test_dispatch_routes_cpu_decode(monkeypatch) -> None:
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.delenv("MINUTIA_KERNELS", raising=False)
+    assert dispatch.backend_for("cpu", decode=True) == "cpu"
+    assert dispatch.backend_for("cpu") == "reference"  # quantize, Quest, prefill
+    monkeypatch.setenv("MINUTIA_KERNELS", "reference")
+    assert dispatch.backend_for("cpu", decode=True) == "reference"
+    monkeypatch.setenv("MINUTIA_KERNELS", "cpu")
+    assert dispatch.backend_for("cpu", decode=True) == "cpu"
+    assert dispatch.backend_for("cpu") == "reference"
+
+
+def test_dispatch_results_and_fallbacks(monkeypatch) -> None:
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    q, k, v, table, seq = _problem(41, 1, 2, 4, 64, 16, [[40, 20]])
+    kq = _quantized(k, "int4", True, 16)
+    exp_out, exp_lse = ref.sparse_decode_attention(q, kq, v, table, seq)
+    calls = []
+    real = cd.sparse_decode_attention
+    monkeypatch.setattr(cd, "sparse_decode_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    for mode, fused in (("auto", True), ("cpu", True), ("reference", False)):
+        monkeypatch.setenv("MINUTIA_KERNELS", mode)
+        calls.clear()
+        out, lse = dispatch.sparse_decode_attention(q, kq, v, table, seq)
+        torch.testing.assert_close(out, exp_out, **TOL)
+        torch.testing.assert_close(lse, exp_lse, **TOL)
+        assert bool(calls) == fused, mode
+    # Prefill (Q > 1) runs the reference in every mode.
+    q3 = torch.randn(1, 8, 3, 64)
+    exp3, _ = ref.sparse_decode_attention(q3, kq, v, table, seq)
+    for mode in ("auto", "cpu"):
+        monkeypatch.setenv("MINUTIA_KERNELS", mode)
+        calls.clear()
+        torch.testing.assert_close(dispatch.sparse_decode_attention(q3, kq, v, table, seq)[0], exp3, **TOL)
+        assert not calls
+    # A case the kernel does not cover falls back in auto mode only.
+    q24, k24, v24, t24, s24 = _problem(42, 1, 1, 2, 24, 16, [[20]])
+    monkeypatch.setenv("MINUTIA_KERNELS", "auto")
+    torch.testing.assert_close(
+        dispatch.sparse_decode_attention(q24, k24, v24, t24, s24)[0], ref.sparse_decode_attention(q24, k24, v24, t24, s24)[0]
+    )
+    monkeypatch.setenv("MINUTIA_KERNELS", "cpu")
+    with pytest.raises(NotImplementedError):
+        dispatch.sparse_decode_attention(q24, k24, v24, t24, s24)
+
+
+def test_build_failure_falls_back_to_the_reference_with_one_warning(monkeypatch, caplog) -> None:
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.delenv("MINUTIA_KERNELS", raising=False)
+
+    def broken_build():
+        raise RuntimeError("simulated compiler failure")
+
+    monkeypatch.setattr(cd, "_state", {"module": None, "error": None})  # a fresh session
+    monkeypatch.setattr(cd, "_build", broken_build)
+    q, k, v, table, seq = _problem(43, 1, 1, 4, 64, 16, [[30]])
+    sources = _sources("mixed", k, v, table, seq, 16, 8)
+    exp, exp_mass = ref.mixed_sparse_attention(q, sources)
+    with caplog.at_level(logging.WARNING, logger="kernels.cpu_decode"):
+        for _ in range(3):
+            assert dispatch.backend_for("cpu", decode=True) == "reference"
+            got, mass = dispatch.mixed_sparse_attention(q, sources)
+            torch.testing.assert_close(got.out, exp.out)
+            torch.testing.assert_close(mass[0], exp_mass[0])
+    warnings = [r for r in caplog.records if r.name == "kernels.cpu_decode" and r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "simulated compiler failure" in warnings[0].getMessage()
+    assert not cd.available() and isinstance(cd.build_error(), RuntimeError)
+    monkeypatch.setenv("MINUTIA_KERNELS", "cpu")
+    with pytest.raises(RuntimeError):
+        dispatch.mixed_sparse_attention(q, sources)
