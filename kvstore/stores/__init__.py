@@ -1,6 +1,6 @@
 """Block stores: one interface (:class:`BlockStore`), one block format, four tiers.
 
-``memory`` (device and host), ``disk`` (memory-mapped files, write-behind) and ``redis_store``
+``memory`` (device and host), ``disk`` (per-block files, write-behind) and ``redis_store``
 (redis-server / Cluster). Encryption at rest wraps any of them (``kvstore.crypto.EncryptedStore``).
 """
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import json
+import re
 import struct
 from typing import Iterator
 
@@ -45,9 +46,19 @@ class BlockStore(abc.ABC):
     @abc.abstractmethod
     def put(self, session: str, block_id: str, data: bytes) -> None: ...
 
+    def put_owned(self, session: str, block_id: str, data: bytearray) -> None:
+        """:meth:`put` of a buffer the caller hands over and never touches again, so a store that
+        keeps bytes around (write-behind, pipelines) may keep this one instead of copying it."""
+        self.put(session, block_id, data)
+
     @abc.abstractmethod
     def get(self, session: str, block_id: str) -> bytes:
         """The block's bytes; :class:`BlockNotFound` if absent, :class:`CorruptBlock` if damaged."""
+
+    def get_unverified(self, session: str, block_id: str) -> bytes:
+        """:meth:`get` for a caller that authenticates every byte itself (AES-GCM in EncryptedStore):
+        a store may skip its own checksum then; its structural checks (names, lengths) still apply."""
+        return self.get(session, block_id)
 
     @abc.abstractmethod
     def delete(self, session: str, block_id: str) -> bool:
@@ -86,8 +97,11 @@ class BlockStore(abc.ABC):
         self.close()
 
 
+_CONTROL = re.compile(r"[\x00-\x1f]")
+
+
 def check_name(kind: str, name: str) -> str:
-    if not name or len(name) > 200 or any(ord(c) < 32 for c in name):
+    if not name or len(name) > 200 or _CONTROL.search(name):
         raise ValueError(f"invalid {kind} {name!r} (1-200 printable characters)")
     return name
 

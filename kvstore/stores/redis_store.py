@@ -11,6 +11,7 @@ session's keys live in one slot and multi-key commands on them are allowed)::
 from __future__ import annotations
 
 import functools
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, TypeVar
 
 import redis
@@ -41,7 +42,10 @@ def _guard(method: Callable[..., T]) -> Callable[..., T]:
 class RedisStore(BlockStore):
     """Blocks of each session under one hash tag. Writes are pipelined and sent at :meth:`flush`.
 
-    ``buffer_bytes`` bounds how much is buffered before a put sends the pipeline itself.
+    ``buffer_bytes`` bounds how much is buffered: a put that fills the buffer hands it to a sender
+    thread and goes on (so sealing the next blocks overlaps the network); at most one batch is in
+    flight. Every other operation first waits for it, so a delete never overtakes its put; a failed
+    batch goes back into the buffer and its error is raised by that next operation.
     """
 
     tier = "redis"
@@ -55,7 +59,10 @@ class RedisStore(BlockStore):
         self.client = client or redis.Redis.from_url(url, socket_connect_timeout=connect_timeout_s,
                                                      socket_timeout=max(connect_timeout_s, 10.0))
         self._buffered = 0
-        self._buffered_keys: dict[tuple[str, str], bytes] = {}
+        self._buffered_keys: dict[tuple[str, str], bytes | bytearray] = {}
+        self._inflight: Future | None = None
+        self._inflight_keys: dict[tuple[str, str], bytes | bytearray] = {}
+        self._sender: ThreadPoolExecutor | None = None
 
     def _tag(self, session: str) -> str:
         return f"{self.prefix}:{{{session}}}"
@@ -67,35 +74,68 @@ class RedisStore(BlockStore):
     def ping(self, session: str = "-") -> bool:
         return bool(self.client.ping())
 
-    @_guard
     def put(self, session: str, block_id: str, data: bytes) -> None:
+        self._put(session, block_id, data if isinstance(data, bytes) else bytes(data))
+
+    def put_owned(self, session: str, block_id: str, data: bytearray) -> None:
+        """Like :meth:`put`, keeping ``data`` in the pipeline buffer without a copy (redis-py sends bytearrays)."""
+        self._put(session, block_id, data)
+
+    @_guard
+    def _put(self, session: str, block_id: str, data: bytes | bytearray) -> None:
         check_name("session", session)
         check_name("block id", block_id)
         if "{" in session or "}" in session:
             raise ValueError(f"session {session!r} may not contain braces (Redis hash tags)")
         old = self._buffered_keys.get((session, block_id))
         self._buffered += len(data) - (len(old) if old is not None else 0)
-        self._buffered_keys[(session, block_id)] = bytes(data)
+        self._buffered_keys[(session, block_id)] = data
         if self._buffered >= self.buffer_bytes:
-            self._send(session)
+            self._wait_inflight()
+            batch, self._buffered_keys, self._buffered = self._buffered_keys, {}, 0
+            if self._sender is None:
+                self._sender = ThreadPoolExecutor(1, thread_name_prefix="redis-store-sender")
+            self._inflight_keys = batch
+            self._inflight = self._sender.submit(self._send_batch, batch)
 
-    def _send(self, session: str) -> None:
-        """Send the buffered puts in one pipeline; on failure they stay buffered for the next try."""
+    def _send_batch(self, batch: dict[tuple[str, str], bytes | bytearray]) -> None:
         pipe = self.client.pipeline(transaction=False)
-        for (s, block_id), data in self._buffered_keys.items():
+        for (s, block_id), data in batch.items():
             pipe.set(self._key(s, block_id), data)
             pipe.sadd(f"{self._tag(s)}:index", block_id)
-        for s in {s for s, _ in self._buffered_keys}:
+        for s in {s for s, _ in batch}:
             pipe.sadd(f"{self.prefix}:sessions", s)
         pipe.execute()
+
+    def _wait_inflight(self) -> None:
+        """Wait for the batch in flight; if it failed, put it back under the newer puts and raise."""
+        if self._inflight is None:
+            return
+        inflight, batch = self._inflight, self._inflight_keys
+        self._inflight, self._inflight_keys = None, {}
+        try:
+            inflight.result()
+        except BaseException:
+            newer = self._buffered_keys
+            self._buffered_keys = {**batch, **newer}
+            self._buffered = sum(len(d) for d in self._buffered_keys.values())
+            raise
+
+    def _send(self, session: str) -> None:
+        """Send everything buffered now; on failure it stays buffered for the next try."""
+        self._wait_inflight()
+        if self._buffered_keys:
+            self._send_batch(self._buffered_keys)
         self._buffered = 0
         self._buffered_keys.clear()
 
     @_guard
     def get(self, session: str, block_id: str) -> bytes:
         buffered = self._buffered_keys.get((session, block_id))
+        if buffered is None:
+            buffered = self._inflight_keys.get((session, block_id))
         if buffered is not None:
-            return buffered
+            return buffered if isinstance(buffered, bytes) else bytes(buffered)
         data = self.client.get(self._key(session, block_id))
         if data is None:
             raise BlockNotFound(f"no block {block_id!r} in session {session!r} (Redis {self.url})")
@@ -103,6 +143,7 @@ class RedisStore(BlockStore):
 
     @_guard
     def delete(self, session: str, block_id: str) -> bool:
+        self._wait_inflight()
         if self._buffered_keys.pop((session, block_id), None) is not None:
             self._buffered = sum(len(d) for d in self._buffered_keys.values())
         pipe = self.client.pipeline(transaction=True)  # same slot: MULTI is Cluster-safe here
@@ -115,17 +156,20 @@ class RedisStore(BlockStore):
 
     @_guard
     def contains(self, session: str, block_id: str) -> bool:
-        return (session, block_id) in self._buffered_keys or bool(self.client.exists(self._key(session, block_id)))
+        if (session, block_id) in self._buffered_keys or (session, block_id) in self._inflight_keys:
+            return True
+        self._wait_inflight()
+        return bool(self.client.exists(self._key(session, block_id)))
 
     @_guard
     def list(self, session: str) -> list[str]:
-        if self._buffered_keys:
+        if self._buffered_keys or self._inflight is not None:
             self._send(session)
         return sorted(m.decode() for m in self.client.smembers(f"{self._tag(session)}:index"))
 
     @_guard
     def sessions(self) -> list[str]:
-        if self._buffered_keys:
+        if self._buffered_keys or self._inflight is not None:
             self._send("-")
         return sorted(m.decode() for m in self.client.smembers(f"{self.prefix}:sessions"))
 
@@ -142,11 +186,13 @@ class RedisStore(BlockStore):
 
     @_guard
     def flush(self) -> None:
-        if self._buffered_keys:
+        if self._buffered_keys or self._inflight is not None:
             self._send("-")
 
     def close(self) -> None:
         try:
             self.flush()
         finally:
+            if self._sender is not None:
+                self._sender.shutdown()
             self.client.close()
