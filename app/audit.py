@@ -9,6 +9,7 @@ matters. kvstore must not import the app, so the log hands out plain callables
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import hmac
 import json
@@ -48,8 +49,19 @@ def _digest(key: bytes | None, prev: str, body: dict) -> str:
     return hashlib.sha256(payload).hexdigest()
 
 
+def _last_record(path: Path) -> dict:
+    """The last line of the log as a record (the tail another process appended)."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        f.seek(max(size - 65536, 0))
+        lines = f.read().splitlines()
+    return json.loads(lines[-1]) if lines else {"seq": 0, "hash": GENESIS}
+
+
 class AuditLog:
-    """One file, opened for append; safe to call from several threads of one process."""
+    """One file, opened for append; safe from several threads and several processes (an exclusive
+    ``flock`` around each append, and the chain continues from whatever another process wrote last)."""
 
     def __init__(self, path: str | Path, key: bytes | None = None, fsync: bool = False) -> None:
         self.path = Path(path)
@@ -64,6 +76,7 @@ class AuditLog:
                 raise AuditError(f"{self.path} is damaged at line {result.bad_line} ({result.reason}); not appending to it")
             self._seq, self._head = result.records, result.head
         self._file = open(self.path, "a", encoding="utf-8")
+        self._size = os.fstat(self._file.fileno()).st_size  # where our view of the chain ends
 
     def head(self) -> str:
         """Hash of the last record: store it elsewhere to detect a truncated tail later."""
@@ -78,17 +91,28 @@ class AuditLog:
         if any(b is None or isinstance(b, bool) for b in blocks):
             raise AuditError(f"block ids must be integers or strings, got {list(block_ids)!r}")
         with self._lock:
-            body = {"seq": self._seq + 1, "time": time.time(), "session": str(session), "op": operation,
-                    "blocks": blocks, "source": str(source), **({"details": details} if details else {})}
-            body["prev"] = self._head
-            digest = _digest(self._key, self._head, body)
-            entry = {**body, "hash": digest}
-            self._file.write(json.dumps(entry, sort_keys=True, separators=(",", ":"), default=str) + "\n")
-            self._file.flush()
-            if self._fsync:
-                os.fsync(self._file.fileno())
-            self._seq, self._head = body["seq"], digest
-            return entry
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_EX)
+            try:
+                return self._append(session, operation, blocks, source, details)
+            finally:
+                fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
+
+    def _append(self, session: str, operation: str, blocks: list, source: str, details: dict) -> dict:
+        if os.fstat(self._file.fileno()).st_size != self._size:  # another process appended meanwhile
+            last = _last_record(self.path)
+            self._seq, self._head = int(last["seq"]), str(last["hash"])
+        body = {"seq": self._seq + 1, "time": time.time(), "session": str(session), "op": operation,
+                "blocks": blocks, "source": str(source), **({"details": details} if details else {})}
+        body["prev"] = self._head
+        digest = _digest(self._key, self._head, body)
+        entry = {**body, "hash": digest}
+        self._file.write(json.dumps(entry, sort_keys=True, separators=(",", ":"), default=str) + "\n")
+        self._file.flush()
+        if self._fsync:
+            os.fsync(self._file.fileno())
+        self._seq, self._head = body["seq"], digest
+        self._size = os.fstat(self._file.fileno()).st_size
+        return entry
 
     def sink(self, session: str) -> KVEventSink:
         """A callable for the KV side of one session: ``sink("migrate", [3, 4], source="L1->L2")``."""

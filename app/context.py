@@ -113,6 +113,9 @@ class MeetingContext:
                 return 0
             before = self.cache.reserved_bytes()
             self.cache.compact_storage()
+            cold = getattr(self.cache, "cold_tier", None)
+            if cold is not None:  # and re-sort the cold blocks by priority: the best on host, the rest lower
+                cold.placement.rebalance()
             return before - self.cache.reserved_bytes()
 
     def close(self) -> None:

@@ -91,8 +91,10 @@ class Runtime:
         device = "cuda" if self.engine.model.device.type == "cuda" else "cpu"
         tiers = {Tier.DEVICE: MemoryStore(device, tier="device"), Tier.HOST: MemoryStore("cpu", tier="host")}
         if cold.spill_to_store:
+            from app.store import LazyStore
+
             lowest = Tier.REDIS if self.settings.store.backend == "redis" else Tier.DISK
-            tiers[lowest] = self.session_store()
+            tiers[lowest] = LazyStore(self.session_store, lowest.value)
         placement = TierPlacement(tiers, f"{session_id}.cold", WatermarkController(int(cold.staging_mib * mib)),
                                   PlacementPolicy(host_bytes=int(cold.host_mib * mib)))
         return ColdTier(placement, recall_top_k=cold.recall_top_k)
@@ -121,15 +123,22 @@ class Runtime:
         from kvstore.stores import StoreError
 
         store = self.session_store(create_key=False)
+        with self._lock:
+            if session_id in self._sessions:
+                raise InputError(f"session {session_id} is already open")
+        cold = self.cold_tier(session_id)
         try:
             cache, metadata = load_session(store, session_id, self.engine.model.config,
-                                           settings=meeting_cache_config(self.settings.kv))
-        except SessionNotFound as exc:
-            raise InputError(str(exc)) from None
-        except StoreError as exc:
+                                           settings=meeting_cache_config(self.settings.kv), cold_tier=cold)
+        except (SessionNotFound, StoreError) as exc:
+            if cold is not None:
+                cold.close()
+            if isinstance(exc, SessionNotFound):
+                raise InputError(str(exc)) from None
             raise InputError(f"session {session_id!r} cannot be resumed: {exc}") from None
         with self._lock:
             if session_id in self._sessions:
+                cache.attach_cold_tier(None)
                 raise InputError(f"session {session_id} is already open")
             session = MeetingSession(self, session_id, "resumed", autosave=autosave,
                                      restored=SavedMeeting(cache, metadata or {}))

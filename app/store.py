@@ -15,6 +15,32 @@ from app.config import Settings, StoreSettings
 from encoders.errors import InputError
 
 
+class LazyStore:
+    """A block store opened on first use: a meeting whose cold blocks never spill past host memory
+    never touches the master key, the audit log or Redis (and an unreachable Redis fails that spill
+    alone, as :class:`~kvstore.stores.base.StoreUnavailable`, not the meeting)."""
+
+    def __init__(self, open_store, tier: str) -> None:
+        self._open = open_store
+        self._store = None
+        self.tier = tier
+
+    def _inner(self):
+        if self._store is None:
+            from kvstore.stores.base import StoreUnavailable
+
+            try:
+                self._store = self._open()
+            except InputError as exc:
+                raise StoreUnavailable(str(exc)) from None
+        return self._store
+
+    def __getattr__(self, name: str):
+        if name in ("flush", "close") and self._store is None:
+            return lambda: None
+        return getattr(self._inner(), name)
+
+
 def default_key_file(settings: Settings) -> Path:
     return settings.home / "master.key"
 

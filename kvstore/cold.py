@@ -22,17 +22,21 @@ checkpoint returns it to the cold index, so the cache after an answer is exactly
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
 
 from kvstore.placement import Prefetcher, Tier, TierPlacement
-from kvstore.stores.base import pack_block, unpack_block
+from kvstore.stores.base import StoreError, pack_block, unpack_block
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
 class ColdTierStats:
     evicted: int = 0  # blocks written to the cold tier
+    failed: int = 0  # evictions a tier refused (full, unreachable): those blocks were dropped instead
     recalled: int = 0  # blocks brought back into the pools
     requested: int = 0  # prefetch requests (blocks)
 
@@ -53,14 +57,26 @@ class ColdTier:
         return f"L{layer_idx}.b{block}.f{fmt}"
 
     def evict(self, layer_idx: int, block: int, fmt: int, payload: dict[str, torch.Tensor], score: float,
-              modality: int) -> None:
-        """Keep a block's payload; a block already there in the same format is not written again."""
+              modality: int) -> bool:
+        """Keep a block's payload; a block already there in the same format is not written again.
+
+        Returns False (logged) when no tier could take it: the caller drops the block instead, so a
+        full disk or an unreachable Redis costs that block's recall, never the meeting.
+        """
         block_id = self.block_id(layer_idx, block, fmt)
-        if self.placement.tier_of(block_id) is None:
-            self.placement.put_cold(block_id, pack_block(payload), score, modality)
-        else:
-            self.placement.update_scores({block_id: score})
+        try:
+            if self.placement.tier_of(block_id) is None:
+                self.placement.put_cold(block_id, pack_block(payload), score, modality)
+            else:
+                self.placement.update_scores({block_id: score})
+        except StoreError as exc:
+            self.counts.failed += 1
+            if self.counts.failed == 1 or self.counts.failed % 100 == 0:
+                log.warning("cold tier of %r: block %s dropped instead (%s; %d so far)", self.placement.session,
+                            block_id, exc, self.counts.failed)
+            return False
         self.counts.evicted += 1
+        return True
 
     def staged(self, block_id: str) -> bool:
         return self.placement.tier_of(block_id) == Tier.DEVICE
@@ -84,7 +100,7 @@ class ColdTier:
 
     def stats(self) -> dict[str, object]:
         placed = self.placement.stats()
-        return {**placed, "evicted": self.counts.evicted, "recalled": self.counts.recalled,
+        return {**placed, "evicted": self.counts.evicted, "failed": self.counts.failed, "recalled": self.counts.recalled,
                 "requested": self.counts.requested, "cold_blocks": len(self.placement.blocks)}
 
     def close(self) -> None:

@@ -16,6 +16,7 @@ from kvstore.blocks import BlockFormat, BlockPool, PageTable, SlotSpec
 from kvstore.config import TieredCacheConfig
 from kvstore.quant import get_quantizer
 from kvstore.scoring import DROP, BlockScoringInputs, CombinedScorer, PositionScorer, TierOption, plan_tiers
+from kvstore.stores.base import unpack_block
 
 if TYPE_CHECKING:
     from kvstore.cache import TieredCache
@@ -765,10 +766,10 @@ class TieredLayer(CacheLayerMixin):
         mass = table.columns["attention_mass"][rows].flatten(1).sum(-1)
         seen = table.columns["observations"][rows].flatten(1).sum(-1).clamp(min=1.0)
         modality = self.owner.annotations.block_modality(table.block_index[rows], self.block_size)
-        for i, row in enumerate(rows.tolist()):
-            cold.evict(self.layer_idx, int(table.block_index[row]), int(table.format[row]), self.block_payload(row),
-                       float(mass[i] / seen[i]), int(modality[i]))
-        evicted = table.subset(torch.isin(torch.arange(len(table)), rows))
+        kept = [row for i, row in enumerate(rows.tolist())
+                if cold.evict(self.layer_idx, int(table.block_index[row]), int(table.format[row]),
+                              self.block_payload(row), float(mass[i] / seen[i]), int(modality[i]))]
+        evicted = table.subset(torch.isin(torch.arange(len(table)), torch.tensor(kept, dtype=torch.long)))
         evicted.slot.fill_(-1)
         self.cold.insert(evicted)
 
@@ -835,10 +836,14 @@ class TieredLayer(CacheLayerMixin):
             self._recalled.append(recalled)
         return int(back.block_index.numel())
 
-    def _cold_ranking(self, query: torch.Tensor, n_past: int) -> torch.Tensor:
-        """Cold rows whose Quest bound for the last query ranks among the layer's best blocks."""
+    def _cold_ranking(self, query: torch.Tensor, n_past: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cold rows by Quest bound for the latest queries: ``(wanted, likely)``.
+
+        ``wanted``: the (at most ``recall_top_k``) cold rows that rank among the layer's best blocks;
+        ``likely``: the best ``2 x recall_top_k`` cold rows, what the next steps will probably want.
+        """
         k = self.owner.cold_tier.recall_top_k
-        last = query[:, :, -1:]
+        last = query[:, :, -self.settings.observation_window:]
 
         def bounds(table: PageTable, n: int) -> torch.Tensor:
             kmin = table.columns["key_min"][:n].reshape(n * self.batch, self.n_heads, self.head_dim)
@@ -848,12 +853,13 @@ class TieredLayer(CacheLayerMixin):
             return ops.quest_scores(last, kmin, kmax, pages.to(self.device)).float().amax(dim=(0, 1)).cpu()
 
         cold_scores = bounds(self.cold, len(self.cold))
-        top = torch.topk(cold_scores, min(k, cold_scores.numel())).indices
+        likely = torch.topk(cold_scores, min(2 * k, cold_scores.numel())).indices
+        wanted = likely[:k]
         if n_past:
             resident = bounds(self.table, n_past)
             threshold = torch.topk(resident, min(k, resident.numel())).values[-1]
-            top = top[cold_scores[top] >= threshold]
-        return top
+            wanted = wanted[cold_scores[wanted] >= threshold]
+        return wanted, likely
 
     def _recall_predicted(self, query: torch.Tensor, n_past: int) -> None:
         """Decode: recall the cold blocks this query ranks high; question prefill: stage them ahead.
@@ -863,13 +869,14 @@ class TieredLayer(CacheLayerMixin):
         tier = self.owner.cold_tier
         if tier is None or not len(self.cold) or not self.owner.compression_suspended or tier.placement.mode == "fallback":
             return
-        rows = self._cold_ranking(query, n_past)
-        if not rows.numel():
-            return
-        if query.shape[2] == 1:
-            self.recall(self.cold.block_index[rows])
-        else:
-            self.owner.cold_tier.request(self._cold_ids(rows))
+        wanted, likely = self._cold_ranking(query, n_past)
+        if query.shape[2] == 1 and wanted.numel():
+            likely_blocks = self.cold.block_index[likely]
+            self.recall(self.cold.block_index[wanted])
+            likely = torch.nonzero(torch.isin(self.cold.block_index, likely_blocks)).flatten()
+        # Stage what the next steps will probably want while this one computes.
+        staged = [i for i in self._cold_ids(likely) if not self.owner.cold_tier.staged(i)]
+        self.owner.cold_tier.request(staged)
 
     def _maybe_compact_pools(self) -> None:
         """Give memory back when a pool is mostly free (moves only blocks above the high-water mark)."""
@@ -976,7 +983,15 @@ class TieredLayer(CacheLayerMixin):
             "last_scale": self.last_scale,
             "chunk_start": self._chunk_start,
             "compression_pending": self._compression_pending,
+            "cold": {"block_index": cpu(self.cold.block_index), "format": cpu(self.cold.format),
+                     "fill": cpu(self.cold.fill), "columns": {n: cpu(c) for n, c in self.cold.columns.items()}},
         }
+
+    def cold_payload(self, row: int) -> dict[str, torch.Tensor]:
+        """The stored tensors of cold-index row ``row``, read from the cold tier (not counted as a recall)."""
+        tier = self.owner.cold_tier
+        tensors, _ = unpack_block(tier.placement.peek(self._cold_ids(torch.tensor([row]))[0]))
+        return tensors
 
     def block_payload(self, row: int) -> dict[str, torch.Tensor]:
         """The stored tensors of page-table row ``row`` in its pool's format: ``[B, *slot shape]`` each."""
@@ -985,8 +1000,12 @@ class TieredLayer(CacheLayerMixin):
         return {name: pool.read(name, slots).cpu() for name in pool.tensors}
 
     def load_state_dict(self, state: dict[str, Any], payloads: list[dict[str, torch.Tensor]],
-                        device: torch.device | str = "cpu") -> None:
-        """Rebuild the layer from :meth:`state_dict` and one payload per row (pools come back packed)."""
+                        device: torch.device | str = "cpu", cold_payloads: list[dict[str, torch.Tensor]] = ()) -> None:
+        """Rebuild the layer from :meth:`state_dict` and one payload per row (pools come back packed).
+
+        ``cold_payloads``: one per cold-index row; they go to the owner's cold tier, or without one the
+        rows stay dropped (their tokens are in the summary either way).
+        """
         self.cumulative_length = int(state["cumulative_length"])
         if not state["initialized"]:
             self.is_initialized = False
@@ -1027,6 +1046,17 @@ class TieredLayer(CacheLayerMixin):
         self._chunk_start = int(state["chunk_start"])
         self._chunk_blocks = None
         self._compression_pending = bool(state["compression_pending"])
+        cold = state.get("cold")
+        tier = self.owner.cold_tier
+        if cold is not None and tier is not None and len(cold_payloads) == int(cold["block_index"].numel()):
+            self.cold.block_index = cold["block_index"].long().clone()
+            self.cold.format = cold["format"].long().clone()
+            self.cold.fill = cold["fill"].long().clone()
+            self.cold.slot = torch.full((len(self.cold.block_index), batch), -1, dtype=torch.long)
+            self.cold.columns = {n: c.to(self.cold.columns[n].device) for n, c in cold["columns"].items()}
+            modality = self.owner.annotations.block_modality(self.cold.block_index, self.block_size)
+            for i, (block, fmt) in enumerate(zip(self.cold.block_index.tolist(), self.cold.format.tolist())):
+                tier.evict(self.layer_idx, block, fmt, cold_payloads[i], 0.0, int(modality[i]))
     # ---- issue 5 (durable sessions): end ----
 
 

@@ -18,7 +18,7 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers.configuration_utils import PreTrainedConfig
@@ -28,6 +28,9 @@ from kvstore.config import TieredCacheConfig
 from kvstore.crypto import EncryptedStore
 from kvstore.layers import SlidingWindowLayer, TieredLayer
 from kvstore.stores.base import BlockNotFound, BlockStore, CorruptBlock, StoreError, pack_block, unpack_block
+
+if TYPE_CHECKING:
+    from kvstore.cold import ColdTier
 
 MANIFEST = "manifest"
 FORMAT = "minutia-session"
@@ -160,7 +163,12 @@ class SessionWriter:
                 if layer.is_initialized:
                     for row, block in enumerate(layer.table.block_index.tolist()):
                         add(f"L{idx}.b{block}", pack_block(layer.block_payload(row)))
-                layers.append({"kind": "tiered", "state": names[first - 1], "blocks": names[first:]})
+                cold = len(names)
+                if layer.is_initialized and cache.cold_tier is not None:
+                    for row, block in enumerate(layer.cold.block_index.tolist()):
+                        add(f"L{idx}.c{block}", pack_block(layer.cold_payload(row)))
+                layers.append({"kind": "tiered", "state": names[first - 1], "blocks": names[first:cold],
+                               "cold": names[cold:]})
             elif isinstance(layer, SlidingWindowLayer):
                 keys, values, length, initialized = layer.snapshot()
                 tensors = {"keys": keys, "values": values} if initialized else {}
@@ -219,8 +227,11 @@ def session_info(store: BlockStore, session: str) -> SessionInfo:
 
 def load_session(store: BlockStore, session: str, config: PreTrainedConfig,
                  settings: TieredCacheConfig | None = None,
-                 device: torch.device | str = "cpu") -> tuple[TieredCache, Any]:
+                 device: torch.device | str = "cpu", cold_tier: "ColdTier | None" = None) -> tuple[TieredCache, Any]:
     """A new TieredCache holding the saved session, and the app metadata saved with it.
+
+    ``cold_tier``: attached to the cache, and given the saved cold blocks (placement comes back too);
+    without one those blocks stay dropped.
 
     ``settings`` default to ``TieredCacheConfig(**saved storage settings)``; budgets may differ from
     the saved ones, the storage layout (block size, warm formats, groups) may not.
@@ -236,6 +247,7 @@ def load_session(store: BlockStore, session: str, config: PreTrainedConfig,
     if mismatch:
         raise IncompatibleSession(f"session {session!r} was saved with other storage settings (saved, now): {mismatch}")
     cache = TieredCache(config=config, settings=settings)
+    cache.attach_cold_tier(cold_tier)
     kinds = ["tiered" if isinstance(layer, TieredLayer) else "sliding" for layer in cache.layers]
     if kinds != [layer["kind"] for layer in manifest["layers"]]:
         raise IncompatibleSession(f"session {session!r} has layers {[l['kind'] for l in manifest['layers']]}, "
@@ -247,11 +259,14 @@ def load_session(store: BlockStore, session: str, config: PreTrainedConfig,
         except BlockNotFound:
             raise CorruptBlock(f"session {session!r}: block {block_id!r} named by the manifest is missing") from None
 
+    extras, _ = read(manifest["cache"])  # annotations first: the cold blocks are placed by modality
+    cache.annotations.flags, cache.annotations.modality = extras["flags"], extras["modality"]
     for layer, entry in zip(cache.layers, manifest["layers"]):
         tensors, plain = read(entry["state"])
         if entry["kind"] == "tiered":
             payloads = [read(block_id)[0] for block_id in entry["blocks"]]
-            layer.load_state_dict(_unflatten(tensors, plain), payloads, device=device)
+            cold = [read(block_id)[0] for block_id in entry.get("cold", [])] if cold_tier is not None else []
+            layer.load_state_dict(_unflatten(tensors, plain), payloads, device=device, cold_payloads=cold)
         elif plain["initialized"]:
             keys, values = tensors["keys"].to(device), tensors["values"].to(device)
             layer.lazy_initialization(keys, values)
@@ -259,8 +274,6 @@ def load_session(store: BlockStore, session: str, config: PreTrainedConfig,
             layer.cumulative_length = plain["cumulative_length"]
         else:
             layer.cumulative_length = plain["cumulative_length"]
-    extras, _ = read(manifest["cache"])
-    cache.annotations.flags, cache.annotations.modality = extras["flags"], extras["modality"]
     priorities = getattr(cache, "priorities", None)
     if priorities is not None and "boost" in extras:
         priorities.boost, priorities.pinned = extras["boost"], extras["pinned"]

@@ -310,6 +310,14 @@ class TierPlacement:
                 raise BlockNotFound(f"no block {block_id!r} in session {self.session!r}")
             hit = info.tier == Tier.DEVICE
             self._mode_changed(self.hits.record(hit))
+            return self.peek(block_id)
+
+    def peek(self, block_id: str) -> bytes:
+        """The block's bytes without counting a read (saving a session is not a decode step)."""
+        with self._lock:
+            info = self.blocks.get(block_id)
+            if info is None:
+                raise BlockNotFound(f"no block {block_id!r} in session {self.session!r}")
             store = self.tiers[info.tier]
             if isinstance(store, MemoryStore):
                 return store.get_tensor(self.session, block_id).cpu().numpy().tobytes()

@@ -106,5 +106,7 @@ def test_a_long_meeting_evicts_to_the_cold_tier_and_a_question_recalls_its_lines
     context.generate(suffix, max_new_tokens=3, focus=[(first.token_start, first.token_end)])
     assert cold.counts.recalled > 0
     assert torch.allclose(context.next_token_logits(suffix), before, atol=1e-6), "the answer left the cache as it was"
+    freed = context.compact()  # what the session does once input is idle
+    assert freed >= 0 and context.cache.reserved_bytes(False) == context.cache.kv_bytes(False)
     context.close()
     assert not cold.placement.blocks and not list((tmp_path / "cold").rglob("*.blk"))

@@ -112,6 +112,18 @@ def test_sinks_from_many_threads_keep_one_chain(tmp_path):
     assert result.ok and result.records == 200
 
 
+def test_processes_sharing_one_log_keep_one_chain(tmp_path):
+    """Two minutia processes with the same home (a bot and the live page) append to one log."""
+    path = tmp_path / "audit.jsonl"
+    AuditLog(path).close()
+    code = ("import sys; from app.audit import AuditLog; log = AuditLog(sys.argv[1]); "
+            "[log.record(sys.argv[2], 'write', [i]) for i in range(150)]; log.close()")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(path), f"process-{i}"], cwd=ROOT) for i in range(3)]
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    result = verify(path)
+    assert result.ok and result.records == 450, result
+
+
 def test_bad_records_are_refused_without_breaking_the_chain(tmp_path):
     path = tmp_path / "audit.jsonl"
     with AuditLog(path) as log:

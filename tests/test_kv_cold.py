@@ -193,3 +193,31 @@ def test_saturated_transfers_fall_back_to_l1_l2_only_and_stop_recalls(tmp_path: 
         feed(model, cache, token_ids(1, seed=30 + step))
     assert tier.counts.recalled == recalled, "no recalls from the cold tier in fallback mode"
     cache.rollback(checkpoint)
+
+
+def test_a_saved_meeting_keeps_its_cold_blocks_and_a_resumed_one_recalls_them(tmp_path: Path) -> None:
+    from kvstore.persist import load_session, save_session
+
+    model, cache, tier = _meeting(tmp_path)
+    store = EncryptedStore(DiskStore(tmp_path / "sessions"), MasterKey.generate(tmp_path / "sessions.key"))
+    save_session(store, "standup", cache)
+    probe = token_ids(5, seed=7)
+
+    def recalled_logits(c) -> torch.Tensor:
+        checkpoint = c.checkpoint()
+        c.recall_tokens([(0, c.get_seq_length())])
+        out = feed(model, c, probe)[0, -1].float()
+        c.rollback(checkpoint)
+        return out
+
+    before, plain_before = recalled_logits(cache), _probe(model, cache, probe)
+    fresh = _cold_tier(tmp_path / "second")
+    resumed, _ = load_session(store, "standup", model.config, settings=cache.settings, cold_tier=fresh)
+    for layer, twin in zip(resumed.tiered_layers, cache.tiered_layers):
+        assert torch.equal(layer.cold.block_index, twin.cold.block_index) and len(layer.cold) > 0
+    assert fresh.stats()["cold_blocks"] == tier.stats()["cold_blocks"]
+    assert (_probe(model, resumed, probe) - plain_before).abs().max().item() <= 1e-5
+    assert (recalled_logits(resumed) - before).abs().max().item() <= 1e-5
+    dropped, _ = load_session(store, "standup", model.config, settings=cache.settings)  # no cold tier: dropped
+    assert all(len(layer.cold) == 0 for layer in dropped.tiered_layers)
+    assert (_probe(model, dropped, probe) - plain_before).abs().max().item() <= 1e-5
