@@ -770,11 +770,35 @@ def summary_partial(q: torch.Tensor, summary: GlobalSummary, scale: float, softc
     )
 
 
-def _finish(partial: AttentionPartial, single: bool, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    out, lse = partial.out.to(dtype), partial.lse
-    if single:
+def finish_decode(
+    q: torch.Tensor, partial: AttentionPartial, scale: float, summary: GlobalSummary | None, softcap: float | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``(output, lse)`` of :func:`sparse_decode_attention` from a paged partial: the summary's
+    virtual token merged in, the output in ``q``'s dtype, the query axis dropped for ``[B, Hq, D]`` queries
+    (shared by the Triton and CPU kernel wrappers)."""
+    if summary is not None:
+        partial = merge_partials([partial, summary_partial(q, summary, scale, softcap)])
+    out, lse = partial.out.to(q.dtype), partial.lse
+    if q.ndim == 3:
         out, lse = out.squeeze(2), lse.squeeze(2)
     return out, lse
+
+
+def merge_with_extras(
+    q: torch.Tensor,
+    partials: list[AttentionPartial],
+    scale: float,
+    summary: GlobalSummary | None,
+    softcap: float | None,
+    extra: Sequence[AttentionPartial],
+) -> tuple[list[AttentionPartial], AttentionPartial]:
+    """``partials`` plus the summary's partial and ``extra``, and their merge (as
+    :func:`mixed_sparse_attention` does; shared by the kernel wrappers)."""
+    partials = list(partials)
+    if summary is not None:
+        partials.append(summary_partial(q, summary, scale, softcap))
+    partials.extend(extra)
+    return partials, merge_partials(partials)
 
 
 def sparse_decode_attention(
@@ -795,9 +819,7 @@ def sparse_decode_attention(
     """
     scale = scale if scale is not None else q.shape[-1] ** -0.5
     partial, _ = paged_attention_partial(q, k_pages, v_pages, block_table, seq_lens, scale, softcap)
-    if summary is not None:
-        partial = merge_partials([partial, summary_partial(q, summary, scale, softcap)])
-    return _finish(partial, q.ndim == 3, q.dtype)
+    return finish_decode(q, partial, scale, summary, softcap)
 
 
 @dataclass
@@ -835,10 +857,7 @@ def mixed_sparse_attention(
         )
         partials.append(partial)
         masses.append(mass)
-    if summary is not None:
-        partials.append(summary_partial(q, summary, scale, softcap))
-    partials.extend(extra)
-    merged = merge_partials(partials)
+    partials, merged = merge_with_extras(q, partials, scale, summary, softcap, extra)
     return merged, [renormalised_mass(mass, partial, merged) for partial, mass in zip(partials, masses)]
 
 

@@ -542,13 +542,7 @@ def sparse_decode_attention(
     """Triton version of :func:`kernels.reference.sparse_decode_attention`: ``(output, lse)``."""
     scale = scale if scale is not None else q.shape[-1] ** -0.5
     out, lse, _, _ = _launch(q, [PagedSource(k_pages, v_pages, block_table, seq_lens)], scale, softcap, False, num_splits)
-    partial = AttentionPartial(out=out, lse=lse)
-    if summary is not None:
-        partial = ref.merge_partials([partial, ref.summary_partial(q, summary, scale, softcap)])
-    out, lse = partial.out.to(q.dtype), partial.lse
-    if q.ndim == 3:
-        out, lse = out.squeeze(2), lse.squeeze(2)
-    return out, lse
+    return ref.finish_decode(q, AttentionPartial(out=out, lse=lse), scale, summary, softcap)
 
 
 def mixed_sparse_attention(
@@ -573,10 +567,7 @@ def mixed_sparse_attention(
     if sources:
         out, lse, blk_lse, offsets = _launch(q, sources, scale, softcap, True, num_splits)
         partials.append(AttentionPartial(out=out, lse=lse))
-    if summary is not None:
-        partials.append(ref.summary_partial(q, summary, scale, softcap))
-    partials.extend(extra)
-    merged = ref.merge_partials(partials)
+    _, merged = ref.merge_with_extras(q, partials, scale, summary, softcap, extra)
     masses: list[torch.Tensor] = []
     if sources:
         batch, n_kv, rows, _ = blk_lse.shape

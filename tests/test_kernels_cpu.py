@@ -1,8 +1,10 @@
 """The fused CPU decode kernel (kernels.cpu_decode) against the torch reference (kernels.reference).
 
 Compared as the Triton kernels are (tests/test_kernels_triton.py): same problems, fp32 tolerance
-2e-5. The kernel is compiled once per machine (cached under the torch extensions folder) and loaded
-once per test session.
+2e-5 in the exact mode (``MINUTIA_CPU_DECODE=exact``, set for every test here unless it says
+otherwise). The fast mode (int8 queries x INT8/INT4 key codes, bf16 weights x INT4 value codes) is
+checked against a bound derived from those roundings (:func:`_fast_bound`). The kernel is compiled
+once per machine (cached under the torch extensions folder) and loaded once per test session.
 """
 
 from __future__ import annotations
@@ -20,6 +22,11 @@ from kernels import reference as ref
 TOL = dict(atol=2e-5, rtol=2e-5)
 
 pytestmark = pytest.mark.skipif(not cd.available(), reason=f"fused CPU kernel did not build: {cd.build_error()}")
+
+
+@pytest.fixture(autouse=True)
+def _exact_mode(monkeypatch):
+    monkeypatch.setenv("MINUTIA_CPU_DECODE", "exact")
 
 
 def _problem(seed: int, batch: int, n_kv: int, groups: int, dim: int, block_size: int, lengths, dtype=torch.float32):
@@ -273,3 +280,83 @@ def test_build_failure_falls_back_to_the_reference_with_one_warning(monkeypatch,
     monkeypatch.setenv("MINUTIA_KERNELS", "cpu")
     with pytest.raises(RuntimeError):
         dispatch.mixed_sparse_attention(q, sources)
+
+
+# ------------------------------------------------------------------------------------------------
+# Fast mode
+# ------------------------------------------------------------------------------------------------
+
+
+def _key_logit_error(q: torch.Tensor, kq: ref.QuantizedTensor, scale: float) -> float:
+    """The largest logit change the int8 query causes: per (head, page, token group) the kernel rounds
+    qe = q * scale * s_k (outlier channels zeroed) to sq * round(qe / sq), sq = max|qe| / 127, so a
+    token's logit moves by sum_d (qe_d - sq * qi_d) * (code_td - mid) (the kernel adds the mid-range
+    part back exactly; mid = 7.5 for INT4, 127.5 for INT8). Computed here from the same rounding
+    (over every page, listed or not)."""
+    n_pages, bs, n_kv, dim = kq.shape
+    codes = ref.unpack_int4(kq.data, 1) if kq.kind == "int4" else kq.data
+    mid = 7.5 if kq.kind == "int4" else 127.5
+    codes = (codes.float() - mid).view(n_pages, bs // kq.group_size, kq.group_size, n_kv, dim)
+    qg = q.float().view(q.shape[0], n_kv, -1, 1, 1, dim) * scale  # [B, H, G, 1, 1, D]
+    s_k = kq.scale.float().permute(2, 0, 1, 3)  # [H, P, n_groups, D]
+    qe = qg * s_k.unsqueeze(0).unsqueeze(2)  # [B, H, G, P, n_groups, D]
+    if kq.outlier_idx is not None:
+        idx = kq.outlier_idx.reshape(-1, kq.outlier_idx.shape[-1]).expand(n_kv, -1)
+        mask = torch.ones(n_kv, dim).scatter(1, idx, 0.0).view(1, n_kv, 1, 1, 1, dim)
+        qe = qe * mask
+    sq = qe.abs().amax(-1, keepdim=True) / 127
+    residual = qe - sq * torch.round(qe / sq.clamp(min=1e-30)).clamp(-127, 127)
+    err = torch.einsum("bhgpjd,pjthd->bhgpjt", residual, codes)
+    return err.abs().max().item()
+
+
+def _fast_bound(q, kq, vq, v_deq: torch.Tensor, scale: float) -> tuple[float, float]:
+    """(output tolerance, lse tolerance) of the fast mode against the reference.
+
+    Logits move by at most delta (:func:`_key_logit_error`), so every probability by a factor within
+    exp(+-2 delta): the output moves by at most (exp(2 delta) - 1) max|v|, the lse by delta. INT4 values
+    add the bf16 rounding of the weights p_t s_t (relative 2^-9): at most 2^-9 max|s_t code_td|."""
+    delta = _key_logit_error(q, kq, scale) if isinstance(kq, ref.QuantizedTensor) and kq.kind in ("int8", "int4") else 0.0
+    out_tol = math.expm1(2 * delta) * v_deq.abs().max().item()
+    if isinstance(vq, ref.QuantizedTensor) and vq.kind == "int4":
+        out_tol += 2.0**-9 * 15 * vq.scale.float().abs().max().item()
+    return out_tol + 2e-5, delta + 2e-5
+
+
+@pytest.mark.parametrize("k_kind,v_kind", [("int4", "int4"), ("int8", "int8"), ("int8", "int4"), ("int4", "fp8")])
+@pytest.mark.parametrize("dim,groups", [(64, 4), (128, 8), (256, 1), (32, 2)])
+def test_fast_mode_error_is_bounded_by_its_roundings(monkeypatch, k_kind, v_kind, dim, groups) -> None:
+    q, k, v, table, seq = _problem(60 + dim + groups, 2, 2, groups, dim, 64, [[200, 64], [129, 31]])
+    n_out = 2 if k_kind == "int4" else 0
+    kq, vq = _quantized(k, k_kind, True, 32, n_out), _quantized(v, v_kind, False, 32, n_out)
+    exp_out, exp_lse = ref.sparse_decode_attention(q, kq, vq, table, seq)
+    monkeypatch.setenv("MINUTIA_CPU_DECODE", "fast")
+    out, lse = cd.sparse_decode_attention(q, kq, vq, table, seq)
+    out_tol, lse_tol = _fast_bound(q, kq, vq, ref.dequantize(vq), dim**-0.5)
+    err, lse_err = (out - exp_out).abs().max().item(), (lse - exp_lse).abs().max().item()
+    assert err <= out_tol and lse_err <= lse_tol, (err, out_tol, lse_err, lse_tol)
+    assert err > 0  # the fast path ran (the exact one agrees to ~1e-6)
+
+
+def test_fast_mode_keeps_full_precision_and_fp8_blocks_exact(monkeypatch) -> None:
+    q, k, v, table, seq = _problem(70, 2, 2, 4, 128, 16, [[100, 40], [33, 16]])
+    monkeypatch.setenv("MINUTIA_CPU_DECODE", "fast")
+    for tier in ("full", "fp8"):
+        _check_mixed(q, _sources(tier, k, v, table, seq, 16))
+    _check_decode(q.bfloat16(), k.bfloat16(), v.bfloat16(), table, seq, tol=dict(atol=2e-2, rtol=2e-2))
+
+
+def test_fast_mode_mixed_tiers_and_mode_switch(monkeypatch) -> None:
+    q, k, v, table, seq = _problem(71, 1, 2, 4, 128, 64, [[64 * 7 - 3, 64 * 5]])
+    sources = _sources("mixed", k, v, table, seq, 64)
+    exp, exp_mass = ref.mixed_sparse_attention(q, sources)
+    monkeypatch.setenv("MINUTIA_CPU_DECODE", "fast")
+    got, mass = cd.mixed_sparse_attention(q, sources)
+    torch.testing.assert_close(got.out, exp.out, atol=2e-2, rtol=0)  # INT8/INT4 columns approximate
+    for a, b in zip(mass, exp_mass):
+        torch.testing.assert_close(a, b, atol=2e-2, rtol=0)
+    monkeypatch.setenv("MINUTIA_CPU_DECODE", "exact")
+    torch.testing.assert_close(cd.mixed_sparse_attention(q, sources)[0].out, exp.out, **TOL)
+    monkeypatch.setenv("MINUTIA_CPU_DECODE", "bogus")
+    with pytest.raises(ValueError):
+        cd.mixed_sparse_attention(q, sources)

@@ -17,6 +17,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -77,8 +78,9 @@ inline float hmax(vf v) {
 
 // Sixteen horizontal sums at once: lane i of the result is the sum of a[i] (a transpose-add tree,
 // 45 shuffles/adds instead of 16 separate reductions).
-inline vf reduce16(const vf* a) {
-  vf x[8], y[4], z[2];
+template <class V>
+inline V reduce16(const V* a) {
+  V x[8], y[4], z[2];
   for (int i = 0; i < 8; ++i)
     x[i] = __builtin_shufflevector(a[2 * i], a[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
            __builtin_shufflevector(a[2 * i], a[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
@@ -342,6 +344,78 @@ void key_dots(const KeyRows<KIND>& rows, int t0, int t1, int D, const float* qe,
   }
 }
 
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#define MINUTIA_VNNI 1
+// Fast mode, INT8/INT4 keys: S[g][t] = sq[g] * sum_d qi[g][d] * code_t[d] + bias[g], the dot products
+// u8 codes x s8 query on VNNI (64 products per instruction, no code-to-float conversion). qi rows have
+// stride Dp (D rounded up to 64, zero padded); [t0, t1) is a multiple of T (even: INT4 rows are pairs).
+template <int G, int T, int KIND>
+void key_dots_i8(const uint8_t* base, int64_t stride, int t0, int t1, int D, int Dp, const int8_t* qi,
+                 const float* sq, const float* bias, float* S, int ldS) {
+  const int C = Dp / 64;
+  const __mmask64 tail = D % 64 ? ~0ULL >> (64 - D % 64) : ~0ULL;  // do not read past a row's end
+  const __m512i low = _mm512_set1_epi8(15);
+  for (int tt = t0; tt < t1; tt += T) {
+    vi acc[T * G];
+#pragma GCC unroll 16
+    for (int i = 0; i < T * G; ++i) acc[i] = vi{};
+    for (int c = 0; c < C; ++c) {
+      const __mmask64 m = c == C - 1 ? tail : ~0ULL;
+      __m512i qv[G];
+#pragma GCC unroll 8
+      for (int g = 0; g < G; ++g) qv[g] = _mm512_loadu_si512(qi + g * Dp + 64 * c);
+      constexpr int step = KIND == K_INT4 ? 2 : 1;
+#pragma GCC unroll 16
+      for (int t = 0; t < T; t += step) {
+        __m512i k0 = _mm512_maskz_loadu_epi8(m, base + ((tt + t) / step) * stride + 64 * c), k1 = k0;
+        if constexpr (KIND == K_INT4) {  // one packed row = two tokens, even token in the low nibble
+          k1 = _mm512_and_si512(_mm512_srli_epi16(k0, 4), low);
+          k0 = _mm512_and_si512(k0, low);
+        }
+#pragma GCC unroll 8
+        for (int g = 0; g < G; ++g) {
+          acc[t * G + g] = (vi)_mm512_dpbusd_epi32((__m512i)acc[t * G + g], k0, qv[g]);
+          if constexpr (KIND == K_INT4) acc[(t + 1) * G + g] = (vi)_mm512_dpbusd_epi32((__m512i)acc[(t + 1) * G + g], k1, qv[g]);
+        }
+      }
+    }
+    static_assert(T * G == 16, "one reduction per tile");
+    vf r = __builtin_convertvector(reduce16(acc), vf);
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t)
+#pragma GCC unroll 8
+      for (int g = 0; g < G; ++g) S[g * ldS + tt + t] = sq[g] * r[t * G + g] + bias[g];
+  }
+}
+
+// qi[g] = round(qe[g] / sq[g]) as int8, sq[g] = max |qe[g]| / 127: the query of one token group, with
+// the key scales folded in, quantized per head (error r_d at most sq / 2 per channel). The logit error
+// sum_d r_d code_d is taken back exactly for codes at mid-range (bias[g] += mid * sum_d r_d), leaving
+// sum_d r_d (code_d - mid): a third of it for typical codes.
+template <int G>
+void quantize_query(const float* qe, int D, int Dp, float mid, int8_t* qi, float* sq, float* bias) {
+  for (int g = 0; g < G; ++g) {
+    vf mx = vf{};
+    for (int c = 0; c < D / 16; ++c) {
+      vf x = loadv<vf>(qe + g * D + 16 * c);
+      mx = vmax(mx, vmax(x, -x));
+    }
+    const float amax = hmax(mx);
+    sq[g] = amax / 127.0f;
+    const vf inv = splat(amax > 0 ? 127.0f / amax : 0.0f);
+    vf r = vf{};
+    for (int c = 0; c < D / 16; ++c) {
+      const vf x = loadv<vf>(qe + g * D + 16 * c);
+      const __m512i n = _mm512_cvtps_epi32((__m512)(x * inv));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(qi + g * Dp + 16 * c), _mm512_cvtsepi32_epi8(n));
+      r += x - __builtin_convertvector((vi)n, vf) * sq[g];
+    }
+    bias[g] += mid * hsum(r);
+    std::memset(qi + g * Dp + D, 0, Dp - D);
+  }
+}
+#endif
+
 // acc[g][:] = alpha[g] * acc[g][:] + sum_{t < nv} P[g][t] * v_t (dequantized rows).
 template <int G, int KIND>
 void value_accumulate(const ValueRows<KIND>& rows, int nv, int DV, const float* P, int ldP, const float* alpha, float* acc) {
@@ -378,6 +452,171 @@ void value_accumulate(const ValueRows<KIND>& rows, int nv, int DV, const float* 
   }
 }
 
+// The folded paths accumulate codes at outlier channels too; these put back alpha * old + sum_t P v_out.
+template <int G, class Rows>
+void save_outliers(const Rows& rows, int DV, const float* acc, float* old) {
+  for (int i = 0; i < rows.n_out; ++i)
+    for (int g = 0; g < G; ++g) old[g * MAX_OUT + i] = acc[g * DV + 16 * rows.ochunk[i] + rows.olane[i]];
+}
+
+template <int G, class Rows>
+void patch_outliers(const Rows& rows, int nv, int DV, const float* P, int ldP, const float* alpha, float* acc,
+                    const float* old) {
+  for (int i = 0; i < rows.n_out; ++i)
+    for (int g = 0; g < G; ++g) {
+      float o = alpha[g] * old[g * MAX_OUT + i];
+      for (int t = 0; t < nv; ++t) o += P[g * ldP + t] * rows.oval[t * rows.n_out + i];
+      acc[g * DV + 16 * rows.ochunk[i] + rows.olane[i]] = o;
+    }
+}
+
+// Quantized values with channel groups of whole chunks: v[t][d] = s[t][j] * code[t][d] + z[t][j], so
+// sum_t P[g][t] v[t][d] = sum_t (P[g][t] s[t][j]) code[t][d] + sum_t P[g][t] z[t][j]: one multiply per
+// token and group (the weights w) instead of a dequantization per element, and the zero points add once
+// per group. rows.scale / rows.zero are [n_groups][ldP] here (tokens contiguous, zero past nv), P is zero
+// past nv. Outlier channels are recomputed from their exact values afterwards.
+template <int G, int KIND>
+void value_accumulate_folded(const ValueRows<KIND>& rows, int nv, int DV, const float* P, int ldP, const float* alpha,
+                             float* acc, float* w) {
+  constexpr int W = G >= 8 ? 2 : (G >= 4 ? 4 : 8);
+  const int ng = rows.n_groups, C = DV / 16, cpg = C / ng, nt = (nv + 15) / 16;
+  float* zs = w + G * ng * ldP;  // [G][ng]
+  for (int g = 0; g < G; ++g)
+    for (int j = 0; j < ng; ++j) {
+      vf z = vf{};
+      for (int i = 0; i < nt; ++i) {
+        const vf p = loadv<vf>(P + g * ldP + 16 * i);
+        storev(w + (g * ng + j) * ldP + 16 * i, p * loadv<vf>(rows.scale + j * ldP + 16 * i));
+        if constexpr (KIND != K_FP8) z += p * loadv<vf>(rows.zero + j * ldP + 16 * i);
+      }
+      zs[g * ng + j] = hsum(z);
+    }
+  float old[8 * MAX_OUT];
+  save_outliers<G>(rows, DV, acc, old);
+  for (int c0 = 0; c0 < C; c0 += W) {
+    const int wn = std::min(W, C - c0);
+    vf a[G][W];
+    const float* wk[W];  // weights of chunk c0 + k, head 0 (head g at + g * ng * ldP)
+#pragma GCC unroll 8
+    for (int k = 0; k < W; ++k) {
+      const int j = std::min(c0 + k, C - 1) / cpg;
+      wk[k] = w + j * ldP;
+#pragma GCC unroll 8
+      for (int g = 0; g < G; ++g)
+        a[g][k] = k < wn ? loadv<vf>(acc + g * DV + 16 * (c0 + k)) * alpha[g] + zs[g * ng + j] : vf{};
+    }
+    const int64_t gs = int64_t(ng) * ldP;
+    for (int t = 0; t < nv; ++t) {
+#pragma GCC unroll 8
+      for (int k = 0; k < W; ++k) {
+        if (k < wn) {
+          const vf x = rows.codes(t, c0 + k);
+#pragma GCC unroll 8
+          for (int g = 0; g < G; ++g) a[g][k] += wk[k][g * gs + t] * x;
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g)
+#pragma GCC unroll 8
+      for (int k = 0; k < W; ++k)
+        if (k < wn) storev(acc + g * DV + 16 * (c0 + k), a[g][k]);
+  }
+  patch_outliers<G>(rows, nv, DV, P, ldP, alpha, acc, old);
+}
+
+#if defined(__AVX512BF16__) && defined(__AVX512VBMI__)
+#define MINUTIA_BF16 1
+// Fast mode, INT4 values (DV a multiple of 32): as value_accumulate_folded, but the weights are rounded
+// to bf16 pairs (two tokens) and the codes become bf16 128 + code (exact: high byte 0x43), so one
+// vdpbf16ps does two tokens of 16 channels with no int-to-float conversion; 128 * sum w comes back out
+// with the zero points. Error: each weight rounded to 8 bits (relative 2^-9).
+template <int G>
+void value_accumulate_bf16(const ValueRows<K_INT4>& rows, int nv, int DV, const float* P, int ldP, const float* alpha,
+                           float* acc, float* w) {
+  constexpr int W = G >= 8 ? 2 : (G >= 4 ? 4 : 8);  // chunks in registers (even: chunk pairs)
+  const int ng = rows.n_groups, C = DV / 16, cpg = C / ng, nt = (nv + 15) / 16, ldw = (ldP + 31) / 32 * 16;
+  uint32_t* wb = reinterpret_cast<uint32_t*>(w);  // [G][ng][ldw] bf16 pairs (token 2i low)
+  float* zs = w + G * ng * ldP;                    // [G][ng]
+  const __m512bh ones = (__m512bh)_mm512_set1_epi16(0x3F80);
+  for (int g = 0; g < G; ++g)
+    for (int j = 0; j < ng; ++j) {
+      vf z = vf{}, sw = vf{};
+      for (int i = 0; i < nt; i += 2) {
+        const vf p0 = loadv<vf>(P + g * ldP + 16 * i), p1 = i + 1 < nt ? loadv<vf>(P + g * ldP + 16 * i + 16) : vf{};
+        const vf s0 = loadv<vf>(rows.scale + j * ldP + 16 * i), s1 = i + 1 < nt ? loadv<vf>(rows.scale + j * ldP + 16 * i + 16) : vf{};
+        const __m512bh b = _mm512_cvtne2ps_pbh((__m512)(p1 * s1), (__m512)(p0 * s0));
+        _mm512_storeu_si512(wb + (g * ng + j) * ldw + 8 * i, (__m512i)b);
+        sw = (vf)_mm512_dpbf16_ps((__m512)sw, b, ones);
+        z += p0 * loadv<vf>(rows.zero + j * ldP + 16 * i);
+        if (i + 1 < nt) z += p1 * loadv<vf>(rows.zero + j * ldP + 16 * i + 16);
+      }
+      zs[g * ng + j] = hsum(z) - 128.0f * hsum(sw);
+    }
+  float old[8 * MAX_OUT];
+  save_outliers<G>(rows, DV, acc, old);
+  // z = [lo nibbles row t | row t+1 | hi nibbles row t | row t+1] (16 bytes each; lo = even channel):
+  // word 2d + r of chunk k = (0x43 << 8) | code of channel 16k + d, token r.
+  static const auto idx = [] {
+    std::array<__m512i, 2> out;
+    for (int k = 0; k < 2; ++k) {
+      alignas(64) uint8_t b[64];
+      for (int d = 0; d < 16; ++d)
+        for (int r = 0; r < 2; ++r) {
+          const int ch = 16 * k + d;
+          b[4 * d + 2 * r] = uint8_t((ch & 1 ? 32 : 0) + 16 * r + ch / 2);
+          b[4 * d + 2 * r + 1] = 64;  // from the 0x43 vector
+        }
+      out[k] = _mm512_load_si512(b);
+    }
+    return out;
+  }();
+  const __m512i k43 = _mm512_set1_epi8(0x43);
+  const __m256i low = _mm256_set1_epi8(15);
+  for (int c0 = 0; c0 < C; c0 += W) {
+    const int wn = std::min(W, C - c0);
+    __m512 a[G][W];
+    const uint32_t* wk[W];
+#pragma GCC unroll 8
+    for (int k = 0; k < W; ++k) {
+      const int j = std::min(c0 + k, C - 1) / cpg;
+      wk[k] = wb + j * ldw;
+#pragma GCC unroll 8
+      for (int g = 0; g < G; ++g)
+        a[g][k] = (__m512)(k < wn ? loadv<vf>(acc + g * DV + 16 * (c0 + k)) * alpha[g] + zs[g * ng + j] : vf{});
+    }
+    const int64_t gs = int64_t(ng) * ldw;
+    for (int t = 0; t < nv; t += 2) {
+      const uint8_t* r0 = rows.base + t * rows.stride;
+      const uint8_t* r1 = t + 1 < nv ? r0 + rows.stride : r0;  // its weight is zero
+#pragma GCC unroll 4
+      for (int k = 0; k < W; k += 2) {
+        if (k < wn) {
+          const __m256i x = _mm256_inserti128_si256(
+              _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r0 + 8 * (c0 + k)))),
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(r1 + 8 * (c0 + k))), 1);
+          const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(x, low)),
+                                               _mm256_and_si256(_mm256_srli_epi16(x, 4), low), 1);
+          const __m512bh v0 = (__m512bh)_mm512_permutex2var_epi8(z, idx[0], k43);
+          const __m512bh v1 = (__m512bh)_mm512_permutex2var_epi8(z, idx[1], k43);
+#pragma GCC unroll 8
+          for (int g = 0; g < G; ++g) {
+            a[g][k] = _mm512_dpbf16_ps(a[g][k], v0, (__m512bh)_mm512_set1_epi32(int(wk[k][g * gs + t / 2])));
+            a[g][k + 1] = _mm512_dpbf16_ps(a[g][k + 1], v1, (__m512bh)_mm512_set1_epi32(int(wk[k + 1][g * gs + t / 2])));
+          }
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g)
+#pragma GCC unroll 8
+      for (int k = 0; k < W; ++k)
+        if (k < wn) _mm512_storeu_ps(acc + g * DV + 16 * (c0 + k), a[g][k]);
+  }
+  patch_outliers<G>(rows, nv, DV, P, ldP, alpha, acc, old);
+}
+#endif
+
 struct Dims {
   int64_t B, H, G, DK, DV;
   float scale, softcap;
@@ -393,7 +632,11 @@ struct State {
   std::vector<float> m, l, alpha, bias;  // [G]
   std::vector<float> acc;   // [G][DV]
   std::vector<float> vscale, vzero, vout;  // one block's value params as fp32
-  int ldS = 0;
+  std::vector<float> vw;    // folded value weights [nv][n_groups][G] and zero sums [G][n_groups]
+  std::vector<int8_t> qi;   // fast mode: [G][Dp] int8 queries of the current token group
+  std::vector<float> sq;    // [G] their scales
+  int ldS = 0, Dp = 0;
+  bool fast = false;
 };
 
 template <int G, int KIND>
@@ -438,6 +681,17 @@ void key_block(const Operand& op, const Dims& d, int64_t h, int64_t slot, int bs
       qe = qe_w;
     }
     const int t_end = std::min(t0 + gsz, nv);
+#ifdef MINUTIA_VNNI
+    if constexpr (KIND == K_INT8 || KIND == K_INT4) {
+      if (st.fast && gsz % T == 0) {
+        int8_t* qi = st.qi.data() + g0 * st.Dp;
+        quantize_query<G>(qe, int(D), st.Dp, KIND == K_INT8 ? 127.5f : 7.5f, qi, st.sq.data() + g0, bias);
+        const int t1 = std::min(t0 + gsz, (t_end + T - 1) / T * T);
+        key_dots_i8<G, T, KIND>(rows.base, rows.stride, t0, t1, int(D), st.Dp, qi, st.sq.data() + g0, bias, S, ldS);
+        continue;
+      }
+    }
+#endif
     if (gsz % T == 0) {  // tiles of T tokens never straddle two token groups
       const int t1 = std::min(t0 + gsz, (t_end + T - 1) / T * T);
       key_dots<G, T, KIND>(rows, t0, t1, D, qe, S, ldS);
@@ -468,6 +722,36 @@ void params_rows(const void* p, int64_t first, int64_t stride, int n, int width,
     for (int j = 0; j < width; ++j) out[t * width + j] = param_at(p, DTYPE, first + t * stride + j);
 }
 
+// The same, transposed: out[j][t] with row stride ld, zero-filled for t in [n, ceil16(n)).
+template <int DTYPE>
+void params_cols(const void* p, int64_t first, int64_t stride, int n, int width, int ld, float* out) {
+#if defined(__F16C__)
+  if (DTYPE == P_F16 && width % 4 == 0) {  // 4 conversions per instruction
+    const uint16_t* h = static_cast<const uint16_t*>(p) + first;
+    for (int t = 0; t < n; ++t)
+      for (int j = 0; j < width; j += 4) {
+        const __m128 x = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(h + t * stride + j)));
+        out[j * ld + t] = _mm_cvtss_f32(x);
+        out[(j + 1) * ld + t] = _mm_cvtss_f32(_mm_shuffle_ps(x, x, 1));
+        out[(j + 2) * ld + t] = _mm_cvtss_f32(_mm_shuffle_ps(x, x, 2));
+        out[(j + 3) * ld + t] = _mm_cvtss_f32(_mm_shuffle_ps(x, x, 3));
+      }
+  } else
+#endif
+  for (int t = 0; t < n; ++t)
+    for (int j = 0; j < width; ++j) out[j * ld + t] = param_at(p, DTYPE, first + t * stride + j);
+  for (int j = 0; j < width; ++j)
+    for (int t = n; t < (n + 15) / 16 * 16; ++t) out[j * ld + t] = 0.0f;
+}
+
+void params_to_float_t(const void* p, int dtype, int64_t first, int64_t stride, int n, int width, int ld, float* out) {
+  switch (dtype) {
+    case P_BF16: return params_cols<P_BF16>(p, first, stride, n, width, ld, out);
+    case P_F16: return params_cols<P_F16>(p, first, stride, n, width, ld, out);
+    default: return params_cols<P_F32>(p, first, stride, n, width, ld, out);
+  }
+}
+
 void params_to_float(const void* p, int dtype, int64_t first, int64_t stride, int n, int width, float* out) {
   switch (dtype) {
     case P_BF16: return params_rows<P_BF16>(p, first, stride, n, width, out);
@@ -485,7 +769,7 @@ inline int param_size(int dtype) { return dtype == P_F32 ? 4 : 2; }
 inline void prefetch_rows(const void* base, int64_t stride, int n, int64_t bytes) {
   const char* p = static_cast<const char*>(base);
   for (int r = 0; r < n; ++r)
-    for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + r * stride + off, 0, 3);
+    for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + r * stride + off, 0, 2);
 }
 
 void prefetch_block(const Operand& k, const Operand& v, int64_t H, int64_t DK, int64_t DV, int64_t h, int64_t slot,
@@ -534,8 +818,13 @@ void value_block(const Operand& op, const Dims& d, int64_t h, int64_t slot, int 
     if (g0 == 0) {  // once per block: this block's params as fp32
       const int ng = int(D / op.group);
       const int64_t first = ((slot * bs) * H + h) * ng;
-      params_to_float(op.scale, op.pdtype, first, H * ng, nv, ng, st.vscale.data());
-      if (op.zero) params_to_float(op.zero, op.pdtype, first, H * ng, nv, ng, st.vzero.data());
+      if (op.group % 16 == 0) {  // folded path: [ng][ldS]
+        params_to_float_t(op.scale, op.pdtype, first, H * ng, nv, ng, st.ldS, st.vscale.data());
+        if (op.zero) params_to_float_t(op.zero, op.pdtype, first, H * ng, nv, ng, st.ldS, st.vzero.data());
+      } else {
+        params_to_float(op.scale, op.pdtype, first, H * ng, nv, ng, st.vscale.data());
+        if (op.zero) params_to_float(op.zero, op.pdtype, first, H * ng, nv, ng, st.vzero.data());
+      }
       if (op.group % 16) {  // groups narrower than a chunk: expand to one param per channel
         for (int t = nv - 1; t >= 0; --t)
           for (int64_t c = D - 1; c >= 0; --c) {
@@ -557,6 +846,22 @@ void value_block(const Operand& op, const Dims& d, int64_t h, int64_t slot, int 
     rows.out_chunks = 0;
     for (int i = 0; i < op.n_out; ++i) rows.out_chunks |= uint64_t(1) << ochunk[i];
   }
+  if constexpr (KIND >= K_INT8) {
+    if (!rows.per_lane) {
+#ifdef MINUTIA_BF16
+      if constexpr (KIND == K_INT4) {
+        if (st.fast && D % 32 == 0) {
+          value_accumulate_bf16<G>(rows, nv, D, st.S.data() + g0 * st.ldS, st.ldS, st.alpha.data() + g0,
+                                   st.acc.data() + g0 * D, st.vw.data());
+          return;
+        }
+      }
+#endif
+      value_accumulate_folded<G, KIND>(rows, nv, D, st.S.data() + g0 * st.ldS, st.ldS, st.alpha.data() + g0,
+                                       st.acc.data() + g0 * D, st.vw.data());
+      return;
+    }
+  }
   value_accumulate<G, KIND>(rows, nv, D, st.S.data() + g0 * st.ldS, st.ldS, st.alpha.data() + g0,
                             st.acc.data() + g0 * D);
 }
@@ -564,47 +869,36 @@ void value_block(const Operand& op, const Dims& d, int64_t h, int64_t slot, int 
 using KeyFn = void (*)(const Operand&, const Dims&, int64_t, int64_t, int, int, int, State&);
 using ValueFn = void (*)(const Operand&, const Dims&, int64_t, int64_t, int, int, int, State&, const int*, const int*);
 
-template <int G>
-KeyFn key_fn(int kind) {
+// The instance of Op<G, KIND>::fn for a head chunk size and a storage kind.
+template <int G, int KIND>
+struct KeyOp {
+  static constexpr KeyFn fn = key_block<G, KIND>;
+};
+template <int G, int KIND>
+struct ValueOp {
+  static constexpr ValueFn fn = value_block<G, KIND>;
+};
+
+template <template <int, int> class Op, int G>
+auto pick_kind(int kind) {
   switch (kind) {
-    case K_F32: return key_block<G, K_F32>;
-    case K_BF16: return key_block<G, K_BF16>;
-    case K_F16: return key_block<G, K_F16>;
-    case K_INT8: return key_block<G, K_INT8>;
-    case K_INT4: return key_block<G, K_INT4>;
-    case K_FP8: return key_block<G, K_FP8>;
+    case K_F32: return Op<G, K_F32>::fn;
+    case K_BF16: return Op<G, K_BF16>::fn;
+    case K_F16: return Op<G, K_F16>::fn;
+    case K_INT8: return Op<G, K_INT8>::fn;
+    case K_INT4: return Op<G, K_INT4>::fn;
+    case K_FP8: return Op<G, K_FP8>::fn;
   }
-  throw std::invalid_argument("unknown key kind");
+  throw std::invalid_argument("unknown storage kind");
 }
 
-template <int G>
-ValueFn value_fn(int kind) {
-  switch (kind) {
-    case K_F32: return value_block<G, K_F32>;
-    case K_BF16: return value_block<G, K_BF16>;
-    case K_F16: return value_block<G, K_F16>;
-    case K_INT8: return value_block<G, K_INT8>;
-    case K_INT4: return value_block<G, K_INT4>;
-    case K_FP8: return value_block<G, K_FP8>;
-  }
-  throw std::invalid_argument("unknown value kind");
-}
-
-KeyFn key_fn_for(int g, int kind) {
+template <template <int, int> class Op>
+auto pick(int g, int kind) {
   switch (g) {
-    case 1: return key_fn<1>(kind);
-    case 2: return key_fn<2>(kind);
-    case 4: return key_fn<4>(kind);
-    default: return key_fn<8>(kind);
-  }
-}
-
-ValueFn value_fn_for(int g, int kind) {
-  switch (g) {
-    case 1: return value_fn<1>(kind);
-    case 2: return value_fn<2>(kind);
-    case 4: return value_fn<4>(kind);
-    default: return value_fn<8>(kind);
+    case 1: return pick_kind<Op, 1>(kind);
+    case 2: return pick_kind<Op, 2>(kind);
+    case 4: return pick_kind<Op, 4>(kind);
+    default: return pick_kind<Op, 8>(kind);
   }
 }
 
@@ -676,7 +970,7 @@ void softmax_block(const Dims& d, int nv, State& st, float* bm, float* bl, int64
 // the per-block mass [B, H, G, M_total] normalised within this call's softmax.
 void decode(int64_t q_ptr, int64_t out_ptr, int64_t lse_ptr, int64_t mass_ptr, int64_t B, int64_t H, int64_t G,
             int64_t DK, int64_t DV, double scale, double softcap, int64_t n_splits, int64_t n_threads,
-            const std::vector<std::vector<int64_t>>& source_args) {
+            const std::vector<std::vector<int64_t>>& source_args, bool fast) {
   if (DK % 16 || DV % 16) throw std::invalid_argument("head dims must be multiples of 16");
   const Dims dims{B, H, G, DK, DV, float(scale), float(softcap)};
   std::vector<Source> sources;
@@ -707,8 +1001,8 @@ void decode(int64_t q_ptr, int64_t out_ptr, int64_t lse_ptr, int64_t mass_ptr, i
   std::vector<std::vector<ValueFn>> vfns(sources.size());
   for (size_t i = 0; i < sources.size(); ++i) {
     for (auto [g0, gn] : chunks) {
-      kfns[i].push_back(key_fn_for(gn, sources[i].k.kind));
-      vfns[i].push_back(value_fn_for(gn, sources[i].v.kind));
+      kfns[i].push_back(pick<KeyOp>(gn, sources[i].k.kind));
+      vfns[i].push_back(pick<ValueOp>(gn, sources[i].v.kind));
     }
   }
 
@@ -727,7 +1021,7 @@ void decode(int64_t q_ptr, int64_t out_ptr, int64_t lse_ptr, int64_t mass_ptr, i
   for (int64_t item = 0; item < n_items; ++item) {
     const int64_t bh = item / n_splits, split = item % n_splits;
     const int64_t h = bh % H;
-    State st;
+    thread_local State st;  // scratch kept across calls: no allocation (and page faults) per call
     st.ldS = (max_bs + 15) / 16 * 16;
     st.q.resize(G * DK);
     st.qm.resize(G * DK);
@@ -738,9 +1032,14 @@ void decode(int64_t q_ptr, int64_t out_ptr, int64_t lse_ptr, int64_t mass_ptr, i
     st.alpha.assign(G, 1.0f);
     st.bias.assign(G, 0.0f);
     st.acc.assign(G * DV, 0.0f);
-    st.vscale.resize(max_bs * DV);
-    st.vzero.resize(max_bs * DV);
+    st.vscale.resize(st.ldS * DV);
+    st.vzero.resize(st.ldS * DV);
     st.vout.resize(max_bs * MAX_OUT);
+    st.vw.resize((st.ldS + 1) * (DV / 16) * G);
+    st.Dp = int((DK + 63) / 64 * 64);
+    st.qi.resize(G * st.Dp);
+    st.sq.resize(G);
+    st.fast = fast;
     for (int64_t i = 0; i < G * DK; ++i) st.q[i] = q_in[bh * G * DK + i] * dims.scale;
     const int64_t e0 = split * per_split, e1 = std::min(total, e0 + per_split);
     int current = -1;
