@@ -1,21 +1,26 @@
 """The WebRTC room bot: joins rooms as an aiortc peer, listens and watches, posts captions, answers.
 
 One :class:`MeetingSession` per room (from the shared :class:`Runtime`), any number of peers per
-room up to a limit. A peer's audio (48 kHz stereo Opus) is resampled to 16 kHz mono and fed to the
-room's session; video frames are fed at a low rate; a data channel opened by the peer carries JSON
-messages from the bot (``joined``, ``caption``, ``tentative``, ``slide``, ``answer``, ``error``) and
-the peer's questions (``ask: <question>``). A peer that misbehaves gets an error and is dropped;
-the room's session, and every other room, carry on.
+room up to a limit. Every peer's audio (48 kHz stereo Opus) is resampled to 16 kHz mono, and the
+room's :class:`AudioMixer` sums the speakers on one clock before the session hears them; video
+frames are fed at a low rate; a data channel opened by the peer carries JSON messages from the bot
+(``joined``, ``caption``, ``line``, ``tentative``, ``slide``, ``answer``, ``state``, ``error``) and
+the peer's questions (``ask: <question>``). When the room's last audio track ends, the session is
+finished (the recogniser's tail is committed) and the room stays open for questions; a speaker who
+comes back starts a continuation of the meeting. A peer that misbehaves gets an error and is
+dropped; the room's session, and every other room, carry on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import fractions
 import hmac
 import json
 import logging
+import re
 import threading
 import time
 import uuid
@@ -42,6 +47,8 @@ log = logging.getLogger("minutia.bot")
 
 ASK_PREFIX = "ask:"
 ASR_RATE = 16000
+MIX_FRAME = ASR_RATE // 50  # the room's clock ticks in 20 ms frames, as WebRTC audio does
+_DIARIZER_LABEL = re.compile(r"SPEAKER_\d+")
 
 
 class BotSettings(BaseModel):
@@ -58,6 +65,12 @@ class BotSettings(BaseModel):
     max_message_bytes: int = Field(4096, gt=0, description="largest data-channel message accepted")
     video_fps: float = Field(1.0, gt=0, description="video frames a second given to the session")
     audio_chunk_seconds: float = Field(0.2, gt=0, description="audio fed to the session in chunks this long")
+    mix_deadline_seconds: float = Field(0.1, gt=0, description="a 20 ms frame waits this long for a lagging "
+                                        "speaker, then the laggard's share is silence")
+    mix_backlog_seconds: float = Field(1.0, gt=0, description="how far a speaker who lagged may play behind the "
+                                       "others; the oldest audio beyond it is dropped (counted)")
+    autosave: bool = Field(False, description="save rooms' sessions to the session store as they go and when "
+                                              "their audio ends (needs kv.enabled and a master key)")
     ask_workers: int = Field(2, gt=0, description="questions answered at once over all rooms")
     ice_hosts: list[str] | None = Field(None, description="host candidate addresses (e.g. ['127.0.0.1']); None: all")
 
@@ -128,6 +141,130 @@ def captions(words: Sequence[Any]) -> list[dict]:
     return out
 
 
+def line_message(line: Any, label: str | None) -> dict:
+    """A closed transcript line: ``speaker`` is what to show (the name once people have said it, else the
+    diarizer's label), ``name`` is None until the speaker is named, ``label`` matches the captions'."""
+    speaker = str(line.speaker or label or "")
+    if label is None and _DIARIZER_LABEL.fullmatch(speaker):
+        label = speaker
+    name = speaker if speaker and speaker != label and not _DIARIZER_LABEL.fullmatch(speaker) else None
+    return {"type": "line", "speaker": speaker, "name": name, "label": label,
+            "start": line.start, "end": line.end, "text": line.text}
+
+
+def majority_label(words: Sequence[Any], start: float, end: float) -> str | None:
+    """The diarizer label that spoke most of [start, end] among ``words`` (as the session labels a line)."""
+    spoken: dict[str, float] = {}
+    for word in words:
+        if word.start >= start - 0.01 and word.end <= end + 0.01:
+            spoken[word.speaker] = spoken.get(word.speaker, 0.0) + max(word.end - word.start, 0.01)
+    return max(spoken, key=spoken.__getitem__) if spoken else None
+
+
+class AudioMixer:
+    """One room's speakers summed on one clock, a 20 ms frame at a time.
+
+    Each peer has a lane of 16 kHz mono samples. A frame is mixed as soon as every live lane holds
+    one, so peers that send faster than real time are mixed as fast as they arrive; otherwise once
+    the oldest waiting audio is ``deadline`` seconds old, and a lane that lags or has stopped sending
+    gets silence: one quiet, stalled or vanished peer never holds up the room. A lane that ends is
+    still mixed until it is empty. A laggard's late audio is mixed into later frames; a lane that has
+    fallen more than ``backlog`` seconds behind the others is cut back, so its delay stays bounded.
+    """
+
+    @dataclasses.dataclass
+    class _Lane:
+        chunks: collections.deque = dataclasses.field(default_factory=collections.deque)  # (arrival, samples)
+        held: int = 0
+        live: bool = True
+
+        def take(self, n: int) -> np.ndarray:
+            parts, wanted = [], n
+            while wanted and self.chunks:
+                arrival, samples = self.chunks[0]
+                parts.append(samples[:wanted])
+                if len(samples) > wanted:
+                    self.chunks[0] = (arrival, samples[wanted:])
+                else:
+                    self.chunks.popleft()
+                wanted -= len(parts[-1])
+            self.held -= n - wanted
+            return np.concatenate(parts) if parts else np.zeros(0, np.float32)
+
+    def __init__(self, frame: int = MIX_FRAME, deadline: float = 0.1, backlog: float = 1.0) -> None:
+        self.frame, self.deadline = frame, deadline
+        self.backlog = max(int(backlog * ASR_RATE), 2 * frame)
+        self.lanes: dict[str, AudioMixer._Lane] = {}
+        self.dropped = 0  # samples cut from lanes that fell too far behind
+
+    def push(self, lane: str, samples: np.ndarray, now: float | None = None) -> None:
+        """Add a peer's next samples (float32 in [-1, 1]); a new or ended lane becomes live."""
+        if not len(samples):
+            return
+        entry = self.lanes.setdefault(lane, self._Lane())
+        entry.live = True
+        entry.chunks.append((time.monotonic() if now is None else now, np.asarray(samples, np.float32)))
+        entry.held += len(samples)
+
+    def end(self, lane: str) -> None:
+        """The peer sends no more: nobody waits for it; what it sent is still mixed."""
+        entry = self.lanes.get(lane)
+        if entry is not None:
+            entry.live = False
+            if not entry.held:
+                del self.lanes[lane]
+
+    @property
+    def live(self) -> int:
+        return sum(1 for lane in self.lanes.values() if lane.live)
+
+    @property
+    def idle(self) -> bool:
+        """No live lane and nothing left to mix: the room's audio has ended."""
+        return not self.lanes
+
+    def _ready(self) -> list["AudioMixer._Lane"]:
+        return [lane for lane in self.lanes.values() if lane.held >= self.frame or (not lane.live and lane.held)]
+
+    def wait_time(self, now: float | None = None) -> float | None:
+        """Seconds until the next frame is due by its deadline (None: nothing is waiting)."""
+        ready = self._ready()
+        if not ready:
+            return None
+        now = time.monotonic() if now is None else now
+        return max(0.0, min(lane.chunks[0][0] for lane in ready) + self.deadline - now)
+
+    def pull(self, now: float | None = None) -> np.ndarray:
+        """Every frame that is complete or due, mixed (float32 mono; empty when none is)."""
+        now = time.monotonic() if now is None else now
+        frames = []
+        while True:
+            ready = self._ready()
+            if not ready:
+                break
+            waiting = any(lane.live and lane.held < self.frame for lane in self.lanes.values())
+            if waiting and now - min(lane.chunks[0][0] for lane in ready) < self.deadline:
+                break
+            mix = np.zeros(self.frame, np.float32)
+            for lane in ready:
+                part = lane.take(self.frame)
+                mix[:len(part)] += part
+            peak = float(np.abs(mix).max())
+            if peak > 1.0:  # two loud speakers at once: scale the frame down rather than clip it
+                mix /= peak
+            frames.append(mix)
+            for name in [n for n, lane in self.lanes.items() if not lane.live and not lane.held]:
+                del self.lanes[name]
+        live = [lane for lane in self.lanes.values() if lane.live]
+        floor = min((lane.held for lane in live), default=0)
+        for lane in live:  # a lane that got silence for a late frame plays that much behind the others
+            surplus = lane.held - floor - self.backlog
+            if surplus > 0:
+                lane.take(surplus)
+                self.dropped += surplus
+        return np.concatenate(frames) if frames else np.zeros(0, np.float32)
+
+
 def answer_message(answer: Any, seconds: float) -> dict:
     return {
         "type": "answer",
@@ -165,12 +302,17 @@ class Peer:
 class Room:
     """A room's meeting session and the peers in it; lives on the bot's event loop."""
 
-    def __init__(self, name: str, session: "MeetingSession") -> None:
+    def __init__(self, name: str, session: "MeetingSession", mixer: AudioMixer) -> None:
         self.name = name
         self.session = session
         self.peers: dict[str, Peer] = {}
-        self.audio_source: str | None = None  # the peer whose audio the session hears
+        self.mixer = mixer  # every peer's audio, summed on the room's clock
+        self.mix_task: asyncio.Task | None = None
+        self.wakeup = asyncio.Event()  # new audio, or a lane that ended
+        self.finished = False  # the session was finished: new audio continues the meeting in a new session
         self.unsubscribe: Any = None
+        self.recent_words: collections.deque = collections.deque(maxlen=400)  # committed words with labels
+        self.held_lines: list[Any] = []  # closed lines waiting for their last words' labels
 
     def broadcast(self, message: dict) -> None:
         for peer in list(self.peers.values()):
@@ -187,6 +329,8 @@ class RoomBot:
         self.metrics = metrics or Metrics(self.sessions, self.peer_counts)
         self._limiter = RateLimiter(settings.joins_per_second, settings.join_burst)
         self._ask_pool = ThreadPoolExecutor(settings.ask_workers, thread_name_prefix="bot-ask")
+        # finish() blocks until a room's backlog is transcribed; its own pool, so that shutting down never waits
+        self._finish_pool = ThreadPoolExecutor(max(1, len(settings.rooms)), thread_name_prefix="bot-finish")
         self._room_lock = asyncio.Lock()
         self._closed = False
         if settings.ice_hosts is not None:
@@ -258,15 +402,30 @@ class RoomBot:
             if room is None:
                 loop = asyncio.get_running_loop()
                 try:
-                    session = await loop.run_in_executor(None, lambda: self.runtime.new_session(source=f"webrtc:{name}"))
+                    session = await loop.run_in_executor(None, self._new_session, name, None)
                 except Exception as exc:
                     log.exception("session for room %s failed", name)
                     raise JoinRefused(503, f"cannot start a meeting session: {exc}") from None
-                room = Room(name, session)
-                room.unsubscribe = session.subscribe(
-                    lambda event, room=room: loop.call_soon_threadsafe(self._on_event, room, event))
+                mixer = AudioMixer(deadline=self.settings.mix_deadline_seconds,
+                                   backlog=self.settings.mix_backlog_seconds)
+                room = Room(name, session, mixer)
+                self._listen(room)
                 self.rooms[name] = room
             return room
+
+    def _new_session(self, room_name: str, earlier: Any = None) -> "MeetingSession":
+        """A room's session; ``earlier`` (a transcript) is the meeting so far when a finished room goes on."""
+        session = self.runtime.new_session(source=f"webrtc:{room_name}", autosave=self.settings.autosave)
+        session.on_transfer = self.metrics.record_transfer
+        if earlier is not None and earlier.turns:
+            session.add_transcript(earlier)
+        return session
+
+    def _listen(self, room: Room) -> None:
+        loop = asyncio.get_running_loop()
+        session = room.session
+        room.unsubscribe = session.subscribe(
+            lambda event: loop.call_soon_threadsafe(self._on_event, room, session, event))
 
     def _spawn(self, peer: Peer, coroutine: Any) -> None:
         task = asyncio.ensure_future(coroutine)
@@ -323,8 +482,6 @@ class RoomBot:
         if room.peers.pop(peer.peer_id, None) is None:
             return
         log.info("peer left", extra={"room": room.name, "peer": peer.peer_id, "reason": reason})
-        if room.audio_source == peer.peer_id:
-            room.audio_source = None
         current = asyncio.current_task()
         for task in list(peer.tasks):
             if task is not current:
@@ -333,38 +490,99 @@ class RoomBot:
 
     # ------------------------------------------------------------------ media
     async def _consume_audio(self, peer: Peer, track: MediaStreamTrack) -> None:
-        """48 kHz stereo Opus frames -> 16 kHz mono int16 chunks -> session.feed_audio."""
+        """48 kHz stereo Opus frames -> 16 kHz mono -> this peer's lane of the room's mixer, until the track ends."""
         room = peer.room
         resampler = av.AudioResampler(format="s16", layout="mono", rate=ASR_RATE)
+        lane = f"{peer.peer_id}:{track.id}"
+        try:
+            while True:
+                try:
+                    frame = await track.recv()
+                except MediaStreamError:  # the peer hung up this track, or left
+                    break
+                for out in resampler.resample(frame):
+                    room.mixer.push(lane, out.to_ndarray().reshape(-1).astype(np.float32) / 32768.0)
+                room.wakeup.set()
+                if room.mix_task is None or room.mix_task.done():
+                    room.mix_task = asyncio.ensure_future(self._mix(room))
+        finally:
+            room.mixer.end(lane)
+            room.wakeup.set()
+
+    async def _mix(self, room: Room) -> None:
+        """The room's clock: mixed audio to the session in chunks; when the room's audio has ended, finish
+        the session so the recogniser commits its tail (nothing heard is lost). Runs while there is audio."""
         chunk = int(self.settings.audio_chunk_seconds * ASR_RATE)
         pending: list[np.ndarray] = []
-        held = 0
+        held, fed, dropped = 0, False, room.mixer.dropped
         while True:
-            try:
-                frame = await track.recv()
-            except MediaStreamError:
-                break
-            if room.audio_source is None:
-                room.audio_source = peer.peer_id
-            if room.audio_source != peer.peer_id:
-                self.metrics.dropped_frames.labels(room.name, "audio").inc()  # one speaker source per room
-                continue
-            for out in resampler.resample(frame):
-                samples = out.to_ndarray().reshape(-1)
-                pending.append(samples)
-                held += samples.size
-            if held >= chunk:
-                self._feed_audio(peer, np.concatenate(pending))
+            room.wakeup.clear()  # before pulling: audio pushed from here on wakes the wait below
+            mixed = room.mixer.pull()
+            if room.mixer.dropped > dropped:
+                lost, dropped = room.mixer.dropped - dropped, room.mixer.dropped
+                self.metrics.dropped_frames.labels(room.name, "audio").inc(lost / MIX_FRAME)
+            if len(mixed):
+                pending.append(mixed)
+                held += len(mixed)
+            if pending and (held >= chunk or room.mixer.idle):
+                fed = await self._feed_audio(room, np.concatenate(pending)) or fed
                 pending, held = [], 0
-        if pending:
-            self._feed_audio(peer, np.concatenate(pending))
+            if room.mixer.idle:
+                if fed:
+                    fed = False
+                    await self._end_of_stream(room)
+                if room.mixer.idle:  # nobody started talking while the session finished
+                    return
+                continue
+            try:
+                await asyncio.wait_for(room.wakeup.wait(), room.mixer.wait_time())
+            except asyncio.TimeoutError:
+                pass
 
-    def _feed_audio(self, peer: Peer, samples: np.ndarray) -> None:
+    async def _feed_audio(self, room: Room, samples: np.ndarray) -> bool:
+        if room.finished:  # a speaker after the end: the meeting goes on in a new session
+            await self._continue_room(room)
         try:
-            peer.room.session.feed_audio(samples, ASR_RATE)
+            room.session.feed_audio(samples, ASR_RATE)
+            return True
         except Exception as exc:
-            self.metrics.dropped_frames.labels(peer.room.name, "audio").inc()
-            log.warning("audio refused by session", extra={"room": peer.room.name, "error": str(exc)})
+            self.metrics.dropped_frames.labels(room.name, "audio").inc(len(samples) / MIX_FRAME)
+            log.warning("audio refused by session", extra={"room": room.name, "error": str(exc)})
+            return False
+
+    async def _end_of_stream(self, room: Room) -> None:
+        """The last audio track of the room ended: commit what the recogniser still holds, keep the room."""
+        log.info("room audio ended; finishing its session", extra={"room": room.name})
+        room.finished = True
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._finish_pool, room.session.finish)
+        except Exception as exc:
+            log.warning("finishing the room's session failed", extra={"room": room.name, "error": str(exc)})
+
+    async def _continue_room(self, room: Room) -> None:
+        """New audio in a finished room: the meeting goes on in a new session (questions still see all of it)."""
+        old = room.session
+        session = await asyncio.get_running_loop().run_in_executor(None, self._next_session, room.name, old)
+        if room.unsubscribe is not None:
+            room.unsubscribe()
+        room.session, room.finished = session, False
+        self._listen(room)
+        log.info("room continues in a new session", extra={"room": room.name, "session": session.session_id})
+
+    def _next_session(self, room_name: str, old: "MeetingSession") -> "MeetingSession":
+        """A saved session is resumed from the store (same id, times go on, KV and slides kept); otherwise a new
+        session starts from the old one's transcript (its lines are prefilled again)."""
+        from encoders.errors import InputError
+
+        self.runtime.close_session(old.session_id)
+        if old.autosave and old.state == "finished":
+            try:
+                session = self.runtime.resume_session(old.session_id, autosave=True)
+                session.on_transfer = self.metrics.record_transfer
+                return session
+            except InputError as exc:
+                log.warning("cannot resume the room's session", extra={"room": room_name, "error": str(exc)})
+        return self._new_session(room_name, old.transcript())
 
     async def _consume_video(self, peer: Peer, track: MediaStreamTrack) -> None:
         """Every frame is received (aiortc queues them unbounded otherwise); a few a second are fed."""
@@ -379,6 +597,9 @@ class RoomBot:
             if last is not None and now - last < period:
                 continue
             last = now
+            if room.finished:  # the room's audio ended and so did its session: frames until someone speaks again
+                self.metrics.dropped_frames.labels(room.name, "video").inc()
+                continue
             try:
                 room.session.feed_video(frame.to_ndarray(format="rgb24"))
             except Exception as exc:
@@ -431,29 +652,48 @@ class RoomBot:
         peer.send(answer_message(answer, elapsed))
 
     # ------------------------------------------------------------------ session events (from session threads)
-    def _on_event(self, room: Room, event: Any) -> None:
+    def _on_event(self, room: Room, session: "MeetingSession", event: Any) -> None:
+        if session is not room.session:  # the room went on in a new session
+            return
         kind, payload = getattr(event, "kind", None), getattr(event, "payload", None)
         if kind == "words":
+            room.recent_words.extend(payload or [])
             for caption in captions(payload or []):
                 room.broadcast(caption)
+            self._release_lines(room)
+        elif kind == "line":
+            if getattr(payload, "modality", "audio") != "audio":
+                return
+            # The session closes a line before it reports the line's last words: label it once they are here.
+            room.held_lines.append(payload)
+            asyncio.get_running_loop().call_later(0.5, self._release_lines, room)
         elif kind == "tentative":
             room.broadcast({"type": "tentative", "text": str(payload or "")})
         elif kind == "slide":
             room.broadcast({"type": "slide", **(jsonable(payload) if isinstance(jsonable(payload), dict) else
                                                 {"text": str(payload)})})
         elif kind in ("state", "error"):
+            self._release_lines(room)
             room.broadcast({"type": kind, "value": jsonable(payload)})
+
+    def _release_lines(self, room: Room) -> None:
+        lines, room.held_lines = room.held_lines, []
+        for line in lines:
+            room.broadcast(line_message(line, majority_label(room.recent_words, line.start, line.end)))
 
     # ------------------------------------------------------------------ shutdown
     async def close(self) -> None:
         """Hang up on every peer; sessions stay with the runtime (nothing transcribed is lost)."""
         self._closed = True
         for room in list(self.rooms.values()):
+            if room.mix_task is not None:
+                room.mix_task.cancel()
             for peer in list(room.peers.values()):
                 await self._drop(peer, "bot shutting down")
             if room.unsubscribe is not None:
                 room.unsubscribe()
         self._ask_pool.shutdown(wait=False, cancel_futures=True)
+        self._finish_pool.shutdown(wait=False, cancel_futures=True)  # the runtime closing the sessions ends them
 
 
 class BotServer:
@@ -527,14 +767,15 @@ def run_bot(runtime: "Runtime", settings: BotSettings, host: str = "127.0.0.1", 
 
 # ---------------------------------------------------------------------- the peer side (tests, smoke checks)
 class FileAudioTrack(MediaStreamTrack):
-    """A recording's audio as a WebRTC track: 20 ms frames of 48 kHz stereo s16, paced at ``speed`` x real time,
-    then ``tail_seconds`` of silence (so the recogniser commits the last words), then the end of the track."""
+    """A recording's audio as a WebRTC track: 20 ms frames of 48 kHz stereo s16, paced at ``speed`` x real time:
+    ``lead_seconds`` of silence (a participant who speaks later), the recording from ``start`` for ``seconds``,
+    ``tail_seconds`` of silence, then the end of the track."""
 
     kind = "audio"
     RATE, FRAME = 48000, 960
 
     def __init__(self, path: str | Path, speed: float = 1.0, start: float = 0.0, seconds: float | None = None,
-                 tail_seconds: float = 2.0, loop: bool = False) -> None:
+                 tail_seconds: float = 2.0, loop: bool = False, lead_seconds: float = 0.0) -> None:
         super().__init__()
         resampler = av.AudioResampler(format="s16", layout="stereo", rate=self.RATE)
         with av.open(str(path)) as container:
@@ -543,8 +784,8 @@ class FileAudioTrack(MediaStreamTrack):
         if loop and seconds is not None:  # play the recording again until `seconds` are covered
             pcm = np.concatenate([pcm] * (1 + int((start + seconds) * self.RATE) // len(pcm)))
         end = len(pcm) if seconds is None else min(len(pcm), int((start + seconds) * self.RATE))
-        silence = np.zeros((int(tail_seconds * self.RATE), 2), np.int16)
-        self.pcm = np.concatenate([pcm[int(start * self.RATE):end], silence])
+        lead, tail = (np.zeros((int(t * self.RATE), 2), np.int16) for t in (lead_seconds, tail_seconds))
+        self.pcm = np.concatenate([lead, pcm[int(start * self.RATE):end], tail])
         self.speed = speed
         self.sent = 0
         self._started: float | None = None
@@ -645,7 +886,9 @@ class RoomClient:
         self.url, self.room, self.token = url.rstrip("/"), room, token
         self.pc = RTCPeerConnection(ice_configuration())
         for track in tracks:
-            self.pc.addTrack(track)
+            sender = self.pc.addTrack(track)
+            # A track that ends hangs up its sender (RTCP BYE), so the bot sees the end of that stream.
+            track.on("ended", lambda sender=sender: asyncio.ensure_future(sender.stop()))
         self.channel = self.pc.createDataChannel("minutia")
         self.messages: list[dict] = []
         self.peer_id: str | None = None

@@ -1,9 +1,9 @@
 """Operational figures for Prometheus (/metrics) and structured JSON logs.
 
 Per-session figures (KV bytes per tier and modality, prefetch hit rate, commit lag, dropped
-frames) are read from ``MeetingSession.snapshot()`` at scrape time, so nothing has to push them;
-events that happen in the bot (questions, joins, frames it had to drop, tier transfers reported by
-the engine) are counters and histograms updated where they happen.
+frames, the cold-tier placement's transfer counters) are read at scrape time, so nothing has to
+push them; events that happen in the bot (questions, joins, frames it had to drop, the KV bytes a
+session's save moves to the session store) are counters and histograms updated where they happen.
 """
 
 from __future__ import annotations
@@ -45,6 +45,16 @@ def device_memory() -> dict[str, float]:
     return figures
 
 
+def placement_transfers(session: Any) -> dict[tuple[str, str], tuple[int, float]]:
+    """(source tier, target tier) -> (bytes, seconds) moved so far by the session's cold-tier placement
+    (kvstore.placement.TierPlacement.transfers); empty when the session's cache has no cold tier."""
+    cache = getattr(getattr(session, "_context", None), "cache", None)
+    placement = getattr(getattr(cache, "cold_tier", None), "placement", None)
+    transfers = getattr(placement, "transfers", None) or {}
+    return {(getattr(a, "value", str(a)), getattr(b, "value", str(b))): (c.bytes, c.seconds)
+            for (a, b), c in list(transfers.items())}
+
+
 class SessionCollector(Collector):
     """Reads every live session's snapshot when Prometheus scrapes."""
 
@@ -73,6 +83,10 @@ class SessionCollector(Collector):
         ttft = GaugeMetricFamily("minutia_question_last_ttft_seconds", "time to first token of the last answer",
                                  labels=["session"])
         states = GaugeMetricFamily("minutia_sessions", "sessions by state", labels=["state"])
+        moved = CounterMetricFamily("minutia_kv_placement_transfer_bytes", "bytes the cold-tier placement moved "
+                                    "between tiers", labels=["session", "source", "target"])
+        moving = CounterMetricFamily("minutia_kv_placement_transfer_seconds", "seconds the cold-tier placement "
+                                     "spent moving blocks", labels=["session", "source", "target"])
         by_state: dict[str, int] = {}
         for label, session in self._sessions():
             try:
@@ -105,9 +119,13 @@ class SessionCollector(Collector):
             value = _float(kv.get("question_ttft"))
             if value is not None:
                 ttft.add_metric([label], value)
+            for (source, target), (nbytes, seconds) in placement_transfers(session).items():
+                moved.add_metric([label, source, target], float(nbytes))
+                moving.add_metric([label, source, target], float(seconds))
         for state, count in by_state.items():
             states.add_metric([state], count)
-        yield from (tier, modality, budget, ratio, tokens, hit, fallback, lag, stream, dropped, words, ttft, states)
+        yield from (tier, modality, budget, ratio, tokens, hit, fallback, lag, stream, dropped, words, ttft, states,
+                    moved, moving)
         memory = GaugeMetricFamily("minutia_device_memory_bytes", "memory in use per device", labels=["device"])
         for device, value in device_memory().items():
             memory.add_metric([device], value)
@@ -137,13 +155,14 @@ class Metrics:
         self.dropped_frames = Counter("minutia_bot_dropped_frames", "frames the bot dropped before the session",
                                       ["room", "modality"], registry=self.registry)
         self.joins = Counter("minutia_bot_joins", "join requests by outcome", ["outcome"], registry=self.registry)
-        self.transfer_bytes = Counter("minutia_kv_tier_transfer_bytes", "bytes moved between KV tiers",
-                                      ["source", "target"], registry=self.registry)
+        self.transfer_bytes = Counter("minutia_kv_tier_transfer_bytes", "bytes moved between KV tiers (a session's "
+                                      "save: device -> session store)", ["source", "target"],
+                                      registry=self.registry)
         self.transfer_seconds = Counter("minutia_kv_tier_transfer_seconds", "seconds spent moving KV between tiers",
                                         ["source", "target"], registry=self.registry)
 
     def record_transfer(self, source: str, target: str, nbytes: int, seconds: float) -> None:
-        """The engine reports each tier move; throughput = rate(bytes) / rate(seconds)."""
+        """Each move (e.g. ``MeetingSession.on_transfer`` on a save); throughput = rate(bytes) / rate(seconds)."""
         self.transfer_bytes.labels(source, target).inc(nbytes)
         self.transfer_seconds.labels(source, target).inc(seconds)
 

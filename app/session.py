@@ -122,6 +122,7 @@ class MeetingSession:
         self.timeline = _make_timeline()
         self.autosave = autosave
         self._writer = None  # kvstore.persist.SessionWriter, made on the first save
+        self.on_transfer: Callable[[str, str, int, float], None] | None = None  # (source, target, bytes, s) per save
         self._saved_at_stream = 0.0
         self._time_offset = 0.0  # stream time at which this process's input starts (a resumed meeting goes on)
         self._restored = restored
@@ -208,6 +209,8 @@ class MeetingSession:
             self._last_line_speaker = turn.speaker
             clock = end
         with self._lock:
+            if self._received_samples == int(round(self._time_offset * SAMPLE_RATE)):
+                self._time_offset = max(self._time_offset, clock)  # no audio yet: the ASR's times start here
             self._received_samples = max(self._received_samples, int(clock * SAMPLE_RATE))
         self._bump()
 
@@ -397,13 +400,20 @@ class MeetingSession:
                                      restored_lines=int(self._restored.metadata.get("lines", 0)))
             self._restored = None
         else:
-            context = MeetingContext(engine, self.settings.kv, header=prompts.header)
+            context = MeetingContext(engine, self.settings.kv, header=prompts.header,
+                                     cold_tier=self.runtime.cold_tier(self.session_id))
         context.on_placed(self._place_on_timeline)
         self._context = context
         self._context_ready.set()
+        busy_at, compacted = time.monotonic(), True
         while True:
             self._prefill_wakeup.wait(timeout=0.5)
             self._prefill_wakeup.clear()
+            if self._pending_lines or context.pending_lines:
+                busy_at, compacted = time.monotonic(), False
+            elif not compacted and time.monotonic() - busy_at >= self.settings.kv.idle_compact_seconds:
+                context.compact()  # input is idle: give the pools' free slots back (a page-table remap)
+                compacted = True
             self._drain_lines(context)
             done = self._speech_done.is_set() and self._vision_done.is_set()
             if done or self._closed.is_set():
@@ -540,6 +550,8 @@ class MeetingSession:
             except StoreError as exc:
                 raise InputError(f"session {self.session_id} could not be saved: {exc}") from exc
             self._saved_at_stream = metadata["stream_seconds"]
+        if self.on_transfer is not None:
+            self.on_transfer("device", self.settings.store.backend, report.bytes_written, report.seconds)
         return report
 
     def _state_dict(self, context: MeetingContext) -> dict:
@@ -677,6 +689,8 @@ class MeetingSession:
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join(timeout=10)
+        if self._context is not None:
+            self._context.close()
 
 
 def _majority(words: list[TranscriptWord]) -> str:

@@ -706,7 +706,7 @@ def prepare_minutia(model, ids, meeting: Meeting, budget: float, args, mode: str
                     cache.kv_bytes(include_sliding=False), sliding, elapsed,
                     extra={"blocks_per_format": formats, "tokens_kept_per_layer": tokens_kept,
                            "budget_bytes": cache.budget_bytes(), "full_precision_bytes": cache.full_precision_bytes(),
-                           **({"stepwise": True} if mode == "cold" else {})})
+                           **({"stepwise": True} if mode == "cold" or args.stepwise else {})})
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1185,6 +1185,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "a 512 floor still drops early context at 50%%, docs/benchmarks.md)")
     p.add_argument("--live-hysteresis", type=float, default=0.05, help="hysteresis of the 'live' budget mode")
     p.add_argument("--max-answer-tokens", type=int, default=96)
+    p.add_argument("--stepwise", action="store_true",
+                   help="feed every minutia row's answers one token at a time (the 'cold' rows always are), so "
+                        "decode-step times can be compared side by side")
     p.add_argument("--cold-top-k", type=int, default=8, help="'cold' mode: cold blocks per layer a step may recall")
     p.add_argument("--cold-staging-mib", type=int, default=16, help="'cold' mode: device staging for prefetched blocks")
     p.add_argument("--dtype", default="bf16")
@@ -1415,6 +1418,10 @@ def main(argv: list[str] | None = None) -> int:
                 console.log(f"{meeting.name}: {key} prefill {prepared.prefill_s:.1f} s, "
                             f"{prepared.full_bytes / max(results['full']['full_bytes'], 1):.3f} of full bytes, "
                             f"{prepared.extra['tokens_kept_per_layer']:.0f}/{n_tok} tokens kept per layer")
+                steps = sorted(results[key].pop("step_seconds", []))
+                if steps:
+                    results[key]["decode_step_ms"] = {"median": 1e3 * steps[len(steps) // 2],
+                                                      "p95": 1e3 * steps[int(0.95 * (len(steps) - 1))]}
                 cold = getattr(prepared.cache, "cold_tier", None)
                 if cold is not None:
                     stats = cold.stats()
@@ -1422,10 +1429,8 @@ def main(argv: list[str] | None = None) -> int:
                         "prefetch_hit_rate", "evicted", "recalled", "requested", "cold_blocks", "bytes_per_tier")}
                     results[key]["cold"]["peak_answer_fraction"] = (
                         getattr(prepared.cache, "peak_answer_bytes", 0) / max(results["full"]["full_bytes"], 1))
-                    steps = sorted(results[key].pop("step_seconds", []))
                     if steps:
-                        results[key]["cold"]["decode_step_ms"] = {
-                            "median": 1e3 * steps[len(steps) // 2], "p95": 1e3 * steps[int(0.95 * (len(steps) - 1))]}
+                        results[key]["cold"]["decode_step_ms"] = results[key]["decode_step_ms"]
                     console.log(f"{meeting.name}: {key} cold tier: {results[key]['cold']}")
                     cold.close()
                 del prepared

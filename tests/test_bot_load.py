@@ -102,7 +102,7 @@ def test_eight_rooms_for_two_minutes():
     captions = report["captions"]
     assert all(count > 0 for count in captions.values()), captions
     assert min(captions.values()) >= 0.3 * max(captions.values()), captions
-    assert all(f["state"] in ("live", "idle") for f in report["end"].values()), report["end"]
+    assert all(f["state"] in ("live", "idle", "finished") for f in report["end"].values()), report["end"]
     # Memory stays bounded: the second minute adds little to what the first one reached.
     rss = [s["rss_mb"] for s in report["samples"]]
     half = len(rss) // 2

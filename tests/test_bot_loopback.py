@@ -114,6 +114,13 @@ def test_captions_carry_speaker_labels(scenario):
     assert captions[-1]["end"] > COMMITTED_UNTIL
 
 
+def test_lines_carry_speaker_names(scenario):
+    lines = [m for m in scenario["main_messages"] if m["type"] == "line"]
+    assert len(lines) >= 3, lines
+    assert all(m["speaker"] and m["text"] and m["start"] is not None and m["end"] >= m["start"] for m in lines)
+    assert {m["name"] for m in lines} & {"Alice", "Bob", "Carol"}, lines  # "Bob, can you start?" names Bob
+
+
 def test_question_over_the_data_channel_cites_a_time(scenario):
     answer = scenario["answer"]
     assert answer["question"] == "How much will the pilot cost?"
@@ -152,7 +159,8 @@ def test_metrics_report_the_rooms(scenario):
     for name in ("minutia_kv_bytes{", "minutia_kv_modality_bytes{", "minutia_asr_commit_lag_seconds{",
                  "minutia_stream_seconds{", "minutia_device_memory_bytes{", "minutia_rooms ",
                  "minutia_room_peers{room=\"standup\"}", "minutia_question_ttft_seconds_count 1.0",
-                 "minutia_session_dropped_total{", "minutia_sessions{state=\"live\"}"):
+                 "minutia_session_dropped_total{"):
         assert name in metrics, name
+    assert re.search(r'minutia_sessions\{state="(live|finished)"\}', metrics)  # finished once the audio ended
     stream = re.search(r'minutia_stream_seconds\{session="standup"\} ([0-9.e+]+)', metrics)
     assert stream and float(stream.group(1)) >= SECONDS
