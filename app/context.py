@@ -289,6 +289,12 @@ class MeetingContext:
         text = ""
         with self.engine.lock, torch.inference_mode():
             feed = ids
+            if len(ids) > 1 and getattr(self.cache, "cold_tier", None) is not None:
+                # The question's last token runs as a decode step: the cold blocks the others staged
+                # (kvstore.cold) are recalled before the first answer token is predicted.
+                self._forward(ids[:-1])
+                self.tokens += len(ids) - 1
+                feed = ids[-1:]
             for _ in range(max_new):
                 logits = self._forward(feed)
                 self.tokens += len(feed)

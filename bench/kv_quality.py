@@ -506,7 +506,10 @@ def answer_nll_stepwise(model, cache, tokenizer, question: str, answer: str, max
     ans = tokenizer(" " + answer, add_special_tokens=False)["input_ids"][:max_answer_tokens]
     losses = []
     with torch.no_grad():
-        logits = model(torch.tensor([prompt]), past_key_values=cache, use_cache=True, logits_to_keep=1).logits
+        # The question's last token runs as a decode step, as MeetingContext does: the cold blocks its
+        # other tokens staged are recalled before the first answer token is predicted.
+        model(torch.tensor([prompt[:-1]]), past_key_values=cache, use_cache=True, logits_to_keep=1)
+        logits = model(torch.tensor([prompt[-1:]]), past_key_values=cache, use_cache=True, logits_to_keep=1).logits
         for i, token in enumerate(ans):
             losses.append(float(torch.nn.functional.cross_entropy(logits[0, -1:].float(), torch.tensor([token]))))
             if i + 1 == len(ans):
@@ -529,6 +532,8 @@ def needle_answer(model, cache, tokenizer, needle: Needle, max_new: int) -> str:
     stop = {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("\n")}
     out: list[int] = []
     with torch.no_grad():
+        model(ids[:, :-1], past_key_values=cache, use_cache=True, logits_to_keep=1)  # see answer_nll_stepwise
+        ids = ids[:, -1:]
         for _ in range(max_new):
             nxt = int(model(ids, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[0, -1].argmax())
             if nxt in stop:
