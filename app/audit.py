@@ -171,6 +171,10 @@ class AuditedStore:
         self._log = log
 
     @property
+    def log(self) -> "AuditLog":
+        return self._log
+
+    @property
     def takes_source(self) -> bool:
         """Whether blocks can be tagged with their source (for crypto-shredding): the inner store's."""
         from kvstore.crypto import EncryptedStore

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import shutil
 import threading
 import uuid
 from typing import TYPE_CHECKING, Any, Callable
@@ -90,11 +91,23 @@ class Runtime:
         mib = 1 << 20
         device = "cuda" if self.engine.model.device.type == "cuda" else "cpu"
         tiers = {Tier.DEVICE: MemoryStore(device, tier="device"), Tier.HOST: MemoryStore("cpu", tier="host")}
-        if cold.spill_to_store:
-            from app.store import LazyStore
+        if cold.spill_to_store:  # opened on the first spill only (key, audit log, Redis)
+            from app.store import LazyStore, open_cold_store
 
-            lowest = Tier.REDIS if self.settings.store.backend == "redis" else Tier.DISK
-            tiers[lowest] = LazyStore(self.session_store, lowest.value)
+            if self.settings.store.backend == "redis":
+                tiers[Tier.REDIS] = LazyStore(self.session_store, "redis")
+            else:  # an encrypted segment log of its own, removed with the meeting
+                folder = self.settings.home / "cold" / session_id
+
+                def open_segments():
+                    return open_cold_store(self.settings, session_id, log=getattr(self.session_store(), "log", None))
+
+                def remove(store) -> None:
+                    if store is not None:
+                        store.close()
+                    shutil.rmtree(folder, ignore_errors=True)
+
+                tiers[Tier.DISK] = LazyStore(open_segments, "disk", on_close=remove)
         placement = TierPlacement(tiers, f"{session_id}.cold", WatermarkController(int(cold.staging_mib * mib)),
                                   PlacementPolicy(host_bytes=int(cold.host_mib * mib)))
         return ColdTier(placement, recall_top_k=cold.recall_top_k)

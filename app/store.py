@@ -20,10 +20,11 @@ class LazyStore:
     never touches the master key, the audit log or Redis (and an unreachable Redis fails that spill
     alone, as :class:`~kvstore.stores.base.StoreUnavailable`, not the meeting)."""
 
-    def __init__(self, open_store, tier: str) -> None:
+    def __init__(self, open_store, tier: str, on_close=None) -> None:
         self._open = open_store
         self._store = None
         self.tier = tier
+        self._on_close = on_close  # a store this wrapper owns is closed (and cleaned up) with it; a shared one is not
 
     def _inner(self):
         if self._store is None:
@@ -35,8 +36,12 @@ class LazyStore:
                 raise StoreUnavailable(str(exc)) from None
         return self._store
 
+    def close(self) -> None:
+        if self._on_close is not None:
+            self._on_close(self._store)
+
     def __getattr__(self, name: str):
-        if name in ("flush", "close") and self._store is None:
+        if name == "flush" and self._store is None:
             return lambda: None
         return getattr(self._inner(), name)
 
@@ -45,20 +50,12 @@ def default_key_file(settings: Settings) -> Path:
     return settings.home / "master.key"
 
 
-def open_session_store(settings: Settings, create_key: bool = True, backend: str | None = None,
-                       path: Path | None = None, redis_url: str | None = None, key_file: Path | None = None):
-    """An EncryptedStore over the configured backend, every block operation in the audit log.
+def load_master_key(settings: Settings, create_key: bool = True, key_file: Path | None = None):
+    """The master key: ``key_file``, else ``store.key_file``, else ``$MINUTIA_MASTER_KEY``, else
+    ``<home>/master.key`` (created with mode 0600 when ``create_key``)."""
+    from kvstore.crypto import MASTER_KEY_ENV, KeyFileError, MasterKey
 
-    CLI flags override the config. Verify the log with ``minutia audit verify <home>/audit.log``.
-    """
-    from kvstore.crypto import MASTER_KEY_ENV, EncryptedStore, KeyFileError, MasterKey
-    from kvstore.stores import StoreError
-
-    cfg: StoreSettings = settings.store
-    backend = backend or cfg.backend
-    if backend not in ("disk", "redis"):
-        raise InputError(f"the session store must be disk or redis, not {backend!r}")
-    key_file = key_file or cfg.key_file
+    key_file = key_file or settings.store.key_file
     try:
         if key_file is None and not os.environ.get(MASTER_KEY_ENV):
             key_file = default_key_file(settings)
@@ -67,9 +64,25 @@ def open_session_store(settings: Settings, create_key: bool = True, backend: str
                     raise InputError(f"no master key at {key_file} and ${MASTER_KEY_ENV} is not set: nothing was saved here")
                 key_file.parent.mkdir(parents=True, exist_ok=True)
                 MasterKey.generate(key_file)
-        master = MasterKey.load(key_file)
+        return MasterKey.load(key_file)
     except KeyFileError as exc:
         raise InputError(str(exc)) from None
+
+
+def open_session_store(settings: Settings, create_key: bool = True, backend: str | None = None,
+                       path: Path | None = None, redis_url: str | None = None, key_file: Path | None = None):
+    """An EncryptedStore over the configured backend, every block operation in the audit log.
+
+    CLI flags override the config. Verify the log with ``minutia audit verify <home>/audit.log``.
+    """
+    from kvstore.crypto import EncryptedStore
+    from kvstore.stores import StoreError
+
+    cfg: StoreSettings = settings.store
+    backend = backend or cfg.backend
+    if backend not in ("disk", "redis"):
+        raise InputError(f"the session store must be disk or redis, not {backend!r}")
+    master = load_master_key(settings, create_key, key_file)
     try:
         if backend == "disk":
             from kvstore.stores.disk import DiskStore
@@ -86,3 +99,20 @@ def open_session_store(settings: Settings, create_key: bool = True, backend: str
     from app.audit import AuditedStore, AuditLog
 
     return AuditedStore(EncryptedStore(inner, master), AuditLog(cfg.audit_log or settings.home / "audit.log"))
+
+
+def open_cold_store(settings: Settings, session_id: str, log=None):
+    """The disk tier of one live meeting's cold blocks: an encrypted log-structured store under
+    ``<home>/cold/<session>`` (transient: removed when the meeting closes; saving the meeting copies
+    its cold blocks into the session store). ``log``: an audit log to record its operations in."""
+    from kvstore.crypto import EncryptedStore
+    from kvstore.stores.segment import SegmentStore
+
+    folder = settings.home / "cold" / session_id
+    folder.mkdir(parents=True, exist_ok=True)
+    store = EncryptedStore(SegmentStore(folder), load_master_key(settings))
+    if log is None:
+        return store
+    from app.audit import AuditedStore
+
+    return AuditedStore(store, log)

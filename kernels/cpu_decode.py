@@ -86,6 +86,8 @@ def _cpu_signature() -> str:
 
 
 def _build() -> ModuleType:
+    # Importing cpp_extension on a machine without CUDA logs a warning about CUDA_HOME; this build is CPU only.
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     from torch.utils.cpp_extension import load
 
     key = hashlib.sha256(

@@ -109,3 +109,4 @@ class ColdTier:
         self.placement.forget(list(self.placement.blocks))
         for store in self.placement.tiers.values():
             store.flush()  # the deletes of write-behind stores are done when this returns
+            store.close()

@@ -110,3 +110,37 @@ def test_a_long_meeting_evicts_to_the_cold_tier_and_a_question_recalls_its_lines
     assert freed >= 0 and context.cache.reserved_bytes(False) == context.cache.kv_bytes(False)
     context.close()
     assert not cold.placement.blocks and not list((tmp_path / "cold").rglob("*.blk"))
+
+
+def test_the_runtime_spills_cold_blocks_to_an_encrypted_segment_log_removed_with_the_meeting(tiny_llm_dir, tmp_path):
+    from app.audit import verify
+    from app.config import load_settings
+    from app.runtime import Runtime
+
+    settings = load_settings(overrides={
+        "home": str(tmp_path), "llm": {"model": str(tiny_llm_dir), "dtype": "float32", "max_context_tokens": 4096},
+        "kv": {"block_size": 8, "budget_floor_tokens": 0, "recent_tokens": 16, "warm_kinds": ["int8", "int4"],
+               "cold": {"host_mib": 0}}})
+    runtime = Runtime(settings)
+    try:
+        cold = runtime.cold_tier("m1")
+        assert not (tmp_path / "cold").exists() and not (tmp_path / "audit.log").exists(), "opened on first spill only"
+        engine = runtime.engine
+        context = MeetingContext(engine, settings.kv, header=engine.live_prompts().header, cold_tier=cold)
+        for minute in range(8):
+            for line in LINES:
+                context.append(ContextLine(line.modality, line.start + 60 * minute, line.end + 60 * minute,
+                                           line.speaker, f"{line.text} (item {minute})"))
+            context.flush()
+        assert cold.placement.tier_bytes()["disk"] > 0 and cold.placement.tier_bytes()["host"] == 0
+        segments = list((tmp_path / "cold" / "m1").glob("seg-*.log"))
+        assert segments and b"MKVB" not in b"".join(p.read_bytes() for p in segments), "blocks are encrypted"
+        before = context.next_token_logits("\nQuestion: What was said first?\nAnswer:")
+        context.generate("\nQuestion: What was said first?\nAnswer:", max_new_tokens=2, focus=[(0, 64)])
+        assert cold.counts.recalled > 0
+        assert torch.allclose(context.next_token_logits("\nQuestion: What was said first?\nAnswer:"), before, atol=1e-6)
+        context.close()
+        assert not (tmp_path / "cold" / "m1").exists(), "the meeting's cold log is removed with it"
+        assert verify(tmp_path / "audit.log").ok and "write" in (tmp_path / "audit.log").read_text()
+    finally:
+        runtime.close()

@@ -12,6 +12,7 @@ import abc
 import json
 import re
 import struct
+import threading
 from typing import Iterator
 
 import torch
@@ -170,3 +171,34 @@ def iter_all(store: BlockStore) -> Iterator[tuple[str, str]]:
     for session in store.sessions():
         for block_id in store.list(session):
             yield session, block_id
+
+
+class IndexedStore(BlockStore):
+    """A store whose block ids live in an in-memory ``{session: {block id: ...}}`` index (``_index``),
+    guarded by ``_lock``: the listing methods are the same for all of them."""
+
+    _index: dict[str, dict[str, int]]  # session -> block id -> payload bytes
+    _lock: "threading.Lock | threading.RLock | threading.Condition"
+    _nbytes: int
+    quota_bytes: int | None
+
+    def _admit(self, what: str, session: str, block_id: str, size: int) -> None:
+        """Count a put of ``size`` bytes into the index (caller holds ``_lock``); over the quota: StoreFull."""
+        old = self._index.get(session, {}).get(block_id, 0)
+        if self.quota_bytes is not None and self._nbytes - old + size > self.quota_bytes:
+            raise StoreFull(f"{what} quota of {self.quota_bytes} bytes reached: block {block_id!r} of "
+                            f"session {session!r} ({size} bytes) not stored")
+        self._index.setdefault(session, {})[block_id] = size
+        self._nbytes += size - old
+
+    def contains(self, session: str, block_id: str) -> bool:
+        with self._lock:
+            return block_id in self._index.get(session, {})
+
+    def list(self, session: str) -> list[str]:
+        with self._lock:
+            return sorted(self._index.get(session, {}))
+
+    def sessions(self) -> list[str]:
+        with self._lock:
+            return sorted(s for s, blocks in self._index.items() if blocks)

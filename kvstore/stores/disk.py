@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Callable
 from urllib.parse import quote
 
-from kvstore.stores.base import BlockNotFound, BlockStore, CorruptBlock, StoreError, StoreFull, check_name
+from kvstore.stores.base import BlockNotFound, CorruptBlock, IndexedStore, StoreError, StoreFull, check_name
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def _fsync_path(path: Path, data_only: bool = False) -> None:
         os.close(fd)
 
 
-class DiskStore(BlockStore):
+class DiskStore(IndexedStore):
     """Blocks under ``root/<session>/<block>.blk``; see the module docstring for the guarantees.
 
     ``quota_bytes`` caps the block bytes held (a put over it raises :class:`StoreFull` at once); a
@@ -191,12 +191,7 @@ class DiskStore(BlockStore):
         with self._lock:
             if self._closed:
                 raise StoreError("disk store is closed")
-            old = self._index.get(session, {}).get(block_id, 0)
-            if self.quota_bytes is not None and self._nbytes - old + size > self.quota_bytes:
-                raise StoreFull(f"disk store quota of {self.quota_bytes} bytes reached: block {block_id!r} of "
-                                f"session {session!r} ({size} bytes) not stored")
-            self._index.setdefault(session, {})[block_id] = size
-            self._nbytes += size - old
+            self._admit("disk store", session, block_id, size)
             if self.write_behind:
                 while self._pending_bytes > self.max_pending_bytes:  # back-pressure on a slow disk
                     self._lock.wait(0.1)
@@ -269,18 +264,6 @@ class DiskStore(BlockStore):
             else:
                 self._apply(("del", key))
         return existed
-
-    def contains(self, session: str, block_id: str) -> bool:
-        with self._lock:
-            return block_id in self._index.get(session, {})
-
-    def list(self, session: str) -> list[str]:
-        with self._lock:
-            return sorted(self._index.get(session, {}))
-
-    def sessions(self) -> list[str]:
-        with self._lock:
-            return sorted(s for s, blocks in self._index.items() if blocks)
 
     def nbytes(self) -> int:
         return self._nbytes
