@@ -194,6 +194,10 @@ class TieredCache(Cache):
         self.priorities.truncate(-(-checkpoint.seq_length // self.settings.block_size))
         del self._checkpoints[position:]
 
+    def checkpoint_length(self) -> int:
+        """Tokens before the first open checkpoint (the meeting, without a question's tokens)."""
+        return self._checkpoints[0].seq_length if self._checkpoints else self.get_seq_length()
+
     def release(self, checkpoint: CacheCheckpoint) -> None:
         """Keep what was added since ``checkpoint`` and forget the checkpoint (compression resumes)."""
         position = self._checkpoint_position(checkpoint)

@@ -855,8 +855,14 @@ class TieredLayer(CacheLayerMixin):
         cold_scores = bounds(self.cold, len(self.cold))
         likely = torch.topk(cold_scores, min(2 * k, cold_scores.numel())).indices
         wanted = likely[:k]
-        if n_past:
-            resident = bounds(self.table, n_past)
+        # Compare with the blocks a decode step chooses among: not the sinks, the recent window or
+        # the question's own tokens (always read anyway, and the query's own keys bound highest).
+        starts = self.table.block_index[:n_past] * self.block_size
+        meeting_end = self.owner.checkpoint_length()
+        choosable = torch.nonzero((starts >= self.settings.sink_tokens)
+                                  & (starts + self.block_size <= meeting_end - self.settings.recent_tokens)).flatten()
+        if choosable.numel():
+            resident = bounds(self.table, n_past)[choosable]
             threshold = torch.topk(resident, min(k, resident.numel())).values[-1]
             wanted = wanted[cold_scores[wanted] >= threshold]
         return wanted, likely
