@@ -108,7 +108,7 @@ class ColdSettings(BaseModel):
     host_mib: float = Field(512.0, ge=0, description="host memory for one meeting's cold blocks")
     spill_to_store: bool = Field(True, description="past host_mib, cold blocks go to the (encrypted) session store")
     staging_mib: float = Field(16.0, gt=0, description="device memory the prefetcher stages blocks in")
-    recall_top_k: int = Field(8, gt=0, description="cold blocks per layer a query may bring back per step")
+    recall_top_k: int = Field(16, gt=0, description="cold blocks per layer a query may bring back per step")
 
 
 class ModalitySettings(BaseModel):
