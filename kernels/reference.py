@@ -744,6 +744,15 @@ class GlobalSummary:
             count=self.count + weight.sum(-1),
         )
 
+    def release(self, keys: torch.Tensor, values: torch.Tensor, valid: torch.Tensor | None = None) -> "GlobalSummary":
+        """Take tokens absorbed earlier back out (they are in the cache again); returns a new summary."""
+        weight = torch.ones(keys.shape[:3], device=keys.device) if valid is None else valid.float()
+        return GlobalSummary(
+            key_sum=self.key_sum - (keys.float() * weight.unsqueeze(-1)).sum(2),
+            value_sum=self.value_sum - (values.float() * weight.unsqueeze(-1)).sum(2),
+            count=(self.count - weight.sum(-1)).clamp(min=0.0),
+        )
+
     def clone(self) -> "GlobalSummary":
         return GlobalSummary(self.key_sum.clone(), self.value_sum.clone(), self.count.clone())
 

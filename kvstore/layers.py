@@ -745,16 +745,21 @@ class TieredLayer(CacheLayerMixin):
         """
         if self.owner.cold_tier is not None:
             self._evict_to_cold(rows)
+        self.summary = self.summary.absorb(*self._rows_as_tokens(rows))
+        self._free_rows(rows)
+        keep = torch.ones(len(self.table), dtype=torch.bool)
+        keep[rows] = False
+        self.table.keep(keep)
+
+    def _rows_as_tokens(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The rows' K and V as token sequences ``[B, H, n * bs, D]`` plus the mask of filled slots
+        ``[B, H, n * bs]``: what the Global Summary absorbs (dropped) or releases (recalled)."""
         keys, values = self._rows_dense(rows)  # [n, B, bs, H, D]
         valid = torch.arange(self.block_size).view(1, -1) < self.table.fill[rows].view(-1, 1)  # [n, bs]
         k = keys.permute(1, 3, 0, 2, 4).reshape(self.batch, self.n_heads, -1, self.head_dim)
         v = values.permute(1, 3, 0, 2, 4).reshape(self.batch, self.n_heads, -1, self.value_dim)
         mask = valid.flatten().to(self.device).view(1, 1, -1).expand(self.batch, self.n_heads, -1)
-        self.summary = self.summary.absorb(k, v, mask)
-        self._free_rows(rows)
-        keep = torch.ones(len(self.table), dtype=torch.bool)
-        keep[rows] = False
-        self.table.keep(keep)
+        return k, v, mask
 
     # ------------------------------------------------------------------------------------------
     # Cold tier (kvstore.cold)
@@ -774,12 +779,9 @@ class TieredLayer(CacheLayerMixin):
         self.cold.insert(evicted)
 
     def _forget_cold(self) -> None:
-        cold_table = getattr(self, "cold", None)
-        if self.owner.cold_tier is None or cold_table is None or not len(cold_table):
+        if self.owner.cold_tier is None or not len(getattr(self, "cold", ())):
             return
-        ids = [self.owner.cold_tier.block_id(self.layer_idx, b, f)
-               for b, f in zip(cold_table.block_index.tolist(), cold_table.format.tolist())]
-        self.owner.cold_tier.placement.forget(ids)
+        self.owner.cold_tier.placement.forget(self._cold_ids(torch.arange(len(self.cold))))
 
     def _cold_ids(self, rows: torch.Tensor) -> list[str]:
         tier = self.owner.cold_tier
@@ -820,20 +822,10 @@ class TieredLayer(CacheLayerMixin):
         self.cold.keep(~mask)
         self.table.insert(back)
         rows = torch.searchsorted(self.table.block_index, back.block_index)
-        keys, values = self._rows_dense(rows)
-        valid = torch.arange(self.block_size).view(1, -1) < back.fill.view(-1, 1)
-        k = keys.permute(1, 3, 0, 2, 4).reshape(self.batch, self.n_heads, -1, self.head_dim).float()
-        v = values.permute(1, 3, 0, 2, 4).reshape(self.batch, self.n_heads, -1, self.value_dim).float()
-        weight = valid.flatten().to(self.device).float().view(1, 1, -1, 1)
-        self.summary = GlobalSummary(
-            key_sum=self.summary.key_sum - (k * weight).sum(2),
-            value_sum=self.summary.value_sum - (v * weight).sum(2),
-            count=(self.summary.count - weight.sum(2).squeeze(-1)).clamp(min=0.0),
-        )
-        if self.owner.compression_suspended:
-            recalled = back.subset(torch.ones(len(back), dtype=torch.bool))
-            recalled.slot.fill_(-1)
-            self._recalled.append(recalled)
+        self.summary = self.summary.release(*self._rows_as_tokens(rows))
+        if self.owner.compression_suspended:  # the table holds copies of back's rows: keep it as the record
+            back.slot.fill_(-1)
+            self._recalled.append(back)
         return int(back.block_index.numel())
 
     def _cold_ranking(self, query: torch.Tensor, n_past: int) -> tuple[torch.Tensor, torch.Tensor]:
