@@ -18,7 +18,7 @@ from kvstore.crypto import (
     TamperedBlock,
     WrongKeyError,
 )
-from kvstore.stores import pack_block, unpack_block
+from kvstore.stores import CorruptBlock, pack_block, unpack_block
 from kvstore.stores.disk import DiskStore
 from kvstore.stores.redis_store import RedisStore
 
@@ -114,3 +114,67 @@ def test_crypto_shredding_by_source(backend: str, tmp_path: Path, master: Master
         fresh.get("m1", "spk-bob/0")
     assert fresh.get("m1", "rec-a/0") == PLAIN and fresh.get("m2", "state") == b"session state"
     store.close()
+
+
+def test_encrypted_disk_reads_from_the_queue_and_from_swapped_files(tmp_path: Path, master: MasterKey) -> None:
+    store = EncryptedStore(DiskStore(tmp_path / "d"), master)
+    blocks = [PLAIN + bytes([i]) * 1000 for i in range(6)]
+    for i, data in enumerate(blocks):
+        store.put("m", f"b{i}", data)
+    assert [store.get("m", f"b{i}") for i in range(6)] == blocks  # queued or written
+    store.flush()
+    assert [store.get("m", f"b{i}") for i in range(6)] == blocks  # from the files
+    files = {p.name: p for p in (tmp_path / "d").rglob("*.blk")}
+    b1, b2 = files["b1.blk"], files["b2.blk"]
+    b1.write_bytes(b2.read_bytes())  # another block's file under this name: its header says so
+    with pytest.raises(CorruptBlock, match="does not hold"):
+        store.get("m", "b1")
+    b2.write_bytes(b2.read_bytes()[:-3])  # cut short
+    with pytest.raises(CorruptBlock, match="torn"):
+        store.get("m", "b2")
+    assert store.get("m", "b3") == blocks[3]
+    store.close()
+
+
+class _Keeper(DiskStore):
+    """Keeps every blob it is handed (as a store with a long write-behind queue would)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root, write_behind=False)
+        self.kept: list[bytearray] = []
+
+    def put_owned(self, session: str, block_id: str, data: bytearray) -> None:
+        self.kept.append(data)
+        super().put_owned(session, block_id, data)
+
+
+def test_sealed_blob_buffers_are_reused_only_once_the_store_let_them_go(tmp_path: Path, master: MasterKey) -> None:
+    keeper = _Keeper(tmp_path / "d")
+    store = EncryptedStore(keeper, master)
+    for i in range(40):
+        store.put("m", f"b{i}", bytes([i]) * 5000)
+    assert len({id(b) for b in keeper.kept}) == len(keeper.kept)  # all held: no buffer handed out twice
+    assert [store.get("m", f"b{i}") for i in range(40)] == [bytes([i]) * 5000 for i in range(40)]
+    kept_ids = {id(b) for b in keeper.kept[1:]}
+    keeper.kept.clear()  # the store let them go: the next puts reuse them
+    for i in range(40, 50):
+        store.put("m", f"b{i}", bytes([i]) * 5000)
+    assert {id(b) for b in keeper.kept} & kept_ids
+    assert [store.get("m", f"b{i}") for i in range(50)] == [bytes([i]) * 5000 for i in range(50)]
+    store.close()
+
+
+def test_kept_block_ciphers_never_outlive_their_data_key(tmp_path: Path, master: MasterKey) -> None:
+    store = EncryptedStore(DiskStore(tmp_path / "d"), master)
+    store.put("m", "b0", b"first", source="alice")
+    assert store.get("m", "b0") == b"first" and store._ciphers  # the put's cipher served the read
+    store.shred("alice")
+    assert not store._ciphers
+    store.put("m", "b0", b"second", source="alice")  # a new data key: a new cipher, never the old one
+    store.put("x", "b1", b"other")
+    store.delete_session("x")
+    assert not store._ciphers
+    store.close()
+    reopened = EncryptedStore(DiskStore(tmp_path / "d"), master)  # nothing cached: keys from the store
+    assert reopened.sessions() == ["m"] and reopened.get("m", "b0") == b"second"
+    reopened.close()

@@ -356,3 +356,72 @@ def test_full_file_system_is_a_clear_error_and_loses_nothing_flushed(tmp_path: P
         i = int(block_id[1:])
         assert store.get("meeting", block_id) == _data(i, 1000 if i < 3 else 60_000)
     store.close()
+
+
+def test_read_unverified_lends_views_from_queue_current_and_sealed_segments(tmp_path: Path) -> None:
+    store = SegmentStore(tmp_path, segment_bytes=4000)  # about one record per segment
+    store.put("s", "b0", _data(0))
+    store.put("s", "b1", _data(1))
+    store.flush()
+    store.put("s", "b2", _data(2))  # may still be queued
+    for i in range(3):
+        assert store.read_unverified("s", f"b{i}", bytes) == _data(i)
+        assert store.read_unverified("s", f"b{i}", lambda view: type(view)) is memoryview
+    store.flush()
+    sealed = store._segments[store._locs[("s", "b0")][0]]
+    assert sealed is not store._current and sealed.map is not None  # sealed: read through its mapping
+    current = store._locs[("s", "b2")][0]
+    assert store._segments[current] is store._current and store._current.map is None  # current: preadv
+
+    def nested(view: memoryview) -> bytes:  # a read inside a read gets its own buffer, never this one
+        assert store.read_unverified("s", "b1", bytes) == _data(1)
+        return bytes(view)
+    assert store.read_unverified("s", "b2", nested) == _data(2)
+    with pytest.raises(BlockNotFound):
+        store.read_unverified("s", "nope", bytes)
+    store.close()
+
+
+def test_a_view_in_use_survives_compaction_and_later_writes(tmp_path: Path) -> None:
+    store = SegmentStore(tmp_path, segment_bytes=7000)  # two records per segment
+    for i in range(4):
+        store.put("s", f"b{i}", _data(i))
+    store.flush()
+    for i in range(1, 4):
+        store.delete("s", f"b{i}")
+    store.put("s", "b9", _data(9))
+    store.flush()
+    sealed = store._segments[store._locs[("s", "b0")][0]]
+    assert sealed is not store._current and sealed.dead
+    held: list[memoryview] = []
+
+    def compact_while_reading(view: memoryview) -> bytes:
+        held.append(view)
+        report = store.compact(threshold=0.0)  # moves b0 forward and removes the segment under this view
+        assert report["segments_removed"] >= 1 and sealed.retired and sealed.map is None
+        for i in range(10, 14):
+            store.put("s", f"b{i}", _data(i))
+        store.flush()
+        return bytes(view)
+    assert store.read_unverified("s", "b0", compact_while_reading) == _data(0)
+    assert bytes(held[0]) == _data(0)  # the dropped mapping lives as long as a view of it
+    assert not sealed.path.exists() and store.get("s", "b0") == _data(0)
+    assert store.read_unverified("s", "b0", bytes) == _data(0)
+    store.close()
+    reopened = SegmentStore(tmp_path)
+    assert reopened.list("s") == ["b0", "b10", "b11", "b12", "b13", "b9"] and reopened.get("s", "b0") == _data(0)
+    reopened.close()
+
+
+def test_a_sealed_segment_cut_short_is_a_clear_error_not_a_crash(tmp_path: Path) -> None:
+    store = EncryptedStore(SegmentStore(tmp_path, segment_bytes=4000), MasterKey(os.urandom(32)))
+    for i in range(3):
+        store.put("m", f"b{i}", _data(i))
+        store.flush()
+    segment = store.inner._segments[store.inner._locs[("m", "b0")][0]]
+    assert store.get("m", "b0") == _data(0) and segment.map is not None  # mapped by this read
+    os.truncate(segment.path, segment.size - 100)  # behind the store's back, while mapped
+    with pytest.raises(CorruptBlock, match="truncated"):
+        store.get("m", "b0")
+    assert store.get("m", "b2") == _data(2)
+    store.close()

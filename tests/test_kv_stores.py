@@ -90,6 +90,23 @@ def test_memory_quota_is_a_hard_cap() -> None:
     assert store.nbytes() == 60 and store.get("s", "a") == b"x" * 60
 
 
+def test_memory_put_tensor_copies_any_layout_into_its_slot() -> None:
+    store = MemoryStore("cpu", tier="host")
+    grid = torch.arange(4096, dtype=torch.int32).view(torch.uint8).reshape(64, 256)
+    store.put_tensor("s", "2d", grid)
+    store.put_tensor("s", "strided", grid[:, ::2])  # not contiguous: copied in order
+    store.put_tensor("s", "empty", grid[:0])
+    assert torch.equal(store.get_tensor("s", "2d"), grid.reshape(-1))
+    assert torch.equal(store.get_tensor("s", "strided"), grid[:, ::2].reshape(-1))
+    assert store.get("s", "empty") == b"" and store.nbytes() == grid.numel() * 3 // 2
+    view = store.get_tensor("s", "2d")
+    grid.zero_()  # the slot holds a copy, not the caller's memory
+    store.put_tensor("s", "other", torch.full((16384,), 7, dtype=torch.uint8))
+    assert torch.equal(view, torch.arange(4096, dtype=torch.int32).view(torch.uint8))
+    with pytest.raises(TypeError):
+        store.put_tensor("s", "f", torch.zeros(4))
+
+
 # ------------------------------------------------------------------------------------------------
 # Disk
 # ------------------------------------------------------------------------------------------------

@@ -13,9 +13,12 @@ import json
 import re
 import struct
 import threading
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 import torch
+
+
+T = TypeVar("T")
 
 
 class StoreError(Exception):
@@ -61,6 +64,13 @@ class BlockStore(abc.ABC):
         a store may skip its own checksum then; its structural checks (names, lengths) still apply."""
         return self.get(session, block_id)
 
+    def read_unverified(self, session: str, block_id: str, use: Callable[[memoryview], T]) -> T:
+        """``use(view)`` of the block's bytes as :meth:`get_unverified` has them; the view is valid only
+        during the call. Why: a store may lend a reused read buffer, so a read that the caller turns into
+        new bytes anyway (AES-GCM decrypt) allocates one fresh block-sized buffer, not two -- two at once
+        make glibc give the heap top back and fault it in again on every read."""
+        return use(memoryview(self.get_unverified(session, block_id)))
+
     @abc.abstractmethod
     def delete(self, session: str, block_id: str) -> bool:
         """Remove a block; returns whether it existed."""
@@ -99,6 +109,22 @@ class BlockStore(abc.ABC):
 
 
 _CONTROL = re.compile(r"[\x00-\x1f]")
+_SCRATCH = threading.local()
+SCRATCH_KEEP = 16 << 20  # a thread keeps its read buffer up to this size
+
+
+def lend_scratch(nbytes: int, use: Callable[[memoryview], T]) -> T:
+    """``use(view)`` of a reused per-thread buffer of ``nbytes`` (for :meth:`BlockStore.read_unverified`).
+    The buffer is taken out while lent, so a nested read gets its own and never overwrites this one."""
+    buf: bytearray | None = getattr(_SCRATCH, "buf", None)
+    _SCRATCH.buf = None
+    if buf is None or len(buf) < nbytes:
+        buf = bytearray(nbytes)
+    try:
+        return use(memoryview(buf)[:nbytes])
+    finally:
+        if len(buf) <= SCRATCH_KEEP:
+            _SCRATCH.buf = buf
 
 
 def check_name(kind: str, name: str) -> str:

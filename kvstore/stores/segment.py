@@ -19,10 +19,11 @@ zlib's alone would cost a third of a page-cache write (see ``_crc``).
 Write path: ``put`` queues the block and returns; reads of a queued block are served from the queue.
 One writer thread owns the segment files: it appends whatever is queued (``pwritev``, about 1 MiB
 per call), computing each put's CRC right before its write. Data more than ``writeback_lag_bytes``
-behind the end of the log is handed to the disk at once (``sync_file_range``), so a flush never waits
-for more than that; newer data stays in the page cache until ``flush`` -- starting write-back of every
-batch at once measured 30% slower page-cache writes here (2 vCPUs: the kernel's write-back work
-competes with the writer). A rolled segment is sealed in the background (fdatasync, folder fsync).
+behind the end of the log is handed to the disk at once (``sync_file_range``, issued from the sealer
+thread so the writer never blocks on the submission), so a flush never waits for more than that;
+newer data stays in the page cache until ``flush`` -- starting write-back of every batch at once
+measured 30% slower page-cache writes here (2 vCPUs: the kernel's write-back work competes with the
+writer). A rolled segment is sealed in the background (fdatasync, folder fsync).
 ``flush`` fdatasyncs what was written since the last one and fsyncs the folder if a segment was
 created.
 
@@ -37,11 +38,13 @@ are still readable, stays listed and raises :class:`CorruptBlock` on ``get`` rat
 older version of it reappear; a record whose header is intact but whose payload rotted is found by
 ``get`` (CRC). So damage costs the damaged block, never the rest of the segment.
 
-Reads: one ``pread`` of header + names (checked against the index) and one of the payload into a new
-``bytes``. Copying out of an ``mmap`` of the segment measured the same here (3.7 vs 3.6 GB/s for
-256 KiB blocks from the page cache, kept mapping or fresh, MAP_POPULATE or not: the copy into fresh
-memory dominates either way), and a mapping needs remapping as the segment grows and care when
-compaction removes it, so reads use ``pread``.
+Reads: ``get`` is one ``pread`` of header + names (checked against the index) and one of the payload
+into a new ``bytes``, the copy a caller-owned block needs; copying out of an ``mmap`` instead measured
+the same. ``read_unverified`` (encrypted reads: the GCM tag covers every byte, so no CRC) lends a view
+instead: of a read-only mapping of the segment when it is sealed (sealed segments never change, and a
+mapping is dropped, never closed, so a view in use outlives compaction), else of a per-thread buffer
+the record is ``preadv``'d into. The decrypt then reads the page cache directly and the plaintext is
+the one new buffer of the read.
 
 Deletes append a tombstone. ``compact`` copies the live records of segments whose dead share exceeds
 a threshold to the end of the log, fdatasyncs the copies, then removes the old files; a crash in
@@ -55,6 +58,7 @@ import ctypes
 import ctypes.util
 import errno
 import logging
+import mmap
 import os
 import queue
 import re
@@ -62,12 +66,13 @@ import struct
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeVar
 
 import google_crc32c
 import numpy as np
 
-from kvstore.stores.base import BlockNotFound, CorruptBlock, IndexedStore, StoreError, StoreFull, check_name
+from kvstore.stores.base import (BlockNotFound, CorruptBlock, IndexedStore, StoreError, StoreFull, check_name,
+                                 lend_scratch)
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +90,7 @@ _GROUP = 1 << 20  # bytes CRC'd then written per pwritev (stays in the CPU cache
 
 Buffer = bytes | bytearray | memoryview
 Key = tuple[str, str]
+T = TypeVar("T")
 Loc = tuple[int, int, int, int]  # segment number, record offset, header + names length, payload length
 
 
@@ -137,7 +143,8 @@ class _Bad(Exception):
 
 
 class _Segment:
-    __slots__ = ("number", "path", "fd", "size", "dead", "live", "tombs", "readers", "retired", "written_back")
+    __slots__ = ("number", "path", "fd", "size", "dead", "live", "tombs", "readers", "retired", "written_back",
+                 "map")
 
     def __init__(self, number: int, path: Path, fd: int, size: int = 0) -> None:
         self.number, self.path, self.fd, self.size = number, path, fd, size
@@ -147,6 +154,7 @@ class _Segment:
         self.readers = 0  # reads in flight (the fd is closed only when none is)
         self.retired = False
         self.written_back = 0  # write-back started up to here
+        self.map: mmap.mmap | None = None  # read-only mapping once sealed and read (see read_unverified)
 
 
 class SegmentStore(IndexedStore):
@@ -364,41 +372,117 @@ class SegmentStore(IndexedStore):
         AES-GCM); the header is still checked against the index."""
         return self._get(session, block_id, verify=False)
 
-    def _get(self, session: str, block_id: str, verify: bool) -> bytes:
+    def read_unverified(self, session: str, block_id: str, use: Callable[[memoryview], T]) -> T:
+        """``use(view)`` of the payload without the CRC pass: a view of the segment's mapping when the
+        segment is sealed (no copy at all: the caller's decrypt reads the page cache), else read (header and
+        payload in one ``preadv``) into this thread's reused buffer. Either way a decrypting caller makes
+        one new buffer per block, the plaintext, where ``get_unverified`` + decrypt made two."""
         key = (session, block_id)
+        seg, loc, entry = self._locate(key)
+        if entry is not None:
+            return use(memoryview(entry[0]).cast("B"))
+        hlen, length = loc[2], loc[3]
+        try:
+            mapped = self._mapping(seg, loc)
+        except OSError:  # no mapping (address space, fd): the pread path reads it, or reports why not
+            mapped = None
+        if mapped is None:
+            def read(buf: memoryview) -> T:
+                self._read_at(seg, loc, key, [buf])
+                self._check_head(seg, loc, key, buf[:hlen])
+                return use(buf[hlen:])
+            return lend_scratch(hlen + length, read)
+        try:
+            with memoryview(mapped) as whole:
+                record = whole[loc[1]:loc[1] + hlen + length]
+                self._check_head(seg, loc, key, record[:hlen])
+                return use(record[hlen:])
+        finally:
+            self._release_reader(seg)
+
+    def _mapping(self, seg: _Segment, loc: Loc) -> mmap.mmap | None:
+        """A read-only mapping of a sealed segment (made on its first read) that holds the record at
+        ``loc``; None for the current segment, which still grows. A sealed segment never changes: appends
+        go to the current one, compaction copies records forward, so a mapping only ever goes away with
+        its last reader (it is dropped, never closed: a view still in use keeps it alive)."""
+        if seg is self._current:
+            return None
+        end = loc[1] + loc[2] + loc[3]
+        if os.fstat(seg.fd).st_size < end:
+            return None  # cut short behind our back: no SIGBUS, the pread path reports it
+        mapped = seg.map
+        if mapped is None:
+            with self._lock:
+                if seg.map is None and not seg.retired:
+                    size = os.fstat(seg.fd).st_size  # not seg.size: after a failed cut-back that can pass the end
+                    seg.map = mmap.mmap(seg.fd, size, prot=mmap.PROT_READ) if size else None
+                mapped = seg.map
+        return mapped if mapped is not None and end <= len(mapped) else None
+
+    def _release_reader(self, seg: _Segment) -> None:
+        with self._lock:
+            seg.readers -= 1
+            if seg.retired and not seg.readers:
+                os.close(seg.fd)
+
+    def _locate(self, key: Key) -> tuple[_Segment, Loc, tuple | None]:
+        """``(None, None, entry)`` for a queued block, else ``(segment, record, None)`` with a reader counted
+        on the segment (the caller releases it: :meth:`_release_reader`, or :meth:`_read_at`)."""
         with self._lock:
             entry = self._pending.get(key)
-            if entry is None:
-                loc = self._locs.get(key)
-                if loc is None:
-                    if key in self._damaged:
-                        raise CorruptBlock(f"block {block_id!r} of session {session!r}: {self._damaged[key]}")
-                    raise BlockNotFound(f"no block {block_id!r} in session {session!r} (segment store {self.root})")
-                seg = self._segments[loc[0]]
-                seg.readers += 1
+            if entry is not None:
+                return None, None, entry  # type: ignore[return-value]
+            loc = self._locs.get(key)
+            if loc is None:
+                if key in self._damaged:
+                    raise CorruptBlock(f"block {key[1]!r} of session {key[0]!r}: {self._damaged[key]}")
+                raise BlockNotFound(f"no block {key[1]!r} in session {key[0]!r} (segment store {self.root})")
+            seg = self._segments[loc[0]]
+            seg.readers += 1
+        return seg, loc, None
+
+    def _read_at(self, seg: _Segment, loc: Loc, key: Key, bufs: list[memoryview]) -> None:
+        """Fill ``bufs`` from the record at ``loc`` (one ``preadv``) and release the reader."""
+        try:
+            got = os.preadv(seg.fd, bufs, loc[1])
+        except OSError as exc:
+            raise CorruptBlock(f"{self._where(seg, loc, key)}: unreadable ({exc})") from None
+        finally:
+            self._release_reader(seg)
+        if got != loc[2] + loc[3]:
+            raise CorruptBlock(f"{self._where(seg, loc, key)}: truncated segment")
+
+    def _check_head(self, seg: _Segment, loc: Loc, key: Key, head: Buffer) -> int:
+        """The record's CRC, once its header matches the index (a put of this key, this length)."""
+        magic, version, kind, ls, lb, n, crc, _ = _HEAD.unpack_from(head)
+        names = key[0].encode() + key[1].encode()
+        if (magic, version, kind, ls + lb, n) != (SEG_MAGIC, SEG_VERSION, PUT, len(names), loc[3]) \
+                or head[_HEAD.size:] != names:
+            raise CorruptBlock(f"{self._where(seg, loc, key)}: the record header does not match the index")
+        return crc
+
+    @staticmethod
+    def _where(seg: _Segment, loc: Loc, key: Key) -> str:
+        return f"block {key[1]!r} of session {key[0]!r} ({seg.path.name} at byte {loc[1]})"
+
+    def _get(self, session: str, block_id: str, verify: bool) -> bytes:
+        key = (session, block_id)
+        seg, loc, entry = self._locate(key)
         if entry is not None:
             return entry[0] if isinstance(entry[0], bytes) else bytes(entry[0])
-        number, offset, hlen, length = loc
-        where = f"block {block_id!r} of session {session!r} ({seg.path.name} at byte {offset})"
-        try:
-            head = os.pread(seg.fd, hlen, offset)
-            payload = os.pread(seg.fd, length, offset + hlen)
+        hlen, length = loc[2], loc[3]
+        try:  # the payload is read into its own new bytes: the one copy a caller-owned block needs
+            head = os.pread(seg.fd, hlen, loc[1])
+            payload = os.pread(seg.fd, length, loc[1] + hlen)
         except OSError as exc:
-            raise CorruptBlock(f"{where}: unreadable ({exc})") from None
+            raise CorruptBlock(f"{self._where(seg, loc, key)}: unreadable ({exc})") from None
         finally:
-            with self._lock:
-                seg.readers -= 1
-                if seg.retired and not seg.readers:
-                    os.close(seg.fd)
+            self._release_reader(seg)
         if len(head) != hlen or len(payload) != length:
-            raise CorruptBlock(f"{where}: truncated segment")
-        magic, version, kind, ls, lb, n, crc, _ = _HEAD.unpack_from(head)
-        names = session.encode() + block_id.encode()
-        if (magic, version, kind, ls + lb, n) != (SEG_MAGIC, SEG_VERSION, PUT, len(names), length) \
-                or head[_HEAD.size:] != names:
-            raise CorruptBlock(f"{where}: the record header does not match the index")
-        if verify and _crc(payload, _crc(names, _crc(head[:_PRE.size]))) != crc:
-            raise CorruptBlock(f"{where}: checksum mismatch")
+            raise CorruptBlock(f"{self._where(seg, loc, key)}: truncated segment")
+        crc = self._check_head(seg, loc, key, head)
+        if verify and _crc(payload, _crc(head[_HEAD.size:], _crc(head[:_PRE.size]))) != crc:
+            raise CorruptBlock(f"{self._where(seg, loc, key)}: checksum mismatch")
         return payload
 
     def delete(self, session: str, block_id: str) -> bool:
@@ -480,6 +564,7 @@ class SegmentStore(IndexedStore):
             self._writer.join(timeout=30)
             self._sealer.shutdown()
             for seg in self._segments.values():
+                seg.map = None
                 os.close(seg.fd)
             self._segments.clear()
 
@@ -598,7 +683,9 @@ class SegmentStore(IndexedStore):
             raise
         behind = start + total - self.writeback_lag_bytes
         if behind > seg.written_back:  # see the module docstring: bounds what a flush waits for
-            _start_writeback(seg.fd, seg.written_back, behind - seg.written_back)
+            # from the sealer's thread: submitting the I/O blocked this one for up to 14 ms per call here. It
+            # runs before any later seal of this segment (one thread, in order), so its fd is still open
+            self._sealer.submit(_start_writeback, seg.fd, seg.written_back, behind - seg.written_back)
             seg.written_back = behind
         return seg, start
 
@@ -760,6 +847,7 @@ class SegmentStore(IndexedStore):
                     continue  # a copy failed: keep the segment
                 del self._segments[seg.number]
                 seg.retired = True
+                seg.map = None  # dropped, not closed: a reader's view keeps it alive until released
                 if not seg.readers:
                     os.close(seg.fd)
             seg.path.unlink()
