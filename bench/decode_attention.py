@@ -10,7 +10,8 @@ One decode step of one attention layer (batch 1, one new query token), side by s
   attention sink + the last 256 tokens) and a warm tier (INT8 or INT4, KIVI group scales of 32, fp16
   scale/zero points) holding every other block. At an active fraction ``f`` the step reads
   ``ceil(f * blocks)`` blocks per KV head: the hot ones plus the warm blocks with the best Quest bound
-  for the query (selection timed separately: it reads the per-block key min/max). Two columns:
+  for the query (selection timed separately: it reads the per-block key min/max; ``select`` is the
+  dispatch path, the fused C++ Quest scores + top-k on CPU, ``select ref`` the torch reference). Two columns:
   ``reference`` = ``kernels.reference.mixed_sparse_attention`` (plain torch ops), and ``fused`` =
   ``kernels.dispatch.mixed_sparse_attention`` — the fused C++ kernel (``kernels/cpu_decode.py``)
   on CPU, the Triton kernel (both tiers in one launch) with ``--device cuda``. Speedup, GB/s and
@@ -75,7 +76,7 @@ class Row:
     reference_ms: float | None
     reference_median_ms: float | None
     minutia_bytes: int
-    select_ms: float | None
+    select_ms: float | None  # the dispatch path (fused C++ Quest scores + top-k on CPU)
     select_bytes: int
     speedup: float
     gbps: float
@@ -83,6 +84,8 @@ class Row:
     limit_ratio: float
     max_abs_err_vs_dense: float | None = None
     max_abs_err_fused_vs_reference: float | None = None
+    select_reference_ms: float | None = None  # kernels.reference quest_scores + select_top_k_blocks
+    select_matches_reference: bool | None = None  # same kept blocks (ties aside) as the reference
     notes: list[str] = field(default_factory=list)
 
 
@@ -281,16 +284,23 @@ def run_model(model: str, context: int, args, device: torch.device, bandwidth: f
         for fraction in args.fractions:
             n_read = max(n_hot, math.ceil(fraction * n_blocks))
             k_warm = min(n_warm, n_read - n_hot)
-            select_ms = None
+            select_ms = select_ref_ms = select_same = None
             select_bytes = 0
             if k_warm < n_warm:
                 def select(k_warm=k_warm):
                     return dispatch.quest_top_k(cache.q, cache.kmin, cache.kmax, all_warm, k_warm)
 
+                def select_ref(k_warm=k_warm):
+                    scores = ref.quest_scores(cache.q, cache.kmin, cache.kmax, all_warm)
+                    return ref.select_top_k_blocks(scores, all_warm, k_warm)
+
                 best, _ = time_fn(select, device, args.repeats)
                 select_ms = best * 1e3
                 select_bytes = nbytes(cache.kmin) + nbytes(cache.kmax)
                 warm_table = select()
+                select_ref_ms = time_fn(select_ref, device, args.repeats)[0] * 1e3  # cheap: timed even with --skip-reference
+                expected = select_ref()
+                select_same = bool(torch.equal(warm_table.sort(-1).values, expected.sort(-1).values))
             else:
                 warm_table = all_warm
             warm_source = ref.PagedSource(
@@ -339,6 +349,8 @@ def run_model(model: str, context: int, args, device: torch.device, bandwidth: f
                     limit_ratio=best / limit,
                     max_abs_err_vs_dense=err,
                     max_abs_err_fused_vs_reference=ref_err,
+                    select_reference_ms=select_ref_ms,
+                    select_matches_reference=select_same,
                 )
             )
             print(_row_line(rows[-1]), flush=True)
@@ -360,12 +372,13 @@ def _ctx(n: int) -> str:
 
 
 def _row_line(r: Row) -> str:
-    sel = f"{r.select_ms:7.2f}" if r.select_ms is not None else "      -"
+    sel = f"{r.select_ms:7.3f}" if r.select_ms is not None else "      -"
+    sel += f" (ref {r.select_reference_ms:.2f})" if r.select_reference_ms is not None else ""
     refp = f"{r.reference_ms:7.2f}" if r.reference_ms is not None else "      -"
     return (
         f"{r.model:20s} {_ctx(r.context):>5s} {r.warm:5s} {_frac(r.fraction):>4s} "
         f"dense {r.dense_ms:8.2f} ms | reference {refp} ms | fused {r.minutia_ms:7.3f} ms (x{r.speedup:5.1f}) "
-        f"select {sel} ms | "
+        f"select {sel} ms{'' if r.select_matches_reference in (None, True) else ' (DIFFERS from reference)'} | "
         f"{r.minutia_bytes / 1e6:7.2f} MB {r.gbps:6.2f} GB/s limit {r.limit_ms:6.3f} ms ratio {r.limit_ratio:5.2f}"
     )
 
@@ -383,18 +396,22 @@ def markdown(rows: list[Row], meta: dict) -> str:
         "  time of this process, all threads); `reference` = the plain torch path (kernels/reference.py), `fused` =",
         f"  the dispatch path ({meta['backend']}); `limit` = bytes read / bandwidth;",
         "  `x limit` = fused time / limit (1.0 = running at the memory bandwidth). Dense reads the full bf16 K+V.",
-        "  `select` = Quest scores over all warm blocks + top-k (reads the per-block key min/max), not in the times.",
+        "  `select` = Quest scores over all warm blocks + top-k (reads the per-block key min/max), not in the times:",
+        "  the dispatch path (fused C++ on CPU); `select ref` = the torch reference (kernels/reference.py).",
         "",
-        "| model | context | warm | active | blocks/head | dense ms | reference ms | fused ms | fused CPU ms | speedup | select ms | MB read | GB/s | limit ms | x limit |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | context | warm | active | blocks/head | dense ms | reference ms | fused ms | fused CPU ms | speedup | select ms | select ref ms | MB read | GB/s | limit ms | x limit |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        sel = f"{r.select_ms:.2f}" if r.select_ms is not None else "-"
+        sel = f"{r.select_ms:.3f}" if r.select_ms is not None else "-"
+        if r.select_matches_reference is False:
+            sel += " (differs)"
+        sel_ref = f"{r.select_reference_ms:.3f}" if r.select_reference_ms is not None else "-"
         cpu = f"{r.minutia_cpu_ms:.3f}" if r.minutia_cpu_ms is not None else "-"
         refp = f"{r.reference_ms:.3f}" if r.reference_ms is not None else "-"
         lines.append(
             f"| {r.model} | {_ctx(r.context)} | {r.warm} | {_frac(r.fraction)} | {r.blocks_read} | {r.dense_ms:.2f} | "
-            f"{refp} | {r.minutia_ms:.3f} | {cpu} | {r.speedup:.1f}x | {sel} | {r.minutia_bytes / 1e6:.2f} | {r.gbps:.2f} | "
+            f"{refp} | {r.minutia_ms:.3f} | {cpu} | {r.speedup:.1f}x | {sel} | {sel_ref} | {r.minutia_bytes / 1e6:.2f} | {r.gbps:.2f} | "
             f"{r.limit_ms:.3f} | {r.limit_ratio:.2f} |"
         )
     lines += ["", "## Targets", ""]

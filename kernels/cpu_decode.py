@@ -25,6 +25,16 @@ are exact in both modes.
 Cases the kernel does not cover raise :class:`NotImplementedError` (dispatch then falls back to the
 reference): several queries per sequence (prefill), head dims that are not multiples of 16, keys
 not quantized along tokens or values not along channels, more than 64 outlier channels.
+
+Per call, the Python side only reads pointers: the validated description of each K/V pool is kept
+(``_OPERANDS``, weakly keyed on the pool's tensors and their storage addresses), queries are read in
+their own dtype (fp32/bf16/fp16), and :func:`mixed_sparse_attention` gets the per-block mass already
+summed over each group's heads from the kernel when no summary or extra partial is merged.
+
+:func:`quest_scores` and :func:`quest_top_k` are the Quest block bounds and the top-k block selection
+(:func:`kernels.reference.quest_scores` + :func:`kernels.reference.select_top_k_blocks`) in one C++
+pass per (batch, KV head): no ``[B, Hkv, M, D]`` gathers or score tensor; ties between equal scores go
+to the lower column (the reference's torch.topk leaves that unspecified).
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ import math
 import os
 import platform
 import threading
+import weakref
 from pathlib import Path
 from types import ModuleType
 from typing import Sequence
@@ -216,18 +227,78 @@ def _operand(
     return args, int(block_size)
 
 
+# Validated operand descriptions, so a decode step does not re-check the same pools at every layer and
+# token. A pool is the same when its tensors are the same objects (held weakly: a freed pool drops out)
+# at the same storage address (catches in-place set_ / reallocating resize_) and the description's
+# other inputs (format, axis, group size, logical shape, heads, head dim) are equal. Only descriptions
+# that needed no copies are kept; pools with outlier channels are checked at each call (callers
+# rebuild their outlier index every step).
+_OPERANDS: dict[tuple, tuple] = {}
+_MAX_OPERANDS = 256
+
+
+def _operand_cached(
+    source: torch.Tensor | QuantizedTensor, n_kv: int, dim: int, is_key: bool, keep: list[torch.Tensor]
+) -> tuple[list[int], int]:
+    """:func:`_operand`, remembered per pool (see ``_OPERANDS``)."""
+    if isinstance(source, QuantizedTensor):
+        if source.outlier_idx is not None:  # rebuilt by callers at each step: not worth caching
+            return _operand(source, n_kv, dim, is_key, keep)
+        parts = (source.data, source.scale, source.zero)
+        key = (id(parts[0]), id(parts[1]), id(parts[2]), source.kind, source.axis, source.group_size, tuple(source.shape), n_kv, dim, is_key)
+    else:
+        parts = (source,)
+        key = (id(source), n_kv, dim, is_key)
+    hit = _OPERANDS.get(key)
+    if hit is not None:
+        for t, (ref_, ptr) in zip(parts, hit[0]):
+            if t is None:
+                if ref_ is not None:
+                    break
+            elif ref_ is None or ref_() is not t or t.data_ptr() != ptr:
+                break
+        else:
+            return hit[1], hit[2]
+    local: list[torch.Tensor] = []
+    args, block_size = _operand(source, n_kv, dim, is_key, local)
+    ptrs = {u.data_ptr() for u in parts if u is not None}
+    if all(t.data_ptr() in ptrs for t in local):  # no contiguous copies were made
+        if len(_OPERANDS) >= _MAX_OPERANDS:
+            _OPERANDS.clear()
+        marks = tuple((None, 0) if t is None else (weakref.ref(t), t.data_ptr()) for t in parts)
+        _OPERANDS[key] = (marks, args, block_size)
+    keep.extend(local)
+    return args, block_size
+
+
+def _empty_f32(*shape: int) -> torch.Tensor:
+    # torch.empty without a dtype argument is ~0.7 us cheaper per call; the default dtype is fp32 unless changed.
+    if torch.get_default_dtype() is torch.float32:
+        return torch.empty(*shape)
+    return torch.empty(*shape, dtype=torch.float32)
+
+
 def _run(
-    q: torch.Tensor, sources: Sequence[PagedSource], scale: float, softcap: float | None, want_mass: bool
+    q: torch.Tensor,
+    sources: Sequence[PagedSource],
+    scale: float,
+    softcap: float | None,
+    want_mass: bool,
+    mass_summed: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, list[int]]:
-    """One kernel call over all sources: out ``[B, Hkv, G, DV]``, lse ``[B, Hkv, G]``, the per-block
-    mass ``[B, Hkv, G, M_total]`` normalised within this call (or None) and the sources' column offsets."""
-    if q.device.type != "cpu" or not q.is_floating_point():
+    """One kernel call over all sources: out ``[B, Hq, 1, DV]`` (memory order ``[B, Hkv, G, DV]``),
+    lse ``[B, Hq, 1]``, the per-block mass ``[B, Hkv, G, M_total]`` (``[B, Hkv, M_total]`` summed over
+    the group's heads when ``mass_summed``) normalised within this call (or None) and the sources'
+    column offsets."""
+    if not q.is_cpu or not q.is_floating_point():
         raise NotImplementedError("the fused kernel runs on CPU tensors")
+    if q.dtype not in _FULL_KINDS:
+        q = q.float()
     if q.ndim == 4 and q.shape[2] != 1 or q.ndim not in (3, 4):
         raise NotImplementedError("the fused kernel covers decode (one query per sequence); prefill uses the reference")
     if not sources:
         raise NotImplementedError("no sources")
-    module = extension()
+    module = _state["module"] or extension()
     if module is None:
         raise NotImplementedError("the fused CPU kernel did not build") from build_error()
     batch, n_q, dim = q.shape[0], q.shape[1], q.shape[-1]
@@ -241,33 +312,40 @@ def _run(
     dv = None
     for source in sources:
         table, seq = source.block_table, source.seq_lens
-        if table.ndim != 3 or tuple(table.shape[:2]) != (batch, n_kv) or tuple(seq.shape) != (batch, n_kv):
+        if table.ndim != 3 or table.shape[0] != batch or table.shape[1] != n_kv or seq.shape != table.shape[:2]:
             raise NotImplementedError("block table must be [B, Hkv, M] and seq_lens [B, Hkv]")
-        if table.device.type != "cpu" or seq.device.type != "cpu":
+        if not (table.is_cpu and seq.is_cpu):
             raise NotImplementedError("block tables must be on the CPU")
         v_dim = source.v_pages.shape[-1]
         dv = v_dim if dv is None else dv
         if v_dim != dv:
             raise NotImplementedError("all sources need the same value dim")
-        k_args, k_bs = _operand(source.k_pages, n_kv, dim, True, keep)
-        v_args, v_bs = _operand(source.v_pages, n_kv, v_dim, False, keep)
+        k_args, k_bs = _operand_cached(source.k_pages, n_kv, dim, True, keep)
+        v_args, v_bs = _operand_cached(source.v_pages, n_kv, v_dim, False, keep)
         if k_bs != v_bs:
             raise NotImplementedError("K and V block sizes differ")
-        table = _contiguous(table.to(torch.int64))
-        seq = _contiguous(seq.to(torch.int64))
-        keep.extend([table, seq])
-        args.append([table.data_ptr(), seq.data_ptr(), table.shape[2], k_bs, *k_args, *v_args])
-        offsets.append(offsets[-1] + table.shape[2])
+        if table.dtype != torch.int64 or not table.is_contiguous():
+            table = table.to(torch.int64).contiguous()
+            keep.append(table)
+        if seq.dtype != torch.int64 or not seq.is_contiguous():
+            seq = seq.to(torch.int64).contiguous()
+            keep.append(seq)
+        width = table.shape[2]
+        args.append([table.data_ptr(), seq.data_ptr(), width, k_bs, *k_args, *v_args])
+        offsets.append(offsets[-1] + width)
     if dim % 16 or dv % 16:
         raise NotImplementedError("head dims must be multiples of 16")
-    qf = _contiguous(q.reshape(batch, n_q, dim).to(torch.float32))
-    out = torch.empty(batch, n_kv, groups, dv, dtype=torch.float32)
-    lse = torch.empty(batch, n_kv, groups, dtype=torch.float32)
-    mass = torch.empty(batch, n_kv, groups, offsets[-1], dtype=torch.float32) if want_mass else None
-    threads = max(1, torch.get_num_threads())
-    splits = 1 if threads == 1 else max(1, math.ceil(threads / max(1, batch * n_kv)))
+    qc = _contiguous(q)  # [B, Hq, (1,) D]: the kernel reads fp32/bf16/fp16 rows
+    empty = _empty_f32
+    out = empty(batch, n_q, 1, dv)  # the kernel writes [B, Hkv, G, DV]: the same memory
+    lse = empty(batch, n_q, 1)
+    mass = None
+    if want_mass:
+        mass = empty(batch, n_kv, offsets[-1]) if mass_summed else empty(batch, n_kv, groups, offsets[-1])
+    threads = torch.get_num_threads()
+    splits = 1 if threads <= 1 else max(1, math.ceil(threads / max(1, batch * n_kv)))
     module.decode(
-        qf.data_ptr(),
+        qc.data_ptr(),
         out.data_ptr(),
         lse.data_ptr(),
         0 if mass is None else mass.data_ptr(),
@@ -279,9 +357,11 @@ def _run(
         float(scale),
         float(softcap) if softcap is not None else 0.0,
         splits,
-        threads,
+        max(1, threads),
         args,
         mode() == "fast",
+        _FULL_KINDS[q.dtype],
+        mass_summed,
     )
     return out, lse, mass, offsets
 
@@ -303,10 +383,10 @@ def paged_attention_partial(
 ) -> tuple[AttentionPartial, torch.Tensor | None]:
     """Fused version of :func:`kernels.reference.paged_attention_partial` (one query per sequence)."""
     out, lse, mass, _ = _run(q, [PagedSource(k_source, v_source, block_table, seq_lens)], scale, softcap, return_block_mass)
-    batch, n_kv, groups, dv = out.shape
-    partial = AttentionPartial(out=out.view(batch, n_kv * groups, 1, dv), lse=lse.view(batch, n_kv * groups, 1))
+    partial = AttentionPartial(out=out, lse=lse)
     if mass is not None:
-        mass = mass.view(batch, n_kv, groups, 1, mass.shape[-1])
+        batch, n_kv, groups, width = mass.shape
+        mass = mass.view(batch, n_kv, groups, 1, width)
     return partial, mass
 
 
@@ -340,16 +420,90 @@ def mixed_sparse_attention(
     listed block ``[B, Hkv, M]`` under the merged softmax (summed over the group's query heads).
     """
     scale = scale if scale is not None else q.shape[-1] ** -0.5
-    sources = list(sources)
-    out, lse, mass, offsets = _run(q, sources, scale, softcap, True)
-    batch, n_kv, groups, dv = out.shape
-    partial = AttentionPartial(out=out.view(batch, n_kv * groups, 1, dv), lse=lse.view(batch, n_kv * groups, 1))
-    partials, merged = ref.merge_with_extras(q, [partial], scale, summary, softcap, extra)
-    if len(partials) == 1:
-        total = mass.sum(2)
+    alone = summary is None and not extra  # the kernel's softmax is the final one: mass summed in C++
+    out, lse, mass, offsets = _run(q, sources, scale, softcap, True, mass_summed=alone)
+    partial = AttentionPartial(out=out, lse=lse)
+    if alone:
+        merged, total = partial, mass
     else:
-        total = ref.renormalised_mass(mass.view(batch, n_kv, groups, 1, -1), partial, merged)
-    return merged, [total[..., offsets[i] : offsets[i + 1]] for i in range(len(sources))]
+        _, merged = ref.merge_with_extras(q, [partial], scale, summary, softcap, extra)
+        batch, n_kv, groups, width = mass.shape
+        total = ref.renormalised_mass(mass.view(batch, n_kv, groups, 1, width), partial, merged)
+    if len(offsets) == 2:
+        return merged, [total]
+    return merged, [total[..., offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1)]
+
+
+# --------------------------------------------------------------------------------------------------
+# Quest bounds and top-k selection
+# --------------------------------------------------------------------------------------------------
+
+
+def _quest_operands(q: torch.Tensor, kmin: torch.Tensor, kmax: torch.Tensor, block_table: torch.Tensor):
+    if not (q.is_cpu and kmin.is_cpu and kmax.is_cpu and block_table.is_cpu):
+        raise NotImplementedError("the fused Quest kernel runs on CPU tensors")
+    if block_table.ndim != 3 or kmin.ndim != 3 or kmin.shape != kmax.shape or q.ndim not in (3, 4):
+        raise NotImplementedError("expected q [B, Hq, (Q,) D], kmin/kmax [P, Hkv, D], block_table [B, Hkv, M]")
+    batch, n_kv, width = block_table.shape
+    dim = q.shape[-1]
+    if q.shape[0] != batch or kmin.shape[1] != n_kv or kmin.shape[2] != dim or n_kv == 0 or q.shape[1] % n_kv:
+        raise NotImplementedError("q, bounds and block table disagree on batch, heads or head dim")
+    if q.dtype not in _FULL_KINDS:
+        q = q.float()
+    if kmin.dtype not in _PARAM_DTYPES or kmax.dtype != kmin.dtype:
+        kmin, kmax = kmin.float(), kmax.float()
+    table = block_table
+    if table.dtype != torch.int64 or not table.is_contiguous():
+        table = table.to(torch.int64).contiguous()
+    module = _state["module"] or extension()
+    if module is None:
+        raise NotImplementedError("the fused CPU kernel did not build") from build_error()
+    n_queries = q.shape[2] if q.ndim == 4 else 1
+    return module, _contiguous(q), _contiguous(kmin), _contiguous(kmax), table, batch, n_kv, width, dim, n_queries
+
+
+def quest_scores(q: torch.Tensor, kmin: torch.Tensor, kmax: torch.Tensor, block_table: torch.Tensor) -> torch.Tensor:
+    """Fused version of :func:`kernels.reference.quest_scores`: ``[B, Hkv, M]`` fp32, -inf on padding."""
+    module, qc, lo, hi, table, batch, n_kv, width, dim, n_queries = _quest_operands(q, kmin, kmax, block_table)
+    scores = _empty_f32(batch, n_kv, width)
+    module.quest_select(
+        qc.data_ptr(), _FULL_KINDS[qc.dtype], lo.data_ptr(), hi.data_ptr(), _PARAM_DTYPES[lo.dtype], table.data_ptr(),
+        0, scores.data_ptr(), 0, batch, n_kv, q.shape[1] // n_kv, n_queries, dim, width, -1, max(1, torch.get_num_threads()),
+    )  # fmt: skip
+    return scores
+
+
+def quest_top_k(
+    q: torch.Tensor,
+    kmin: torch.Tensor,
+    kmax: torch.Tensor,
+    block_table: torch.Tensor,
+    k: int,
+    always: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Quest scores and :func:`kernels.reference.select_top_k_blocks` in one pass per (batch, KV head),
+    without the scores tensor: the ``[B, Hkv, min(k, M)]`` table of kept blocks (column order, -1 for
+    picks that are padding). Ties go to the lower column (torch.topk leaves them unspecified)."""
+    n_listed = block_table.shape[-1]
+    k = min(int(k), n_listed)
+    if k == n_listed:
+        return block_table
+    if k < 0:
+        raise ValueError("k must be >= 0")
+    module, qc, lo, hi, table, batch, n_kv, width, dim, n_queries = _quest_operands(q, kmin, kmax, block_table)
+    always_ptr = 0
+    if always is not None:
+        if tuple(always.shape) != (batch, n_kv, width) or not always.is_cpu:
+            raise NotImplementedError("always must be a [B, Hkv, M] mask on the CPU")
+        always = _contiguous(always.to(torch.bool))
+        always_ptr = always.data_ptr()
+    out = torch.empty(batch, n_kv, k, dtype=torch.int64)
+    module.quest_select(
+        qc.data_ptr(), _FULL_KINDS[qc.dtype], lo.data_ptr(), hi.data_ptr(), _PARAM_DTYPES[lo.dtype], table.data_ptr(),
+        always_ptr, 0, out.data_ptr(), batch, n_kv, q.shape[1] // n_kv, n_queries, dim, width, k,
+        max(1, torch.get_num_threads()),
+    )  # fmt: skip
+    return out if block_table.dtype == torch.int64 else out.to(block_table.dtype)
 
 
 __all__ = [
@@ -359,5 +513,7 @@ __all__ = [
     "extension_dir",
     "mixed_sparse_attention",
     "paged_attention_partial",
+    "quest_scores",
+    "quest_top_k",
     "sparse_decode_attention",
 ]

@@ -10,14 +10,15 @@ Which backend runs, per call, from the device of the main input tensor:
 * ``MINUTIA_KERNELS=reference`` — always the reference.
 * ``MINUTIA_KERNELS=triton`` — always Triton; on CPU this needs ``TRITON_INTERPRET=1`` (the Triton
   interpreter, for tests) and raises otherwise. Cases a kernel does not cover raise.
-* ``MINUTIA_KERNELS=cpu`` — the fused CPU decode kernel (:mod:`kernels.cpu_decode`) for decode
-  attention on CPU tensors (one query per sequence); cases it does not cover raise, and so does a
-  failed build. Ops it has no kernel for (quantize, Quest scores, prefill attention) use the reference.
+* ``MINUTIA_KERNELS=cpu`` — the fused CPU kernels (:mod:`kernels.cpu_decode`) for decode attention
+  on CPU tensors (one query per sequence) and for Quest scores / top-k block selection; cases they do
+  not cover raise, and so does a failed build. Ops without a CPU kernel (quantize, prefill attention)
+  use the reference.
 * ``MINUTIA_KERNELS=auto`` (default) — Triton for CUDA tensors (compute capability >= 8.0) and for
-  CPU tensors under ``TRITON_INTERPRET=1``; on other CPU tensors the fused CPU kernel for decode
-  attention (built at first use; if the build fails, one logged warning and the reference); the
-  reference otherwise, and for any case a kernel does not cover (``NotImplementedError`` from a
-  kernel wrapper falls back to the reference).
+  CPU tensors under ``TRITON_INTERPRET=1``; on other CPU tensors the fused CPU kernels for decode
+  attention and Quest selection (built at first use; if the build fails, one logged warning and the
+  reference); the reference otherwise, and for any case a kernel does not cover
+  (``NotImplementedError`` from a kernel wrapper falls back to the reference).
 
 The environment is read at each call, so tests can switch it; ``TRITON_INTERPRET`` must be set
 before Triton kernels are first imported (Triton reads it when the kernels are defined).
@@ -65,19 +66,26 @@ def _cuda_capable(index: int) -> bool:
     return torch.cuda.get_device_capability(index) >= (8, 0)
 
 
-def _cpu_module() -> ModuleType:
-    from kernels import cpu_decode
+_CPU_MODULE: list[ModuleType] = []
 
-    return cpu_decode
+
+def _cpu_module() -> ModuleType:
+    if not _CPU_MODULE:
+        from kernels import cpu_decode
+
+        _CPU_MODULE.append(cpu_decode)
+    return _CPU_MODULE[0]
 
 
 def backend_for(device: torch.device | str, decode: bool = False) -> str:
     """``"triton"``, ``"cpu"`` or ``"reference"``: the backend a call with inputs on ``device`` uses.
 
-    ``decode`` asks about decode attention (one query per sequence), the one case the fused CPU
-    kernel covers; every other op on CPU tensors runs the reference (or Triton when interpreting).
+    ``decode`` asks about decode attention (one query per sequence) or Quest scores / top-k selection,
+    the cases the fused CPU kernels cover; every other op on CPU tensors runs the reference (or Triton
+    when interpreting).
     """
-    device = torch.device(device)
+    if not isinstance(device, torch.device):
+        device = torch.device(device)
     mode = requested_backend()
     if mode == "reference":
         return "reference"
@@ -112,7 +120,7 @@ def _call_attention(name: str, q: torch.Tensor, *args: Any) -> Any:
     if backend_for(q.device, _is_decode(q)) != "cpu":
         return _call("triton_decode", name, q.device, q, *args)
     cpu = _cpu_module()
-    if requested_backend() == "cpu" and not cpu.available():
+    if not cpu.available() and requested_backend() == "cpu":
         raise RuntimeError("MINUTIA_KERNELS=cpu but the fused CPU kernel did not build") from cpu.build_error()
     try:
         return getattr(cpu, name)(q, *args)
@@ -243,7 +251,24 @@ def mixed_sparse_attention(
 # --------------------------------------------------------------------------------------------------
 
 
+def _call_cpu_select(name: str, *args: Any) -> Any:
+    """The fused CPU Quest kernel (same backend choice as CPU decode attention), or None to fall back."""
+    cpu = _cpu_module()
+    if not cpu.available() and requested_backend() == "cpu":
+        raise RuntimeError("MINUTIA_KERNELS=cpu but the fused CPU kernel did not build") from cpu.build_error()
+    try:
+        return getattr(cpu, name)(*args)
+    except NotImplementedError:
+        if requested_backend() == "cpu":
+            raise
+        return None
+
+
 def quest_scores(q: torch.Tensor, kmin: torch.Tensor, kmax: torch.Tensor, block_table: torch.Tensor) -> torch.Tensor:
+    if q.device.type == "cpu" and backend_for(q.device, decode=True) == "cpu":
+        scores = _call_cpu_select("quest_scores", q, kmin, kmax, block_table)
+        if scores is not None:
+            return scores
     return _call("triton_decode", "quest_scores", q.device, q, kmin, kmax, block_table)
 
 
@@ -255,7 +280,14 @@ def quest_top_k(
     k: int,
     always: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Quest scores then top-k selection: the ``[B, Hkv, min(k, M)]`` table of kept blocks."""
+    """Quest scores then top-k selection: the ``[B, Hkv, min(k, M)]`` table of kept blocks.
+
+    On the CPU backend one fused C++ pass per (batch, KV head) (:func:`kernels.cpu_decode.quest_top_k`;
+    ties between equal scores go to the lower column, which torch.topk leaves unspecified)."""
+    if q.device.type == "cpu" and backend_for(q.device, decode=True) == "cpu":
+        table = _call_cpu_select("quest_top_k", q, kmin, kmax, block_table, k, always)
+        if table is not None:
+            return table
     return reference.select_top_k_blocks(quest_scores(q, kmin, kmax, block_table), block_table, k, always)
 
 

@@ -338,6 +338,23 @@ def test_fast_mode_error_is_bounded_by_its_roundings(monkeypatch, k_kind, v_kind
     assert err > 0  # the fast path ran (the exact one agrees to ~1e-6)
 
 
+@pytest.mark.parametrize("k_kind", ["int4", "int8"])
+@pytest.mark.parametrize("k_group,v_group,groups", [(16, 16, 4), (8, 64, 2), (64, 32, 4), (16, 32, 8)])
+def test_fast_mode_other_group_sizes(monkeypatch, k_kind, k_group, v_group, groups) -> None:
+    """Key groups too small for the 16-row transposed VNNI tiles use the per-tile kernel; value groups
+    of one chunk (16 channels) or G = 8 use the 32-channel bf16 loop; the rest the 64-channel one."""
+    dim = 128
+    q, k, v, table, seq = _problem(90 + k_group + v_group, 1, 2, groups, dim, 64, [[150, 64]])
+    kq, vq = _quantized(k, k_kind, True, k_group), _quantized(v, "int4", False, v_group)
+    exp_out, exp_lse = ref.sparse_decode_attention(q, kq, vq, table, seq)
+    monkeypatch.setenv("MINUTIA_CPU_DECODE", "fast")
+    out, lse = cd.sparse_decode_attention(q, kq, vq, table, seq)
+    out_tol, lse_tol = _fast_bound(q, kq, vq, ref.dequantize(vq), dim**-0.5)
+    err, lse_err = (out - exp_out).abs().max().item(), (lse - exp_lse).abs().max().item()
+    assert err <= out_tol and lse_err <= lse_tol, (err, out_tol, lse_err, lse_tol)
+    assert err > 0
+
+
 def test_fast_mode_keeps_full_precision_and_fp8_blocks_exact(monkeypatch) -> None:
     q, k, v, table, seq = _problem(70, 2, 2, 4, 128, 16, [[100, 40], [33, 16]])
     monkeypatch.setenv("MINUTIA_CPU_DECODE", "fast")
@@ -360,3 +377,154 @@ def test_fast_mode_mixed_tiers_and_mode_switch(monkeypatch) -> None:
     monkeypatch.setenv("MINUTIA_CPU_DECODE", "bogus")
     with pytest.raises(ValueError):
         cd.mixed_sparse_attention(q, sources)
+
+
+# ------------------------------------------------------------------------------------------------
+# Quest scores and top-k selection
+# ------------------------------------------------------------------------------------------------
+
+
+def _quest_problem(seed: int, batch: int, n_kv: int, groups: int, dim: int, width: int, n_pages: int, queries: int = 0,
+                   bound_dtype=torch.float32, q_dtype=torch.float32, pad: bool = True):  # fmt: skip
+    """Random queries, per-page key bounds (kmin <= kmax) and a table listing distinct shuffled pages."""
+    gen = torch.Generator().manual_seed(seed)
+    pages = torch.randn(n_pages, 16, n_kv, dim, generator=gen)
+    kmin, kmax = ref.block_key_bounds(pages)
+    shape = (batch, n_kv * groups, queries, dim) if queries else (batch, n_kv * groups, dim)
+    q = torch.randn(*shape, generator=gen).to(q_dtype)
+    table = torch.stack([torch.randperm(n_pages, generator=gen)[:width] for _ in range(batch * n_kv)]).view(batch, n_kv, width)
+    if pad:
+        table[..., -1] = -1
+        table[0, 0, width // 2] = -1
+    return q, kmin.to(bound_dtype), kmax.to(bound_dtype), table
+
+
+@pytest.mark.parametrize("groups", [1, 4])
+@pytest.mark.parametrize("queries", [0, 2])
+@pytest.mark.parametrize("bound_dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dim", [64, 40])
+def test_quest_scores_match_reference(groups: int, queries: int, bound_dtype, dim: int) -> None:
+    q, kmin, kmax, table = _quest_problem(60 + groups + queries, 2, 3, groups, dim, 9, 24, queries, bound_dtype)
+    got = cd.quest_scores(q, kmin, kmax, table)
+    exp = ref.quest_scores(q, kmin, kmax, table)
+    assert got.dtype == exp.dtype == torch.float32 and got.shape == exp.shape
+    torch.testing.assert_close(got, exp, atol=1e-4, rtol=1e-5)
+    assert bool((got[table < 0] == -math.inf).all())
+
+
+def test_quest_scores_bf16_queries_and_empty_blocks() -> None:
+    q, _, _, table = _quest_problem(70, 1, 2, 2, 32, 6, 10, q_dtype=torch.bfloat16)
+    pages = torch.randn(10, 16, 2, 32)
+    fill = torch.tensor([16, 0, 5, 16, 0, 16, 3, 16, 16, 1])  # pages 1 and 4 empty: +-inf bounds
+    kmin, kmax = ref.block_key_bounds(pages, fill)
+    table = torch.tensor([[[1, 0, 4, 2, -1, 3], [5, 6, 7, 8, 9, 4]]])
+    got = cd.quest_scores(q, kmin, kmax, table)
+    exp = ref.quest_scores(q, kmin, kmax, table)
+    torch.testing.assert_close(got, exp, atol=1e-4, rtol=1e-5)
+
+
+def _assert_same_selection(got: torch.Tensor, exp: torch.Tensor) -> None:
+    """Same kept blocks in the same (column) order and as many -1 picks per row. Where padding columns
+    fill the last picks, torch.topk chooses among them unspecified, so the -1s may sit elsewhere."""
+    assert got.shape == exp.shape and got.dtype == exp.dtype
+    rows = math.prod(got.shape[:-1])
+    for g_row, e_row in zip(got.reshape(rows, -1).tolist(), exp.reshape(rows, -1).tolist()):
+        assert [x for x in g_row if x >= 0] == [x for x in e_row if x >= 0]
+        assert g_row.count(-1) == e_row.count(-1)
+
+
+@pytest.mark.parametrize("groups", [1, 2, 4])
+@pytest.mark.parametrize("k", [0, 1, 3, 6, 8, 9, 20])
+def test_quest_top_k_matches_reference(groups: int, k: int) -> None:
+    q, kmin, kmax, table = _quest_problem(80 + k, 2, 2, groups, 32, 9, 30)
+    always = torch.zeros(table.shape, dtype=torch.bool)
+    always[0, 1, 2] = always[1, 0, 0] = always[1, 0, 8] = True  # (1, 0, 8) is padding: never kept
+    for mask in (None, always):
+        exp = ref.select_top_k_blocks(ref.quest_scores(q, kmin, kmax, table), table, k, mask)
+        got = cd.quest_top_k(q, kmin, kmax, table, k, mask)
+        assert got.dtype == exp.dtype and got.shape == exp.shape == (2, 2, min(k, 9))
+        _assert_same_selection(got, exp)
+    assert cd.quest_top_k(q, kmin, kmax, table, 9) is table  # everything kept: the table itself
+
+
+def test_quest_top_k_ties_padding_and_empty_selection() -> None:
+    # Pages 0..3 have equal bounds: equal scores; the fused kernel keeps the lower columns.
+    dim = 32
+    kmin, kmax = torch.zeros(8, 1, dim), torch.zeros(8, 1, dim)  # pages 4..7: score 0
+    kmin[:4], kmax[:4] = -1.0, 1.0  # pages 0..3: score sum |q_d| > 0 for each of them
+    q = torch.randn(1, 2, dim)
+    table = torch.tensor([[[5, 3, -1, 1, 0, 2, 4]]])
+    scores = ref.quest_scores(q, kmin, kmax, table)
+    tied = scores[0, 0, [1, 3, 4, 5]]
+    assert torch.equal(tied, tied[:1].expand(4))
+    got = cd.quest_top_k(q, kmin, kmax, table, 2)
+    assert got.tolist() == [[[3, 1]]]  # columns 1 and 3 of the four tied ones, in column order
+    exp = ref.select_top_k_blocks(scores, table, 2)
+    assert sorted(scores[0, 0, [c for c in range(7) if int(table[0, 0, c]) in exp[0, 0].tolist()]].tolist()) == sorted(
+        scores[0, 0, [1, 3]].tolist()
+    )
+    # More picks than listed blocks: padding picks come back as -1.
+    few = torch.tensor([[[-1, 6, -1, -1, 7]]])
+    got = cd.quest_top_k(q, kmin, kmax, few, 3)
+    assert sorted(x for x in got[0, 0].tolist() if x >= 0) == [6, 7] and got[0, 0].tolist().count(-1) == 1
+    _assert_same_selection(got, ref.select_top_k_blocks(ref.quest_scores(q, kmin, kmax, few), few, 3))
+    # Nothing listed at all, and k = 0.
+    empty = torch.full((1, 1, 4), -1, dtype=torch.long)
+    assert cd.quest_top_k(q, kmin, kmax, empty, 2).tolist() == [[[-1, -1]]]
+    assert cd.quest_top_k(q, kmin, kmax, table, 0).shape == (1, 1, 0)
+    assert cd.quest_scores(q, kmin, kmax, empty).eq(-math.inf).all()
+    # An int32 table keeps its dtype.
+    assert cd.quest_top_k(q, kmin, kmax, table.int(), 2).dtype == torch.int32
+
+
+def test_dispatch_routes_quest_selection(monkeypatch) -> None:
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    q, kmin, kmax, table = _quest_problem(90, 1, 2, 4, 64, 12, 40)
+    exp = ref.select_top_k_blocks(ref.quest_scores(q, kmin, kmax, table), table, 5)
+    calls = []
+    real = cd.quest_top_k
+    monkeypatch.setattr(cd, "quest_top_k", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    for mode, fused in (("auto", True), ("cpu", True), ("reference", False)):
+        monkeypatch.setenv("MINUTIA_KERNELS", mode)
+        calls.clear()
+        _assert_same_selection(dispatch.quest_top_k(q, kmin, kmax, table, 5), exp)
+        torch.testing.assert_close(dispatch.quest_scores(q, kmin, kmax, table), ref.quest_scores(q, kmin, kmax, table))
+        assert bool(calls) == fused, mode
+    # A case the kernel does not cover (a 2-d table) falls back in auto mode, raises in cpu mode.
+    flat = table[0]
+    monkeypatch.setenv("MINUTIA_KERNELS", "cpu")
+    with pytest.raises(NotImplementedError):
+        dispatch.quest_top_k(q, kmin, kmax, flat, 2)
+    monkeypatch.setenv("MINUTIA_KERNELS", "auto")
+    calls.clear()
+    try:
+        exp_flat = ref.select_top_k_blocks(ref.quest_scores(q, kmin, kmax, flat), flat, 2)
+    except Exception:  # the reference does not take it either: nothing to compare
+        return
+    torch.testing.assert_close(dispatch.quest_top_k(q, kmin, kmax, flat, 2), exp_flat)
+
+
+def test_cached_pool_descriptions_follow_pool_changes() -> None:
+    """The wrapper remembers validated pools; results must follow in-place writes, swapped tensors and
+    in-place re-pointing (set_) of a pool, and non-contiguous pools are never remembered."""
+    q, k, v, table, seq = _problem(95, 1, 2, 4, 64, 16, [[40, 33]])
+    kq, vq = _quantized(k, "int4", True, 16), _quantized(v, "int8", False, 32)
+
+    def check() -> None:
+        exp_out, exp_lse = ref.sparse_decode_attention(q, kq, vq, table, seq)
+        out, lse = cd.sparse_decode_attention(q, kq, vq, table, seq)
+        torch.testing.assert_close(out, exp_out, **TOL)
+        torch.testing.assert_close(lse, exp_lse, **TOL)
+
+    check()
+    check()  # from the remembered descriptions
+    other = _quantized(torch.randn_like(k), "int4", True, 16)
+    kq.data.copy_(other.data)  # written in place: same pointers
+    check()
+    kq.scale = other.scale.clone()  # a new tensor object
+    check()
+    vq.data.set_(vq.data.clone())  # same object, new storage
+    check()
+    vq.zero = vq.zero.transpose(0, 1).contiguous().transpose(0, 1)  # non-contiguous: copied each call
+    check()
+    assert not any(key[0] == id(vq.data) and key[2] == id(vq.zero) for key in cd._OPERANDS if len(key) > 4)

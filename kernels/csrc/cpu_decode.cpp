@@ -9,6 +9,10 @@
 // group), then an online softmax and the value accumulation (values dequantized per 16-channel chunk
 // in registers, outlier channels patched in) follow. Splits merge by log-sum-exp at the end.
 //
+// Fast mode (INT8/INT4 keys, INT4 values): keys are dotted on VNNI with the group-scaled query in int8,
+// 16 rows at a time transposed so tokens sit in lanes (no horizontal sums); INT4 values on vdpbf16ps,
+// 64 channels per pass. quest_select fuses the Quest block bounds and the top-k block selection.
+//
 // Written with GCC/Clang vector extensions (16 floats = one AVX-512 register) so -march=native
 // picks the widest ISA available; only the fp16 conversion uses an intrinsic when present.
 // The Python side passes raw pointers (no torch headers: the build takes seconds, not a minute).
@@ -41,7 +45,8 @@ typedef uint8_t vb __attribute__((vector_size(16)));
 typedef uint16_t vh __attribute__((vector_size(32)));
 
 constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
-constexpr int MAX_OUT = 64;  // outlier channels per head (kernels/cpu_decode.py checks)
+constexpr int MAX_OUT = 64;
+constexpr int PREFETCH_AHEAD = 1;  // blocks ahead (2 and 4 measured no better on a shared EPYC)
 
 // Storage kinds (must match kernels/cpu_decode.py).
 enum Kind { K_F32 = 0, K_BF16 = 1, K_F16 = 2, K_INT8 = 3, K_INT4 = 4, K_FP8 = 5 };
@@ -332,11 +337,24 @@ void key_dots(const KeyRows<KIND>& rows, int t0, int t1, int D, const float* qe,
       }
     }
     if constexpr (T * G == 16) {
+#if defined(__AVX512F__)
+      // Lane t * G + g of the reduction -> lane g * T + t, then head g's T lanes in one masked store.
+      static const __m512i to_heads = [] {
+        alignas(64) int32_t ix[16];
+        for (int g = 0; g < G; ++g)
+          for (int t = 0; t < T; ++t) ix[g * T + t] = t * G + g;
+        return _mm512_load_si512(ix);
+      }();
+      const __m512 r = _mm512_permutexvar_ps(to_heads, (__m512)reduce16(acc));
+#pragma GCC unroll 8
+      for (int g = 0; g < G; ++g) _mm512_mask_storeu_ps(S + g * ldS + tt - g * T, __mmask16(((1u << T) - 1) << (g * T)), r);
+#else
       vf r = reduce16(acc);
 #pragma GCC unroll 16
       for (int t = 0; t < T; ++t)
 #pragma GCC unroll 8
         for (int g = 0; g < G; ++g) S[g * ldS + tt + t] = r[t * G + g];
+#endif
     } else {
       for (int t = 0; t < T; ++t)
         for (int g = 0; g < G; ++g) S[g * ldS + tt + t] = hsum(acc[t * G + g]);
@@ -380,11 +398,97 @@ void key_dots_i8(const uint8_t* base, int64_t stride, int t0, int t1, int D, int
       }
     }
     static_assert(T * G == 16, "one reduction per tile");
-    vf r = __builtin_convertvector(reduce16(acc), vf);
-#pragma GCC unroll 16
-    for (int t = 0; t < T; ++t)
+    // Lane t * G + g of the reduction -> lane g * T + t, then head g's T lanes in one masked store.
+    static const __m512i to_heads = [] {
+      alignas(64) int32_t ix[16];
+      for (int g = 0; g < G; ++g)
+        for (int t = 0; t < T; ++t) ix[g * T + t] = t * G + g;
+      return _mm512_load_si512(ix);
+    }();
+    const __m512 r = _mm512_permutexvar_ps(to_heads, _mm512_cvtepi32_ps((__m512i)reduce16(acc)));
 #pragma GCC unroll 8
-      for (int g = 0; g < G; ++g) S[g * ldS + tt + t] = sq[g] * r[t * G + g] + bias[g];
+    for (int g = 0; g < G; ++g)
+      _mm512_mask_storeu_ps(S + g * ldS + tt - g * T, __mmask16(((1u << T) - 1) << (g * T)),
+                            _mm512_fmadd_ps(r, _mm512_set1_ps(sq[g]), _mm512_set1_ps(bias[g])));
+  }
+}
+
+// The same dot products with tokens in lanes: 16 rows of one token group (16 tokens for INT8, 32 for
+// INT4: a packed row holds two) are loaded 64 bytes at a time and transposed as a 16 x 16 matrix of
+// dwords, so each vector holds 4 channels of the 16 rows and one VNNI instruction with the query's 4
+// channels broadcast adds them for every row: no horizontal reductions, and the transposition is
+// shared by the G heads. Rows [r0, r0 + 16) must exist in the block (the group's rows).
+inline void transpose16(__m512i* r) {
+  __m512i t[16], u[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {  // u[4i + k], 128-bit lane L: rows 4i..4i+3 of column 4L + k
+    u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {  // r[4L + k]: rows 0..15 of column 4L + k
+    const __m512i x0 = _mm512_shuffle_i32x4(u[k], u[4 + k], 0x44), x1 = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], 0x44);
+    const __m512i x2 = _mm512_shuffle_i32x4(u[k], u[4 + k], 0xEE), x3 = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], 0xEE);
+    r[k] = _mm512_shuffle_i32x4(x0, x1, 0x88);
+    r[4 + k] = _mm512_shuffle_i32x4(x0, x1, 0xDD);
+    r[8 + k] = _mm512_shuffle_i32x4(x2, x3, 0x88);
+    r[12 + k] = _mm512_shuffle_i32x4(x2, x3, 0xDD);
+  }
+}
+
+template <int G, int KIND>
+void key_dots_i8_t(const uint8_t* base, int64_t stride, int r0, int D, int Dp, const int8_t* qi, const float* sq,
+                   const float* bias, float* S, int ldS) {
+  constexpr int NA = KIND == K_INT4 ? 2 : 1;  // accumulators per head: even / odd tokens
+  const int C = Dp / 64;
+  const __mmask64 tail = D % 64 ? ~0ULL >> (64 - D % 64) : ~0ULL;
+  const __m512i low = _mm512_set1_epi8(15);
+  __m512i acc[NA * G];
+#pragma GCC unroll 16
+  for (int i = 0; i < NA * G; ++i) acc[i] = _mm512_setzero_si512();
+  for (int c = 0; c < C; ++c) {
+    const __mmask64 m = c == C - 1 ? tail : ~0ULL;
+    __m512i x[16];
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; ++r) x[r] = _mm512_maskz_loadu_epi8(m, base + (r0 + r) * stride + 64 * c);
+    transpose16(x);
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) {
+      __m512i k0 = x[j], k1 = k0;
+      if constexpr (KIND == K_INT4) {
+        k1 = _mm512_and_si512(_mm512_srli_epi16(k0, 4), low);
+        k0 = _mm512_and_si512(k0, low);
+      }
+#pragma GCC unroll 8
+      for (int g = 0; g < G; ++g) {
+        int32_t qw;
+        std::memcpy(&qw, qi + g * Dp + 64 * c + 4 * j, 4);
+        const __m512i qb = _mm512_set1_epi32(qw);
+        acc[NA * g] = _mm512_dpbusd_epi32(acc[NA * g], k0, qb);
+        if constexpr (KIND == K_INT4) acc[NA * g + 1] = _mm512_dpbusd_epi32(acc[NA * g + 1], k1, qb);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int g = 0; g < G; ++g) {
+    const __m512 s = _mm512_set1_ps(sq[g]), b = _mm512_set1_ps(bias[g]);
+    const __m512 e = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[NA * g]), s, b);
+    if constexpr (KIND == K_INT4) {
+      const __m512 o = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[NA * g + 1]), s, b);
+      const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+      const __m512i hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+      _mm512_storeu_ps(S + g * ldS + 2 * r0, _mm512_permutex2var_ps(e, lo, o));
+      _mm512_storeu_ps(S + g * ldS + 2 * r0 + 16, _mm512_permutex2var_ps(e, hi, o));
+    } else {
+      _mm512_storeu_ps(S + g * ldS + r0, e);
+    }
   }
 }
 
@@ -412,6 +516,44 @@ void quantize_query(const float* qe, int D, int Dp, float mid, int8_t* qi, float
     }
     bias[g] += mid * hsum(r);
     std::memset(qi + g * Dp + D, 0, Dp - D);
+  }
+}
+
+// The fold and quantize_query in one pass per head, from the group's key scales and zero points as
+// fp32 (sv, zv): bias[g] = q.z + mid * sum_d r_d, with sum_d r_d = sum_d x_d - sq * sum_d qi_d, and the
+// int8 rows packed 64 channels at a time (two saturating packs and one dword permute).
+template <int G>
+void prep_query_i8(const float* qm, const float* sv, const float* zv, int D, int Dp, float mid, float* tmp,
+                   int8_t* qi, float* sq, float* bias) {
+  const int C = D / 16;
+  const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  const __m512i ones = _mm512_set1_epi8(1);
+  for (int g = 0; g < G; ++g) {
+    const float* q = qm + g * D;
+    vf mx = vf{}, b = vf{}, sx = vf{};
+    for (int c = 0; c < C; ++c) {
+      const vf qv = loadv<vf>(q + 16 * c), x = qv * loadv<vf>(sv + 16 * c);
+      storev(tmp + 16 * c, x);
+      mx = vmax(mx, vmax(x, -x));
+      sx += x;
+      b += qv * loadv<vf>(zv + 16 * c);
+    }
+    const float amax = hmax(mx);
+    sq[g] = amax / 127.0f;
+    const __m512 inv = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+    __m512i ns = _mm512_setzero_si512();
+    for (int c = 0; c < Dp / 16; c += 4) {
+      __m512i n[4];
+#pragma GCC unroll 4
+      for (int m = 0; m < 4; ++m)
+        n[m] = c + m < C ? _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(tmp + 16 * (c + m)), inv)) : _mm512_setzero_si512();
+      // dword 4L + m of the packed vector holds channels 16m + 4L .. +3: back to channel order.
+      const __m512i p = _mm512_permutexvar_epi32(
+          order, _mm512_packs_epi16(_mm512_packs_epi32(n[0], n[1]), _mm512_packs_epi32(n[2], n[3])));
+      _mm512_storeu_si512(qi + g * Dp + 16 * c, p);
+      ns = _mm512_dpbusd_epi32(ns, ones, p);
+    }
+    bias[g] = hsum(b) + mid * (hsum(sx) - sq[g] * float(_mm512_reduce_add_epi32(ns)));
   }
 }
 #endif
@@ -531,6 +673,78 @@ void value_accumulate_folded(const ValueRows<KIND>& rows, int nv, int DV, const 
 // to bf16 pairs (two tokens) and the codes become bf16 128 + code (exact: high byte 0x43), so one
 // vdpbf16ps does two tokens of 16 channels with no int-to-float conversion; 128 * sum w comes back out
 // with the zero points. Error: each weight rounded to 8 bits (relative 2^-9).
+// The INT4 value loop of value_accumulate_bf16 for G <= 4 heads, 64 channels per pass: two rows' 32
+// bytes in one register, the nibbles split in 3 instructions, and each of the 4 chunks' bf16 pairs
+// (0x43 high byte, code low byte, tokens t and t+1) made by one byte permute whose masked-off bytes
+// come from the index (0x43). Channel groups span an even number of chunks, so one weight broadcast
+// serves two chunks.
+template <int G>
+void value_pass64(const ValueRows<K_INT4>& rows, int nv, int DV, const float* alpha, float* acc, const uint32_t* wb,
+                  const float* zs, int ldw, int ng, int cpg) {
+  static const auto idx = [] {
+    std::array<__m512i, 4> out;
+    for (int k = 0; k < 4; ++k) {
+      alignas(64) uint8_t b[64];
+      for (int d = 0; d < 16; ++d)
+        for (int r = 0; r < 2; ++r) {
+          const int ch = 16 * k + d;  // channel within the pass; row r's byte ch / 2, nibble ch & 1
+          b[4 * d + 2 * r] = uint8_t((ch & 1 ? 64 : 0) + 32 * r + ch / 2);
+          b[4 * d + 2 * r + 1] = 0x43;  // masked off: kept from the index
+        }
+      out[k] = _mm512_load_si512(b);
+    }
+    return out;
+  }();
+  const __mmask64 even = 0x5555555555555555ULL;
+  const __m512i low = _mm512_set1_epi8(15);
+  const int64_t gs = int64_t(ng) * ldw;
+  for (int c0 = 0; c0 < DV / 16; c0 += 4) {
+    __m512 a[G][4];
+    const uint32_t* w0 = wb + (c0 / cpg) * ldw;        // chunks c0, c0 + 1
+    const uint32_t* w1 = wb + ((c0 + 2) / cpg) * ldw;  // chunks c0 + 2, c0 + 3
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g)
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k)
+        a[g][k] = _mm512_fmadd_ps(_mm512_loadu_ps(acc + g * DV + 16 * (c0 + k)), _mm512_set1_ps(alpha[g]),
+                                  _mm512_set1_ps(zs[g * ng + (c0 + k) / cpg]));
+    const uint32_t* p0[G];  // each head's weight pairs for chunks c0, c0 + 1 and c0 + 2, c0 + 3
+    const uint32_t* p1[G];
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+      p0[g] = w0 + g * gs;
+      p1[g] = w1 + g * gs;
+    }
+    const uint8_t* base = rows.base + 8 * c0;
+    const int64_t stride = rows.stride;
+    for (int t = 0; t < nv; t += 2) {
+      const uint8_t* r0 = base + t * stride;
+      const uint8_t* r1 = t + 1 < nv ? r0 + stride : r0;  // its weight is zero
+      const int i = t >> 1;
+      const __m512i x = _mm512_inserti64x4(
+          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0))),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1)), 1);
+      const __m512i lo = _mm512_and_si512(x, low), hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), low);
+      __m512bh v[4];
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) v[k] = (__m512bh)_mm512_mask2_permutex2var_epi8(lo, idx[k], even, hi);
+#pragma GCC unroll 4
+      for (int g = 0; g < G; ++g) {
+        const __m512bh b0 = (__m512bh)_mm512_set1_epi32(int(p0[g][i]));
+        const __m512bh b1 = (__m512bh)_mm512_set1_epi32(int(p1[g][i]));
+        a[g][0] = _mm512_dpbf16_ps(a[g][0], v[0], b0);
+        a[g][1] = _mm512_dpbf16_ps(a[g][1], v[1], b0);
+        a[g][2] = _mm512_dpbf16_ps(a[g][2], v[2], b1);
+        a[g][3] = _mm512_dpbf16_ps(a[g][3], v[3], b1);
+      }
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g)
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) _mm512_storeu_ps(acc + g * DV + 16 * (c0 + k), a[g][k]);
+  }
+}
+
 template <int G>
 void value_accumulate_bf16(const ValueRows<K_INT4>& rows, int nv, int DV, const float* P, int ldP, const float* alpha,
                            float* acc, float* w) {
@@ -539,6 +753,10 @@ void value_accumulate_bf16(const ValueRows<K_INT4>& rows, int nv, int DV, const 
   uint32_t* wb = reinterpret_cast<uint32_t*>(w);  // [G][ng][ldw] bf16 pairs (token 2i low)
   float* zs = w + G * ng * ldP;                    // [G][ng]
   const __m512bh ones = (__m512bh)_mm512_set1_epi16(0x3F80);
+  // zs[g][j] = sum_t P z - 128 sum_t w: the lane sums of all (g, j) reduced 16 at a time.
+  constexpr int MAXZ = 64;
+  vf zsum[MAXZ];
+  const bool batched = G * ng <= MAXZ;
   for (int g = 0; g < G; ++g)
     for (int j = 0; j < ng; ++j) {
       vf z = vf{}, sw = vf{};
@@ -551,7 +769,15 @@ void value_accumulate_bf16(const ValueRows<K_INT4>& rows, int nv, int DV, const 
         z += p0 * loadv<vf>(rows.zero + j * ldP + 16 * i);
         if (i + 1 < nt) z += p1 * loadv<vf>(rows.zero + j * ldP + 16 * i + 16);
       }
-      zs[g * ng + j] = hsum(z) - 128.0f * hsum(sw);
+      if (batched) zsum[g * ng + j] = z - 128.0f * sw;
+      else zs[g * ng + j] = hsum(z) - 128.0f * hsum(sw);
+    }
+  if (batched)
+    for (int i0 = 0; i0 < G * ng; i0 += 16) {
+      vf part[16];
+      for (int i = 0; i < 16; ++i) part[i] = i0 + i < G * ng ? zsum[i0 + i] : vf{};
+      const vf r = reduce16(part);
+      for (int i = 0; i < 16 && i0 + i < G * ng; ++i) zs[i0 + i] = r[i];
     }
   float old[8 * MAX_OUT];
   save_outliers<G>(rows, DV, acc, old);
@@ -573,6 +799,13 @@ void value_accumulate_bf16(const ValueRows<K_INT4>& rows, int nv, int DV, const 
   }();
   const __m512i k43 = _mm512_set1_epi8(0x43);
   const __m256i low = _mm256_set1_epi8(15);
+  if constexpr (G <= 4) {
+    if (C % 4 == 0 && cpg % 2 == 0) {  // 64 channels (4 chunks, 2 per group) per pass, all G heads
+      value_pass64<G>(rows, nv, DV, alpha, acc, wb, zs, ldw, ng, cpg);
+      patch_outliers<G>(rows, nv, DV, P, ldP, alpha, acc, old);
+      return;
+    }
+  }
   for (int c0 = 0; c0 < C; c0 += W) {
     const int wn = std::min(W, C - c0);
     __m512 a[G][W];
@@ -635,6 +868,12 @@ struct State {
   std::vector<float> vw;    // folded value weights [nv][n_groups][G] and zero sums [G][n_groups]
   std::vector<int8_t> qi;   // fast mode: [G][Dp] int8 queries of the current token group
   std::vector<float> sq;    // [G] their scales
+  struct Item {
+    int si;
+    int64_t e, slot;
+    int nv;
+  };
+  std::vector<Item> work;   // the listed blocks of the current item that hold tokens
   int ldS = 0, Dp = 0;
   bool fast = false;
 };
@@ -660,6 +899,32 @@ void key_block(const Operand& op, const Dims& d, int64_t h, int64_t slot, int bs
   for (int t0 = 0; t0 < nv; t0 += gsz) {
     const float* qe = qm;
     float* bias = st.bias.data() + g0;
+#ifdef MINUTIA_VNNI
+    if constexpr (KIND == K_INT8 || KIND == K_INT4) {
+      if (st.fast && gsz % T == 0) {
+        const int64_t prow = ((slot * (bs / gsz) + t0 / gsz) * H + h) * D;
+        float* sv = st.sbuf.data();
+        float* zv = st.zbuf.data();
+        for (int c = 0; c < D / 16; ++c) {
+          storev(sv + 16 * c, params16(op.scale, op.pdtype, prow + 16 * c));
+          storev(zv + 16 * c, params16(op.zero, op.pdtype, prow + 16 * c));
+        }
+        int8_t* qi = st.qi.data() + g0 * st.Dp;
+        prep_query_i8<G>(qm, sv, zv, int(D), st.Dp, KIND == K_INT8 ? 127.5f : 7.5f, st.qe.data() + g0 * D, qi,
+                         st.sq.data() + g0, bias);
+        const int t_end = std::min(t0 + gsz, nv);
+        constexpr int step = KIND == K_INT4 ? 2 : 1;
+        if (gsz % (16 * step) == 0) {  // whole 16-row tiles inside the group: tokens in lanes
+          for (int r = t0 / step; r * step < t_end; r += 16)
+            key_dots_i8_t<G, KIND>(rows.base, rows.stride, r, int(D), st.Dp, qi, st.sq.data() + g0, bias, S, ldS);
+        } else {
+          const int t1 = std::min(t0 + gsz, (t_end + T - 1) / T * T);
+          key_dots_i8<G, T, KIND>(rows.base, rows.stride, t0, t1, int(D), st.Dp, qi, st.sq.data() + g0, bias, S, ldS);
+        }
+        continue;
+      }
+    }
+#endif
     if constexpr (KIND >= K_INT8) {
       // Fold the per-channel scale of this token group into the queries; the zero point is a bias.
       const int64_t prow = ((slot * (bs / gsz) + t0 / gsz) * H + h) * D;
@@ -686,6 +951,12 @@ void key_block(const Operand& op, const Dims& d, int64_t h, int64_t slot, int bs
       if (st.fast && gsz % T == 0) {
         int8_t* qi = st.qi.data() + g0 * st.Dp;
         quantize_query<G>(qe, int(D), st.Dp, KIND == K_INT8 ? 127.5f : 7.5f, qi, st.sq.data() + g0, bias);
+        constexpr int step = KIND == K_INT4 ? 2 : 1;
+        if (gsz % (16 * step) == 0) {  // whole 16-row tiles inside the group: tokens in lanes
+          for (int r = t0 / step; r * step < t_end; r += 16)
+            key_dots_i8_t<G, KIND>(rows.base, rows.stride, r, int(D), st.Dp, qi, st.sq.data() + g0, bias, S, ldS);
+          continue;
+        }
         const int t1 = std::min(t0 + gsz, (t_end + T - 1) / T * T);
         key_dots_i8<G, T, KIND>(rows.base, rows.stride, t0, t1, int(D), st.Dp, qi, st.sq.data() + g0, bias, S, ldS);
         continue;
@@ -744,7 +1015,53 @@ void params_cols(const void* p, int64_t first, int64_t stride, int n, int width,
     for (int t = n; t < (n + 15) / 16 * 16; ++t) out[j * ld + t] = 0.0f;
 }
 
+#if defined(__AVX512BW__)
+// params_cols for 16-bit params and width % 4 == 0: per 16 rows, each 8-byte run of 4 params is
+// gathered (two 8-lane gathers, rows past n masked to zero), and one word permute per param picks its
+// 16 rows, converted to fp32 in one instruction.
+template <int DTYPE>
+void params_cols16(const void* p, int64_t first, int64_t stride, int n, int width, int ld, float* out) {
+  const char* base = static_cast<const char*>(p) + 2 * first;
+  const __m512i rows = _mm512_mullo_epi64(_mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi64(2 * stride));
+  static const auto pick = [] {
+    std::array<__m512i, 4> out;
+    for (int j = 0; j < 4; ++j) {
+      alignas(64) uint16_t ix[32];
+      for (int t = 0; t < 32; ++t) ix[t] = uint16_t(4 * (t % 16) + j);  // row t (of 16): word 4t + j of (a, b)
+      out[j] = _mm512_load_si512(ix);
+    }
+    return out;
+  }();
+  for (int t0 = 0; t0 < n; t0 += 16) {
+    const int left = n - t0;
+    const __mmask8 m0 = left >= 8 ? 0xFF : __mmask8((1u << left) - 1);
+    const __mmask8 m1 = left >= 16 ? 0xFF : (left <= 8 ? 0 : __mmask8((1u << (left - 8)) - 1));
+    const char* b0 = base + 2 * int64_t(t0) * stride;
+    const char* b1 = b0 + 16 * stride;
+    for (int q = 0; q < width; q += 4) {
+      const __m512i a = _mm512_mask_i64gather_epi64(_mm512_setzero_si512(), m0, rows, b0 + 2 * q, 1);
+      const __m512i b = m1 ? _mm512_mask_i64gather_epi64(_mm512_setzero_si512(), m1, rows, b1 + 2 * q, 1)
+                           : _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        const __m256i h = _mm512_castsi512_si256(_mm512_permutex2var_epi16(a, pick[j], b));
+        __m512 f;
+        if constexpr (DTYPE == P_F16) f = _mm512_cvtph_ps(h);
+        else f = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+        _mm512_storeu_ps(out + (q + j) * ld + t0, f);
+      }
+    }
+  }
+}
+#endif
+
 void params_to_float_t(const void* p, int dtype, int64_t first, int64_t stride, int n, int width, int ld, float* out) {
+#if defined(__AVX512BW__)
+  if (width % 4 == 0 && n > 0) {
+    if (dtype == P_F16) return params_cols16<P_F16>(p, first, stride, n, width, ld, out);
+    if (dtype == P_BF16) return params_cols16<P_BF16>(p, first, stride, n, width, ld, out);
+  }
+#endif
   switch (dtype) {
     case P_BF16: return params_cols<P_BF16>(p, first, stride, n, width, ld, out);
     case P_F16: return params_cols<P_F16>(p, first, stride, n, width, ld, out);
@@ -967,10 +1284,12 @@ void softmax_block(const Dims& d, int nv, State& st, float* bm, float* bl, int64
 }
 
 // Returns nothing: writes out [B, H, G, DV] (normalised), lse [B, H, G] and, when mass_ptr is set,
-// the per-block mass [B, H, G, M_total] normalised within this call's softmax.
+// the per-block mass [B, H, G, M_total] normalised within this call's softmax ([B, H, M_total], summed
+// over the G heads, when mass_summed). q is [B, H * G, DK] fp32 (q_kind 0), bf16 (1) or fp16 (2).
 void decode(int64_t q_ptr, int64_t out_ptr, int64_t lse_ptr, int64_t mass_ptr, int64_t B, int64_t H, int64_t G,
             int64_t DK, int64_t DV, double scale, double softcap, int64_t n_splits, int64_t n_threads,
-            const std::vector<std::vector<int64_t>>& source_args, bool fast) {
+            const std::vector<std::vector<int64_t>>& source_args, bool fast, int64_t q_kind, bool mass_summed) {
+  if (q_kind < 0 || q_kind > 2) throw std::invalid_argument("queries must be fp32, bf16 or fp16");
   if (DK % 16 || DV % 16) throw std::invalid_argument("head dims must be multiples of 16");
   const Dims dims{B, H, G, DK, DV, float(scale), float(softcap)};
   std::vector<Source> sources;
@@ -990,7 +1309,7 @@ void decode(int64_t q_ptr, int64_t out_ptr, int64_t lse_ptr, int64_t mass_ptr, i
     col_start.push_back(col_start.back() + s.width);
   }
   const int64_t total = col_start.back();
-  const float* q_in = reinterpret_cast<const float*>(q_ptr);
+  const void* q_in = reinterpret_cast<const void*>(q_ptr);
   float* out = reinterpret_cast<float*>(out_ptr);
   float* lse = reinterpret_cast<float*>(lse_ptr);
   float* mass = reinterpret_cast<float*>(mass_ptr);
@@ -1026,6 +1345,8 @@ void decode(int64_t q_ptr, int64_t out_ptr, int64_t lse_ptr, int64_t mass_ptr, i
     st.q.resize(G * DK);
     st.qm.resize(G * DK);
     st.qe.resize(G * DK);
+    st.sbuf.resize(DK);
+    st.zbuf.resize(DK);
     st.S.assign(G * st.ldS, 0.0f);
     st.m.assign(G, NEG_INF);
     st.l.assign(G, 0.0f);
@@ -1040,28 +1361,34 @@ void decode(int64_t q_ptr, int64_t out_ptr, int64_t lse_ptr, int64_t mass_ptr, i
     st.qi.resize(G * st.Dp);
     st.sq.resize(G);
     st.fast = fast;
-    for (int64_t i = 0; i < G * DK; ++i) st.q[i] = q_in[bh * G * DK + i] * dims.scale;
+    for (int64_t i = 0; i < G * DK; ++i) st.q[i] = param_at(q_in, int(q_kind), bh * G * DK + i) * dims.scale;
     const int64_t e0 = split * per_split, e1 = std::min(total, e0 + per_split);
     int current = -1;
-    for (int64_t e = e0; e < e1; ++e) {
-      int si = 0;
+    // The listed blocks of this item that hold tokens: (source, column, slot, tokens).
+    auto& work = st.work;
+    work.clear();
+    for (int64_t e = e0, si = 0; e < e1; ++e) {
       while (col_start[si + 1] <= e) ++si;
       const Source& src = sources[si];
       const int64_t m = e - col_start[si];
       const int64_t slot = src.table[bh * src.width + m];
       const int64_t nv64 = std::clamp<int64_t>(src.seq[bh] - m * src.bs, 0, src.bs);
-      if (slot < 0 || nv64 == 0) continue;
-      const int nv = int(nv64);
-      for (int64_t f = e + 1; f < e1; ++f) {  // prefetch the next listed block
-        int sf = si;
-        while (col_start[sf + 1] <= f) ++sf;
-        const Source& nsrc = sources[sf];
-        const int64_t mf = f - col_start[sf];
-        const int64_t fslot = nsrc.table[bh * nsrc.width + mf];
-        const int64_t fnv = std::clamp<int64_t>(nsrc.seq[bh] - mf * nsrc.bs, 0, nsrc.bs);
-        if (fslot < 0 || fnv == 0) continue;
-        prefetch_block(nsrc.k, nsrc.v, H, DK, DV, h, fslot, nsrc.bs, int(fnv));
-        break;
+      if (slot >= 0 && nv64 > 0) work.push_back({int(si), e, slot, int(nv64)});
+    }
+    const int n_work = int(work.size());
+    for (int i = 0; i < std::min(n_work, PREFETCH_AHEAD); ++i) {
+      const Source& p = sources[work[i].si];
+      prefetch_block(p.k, p.v, H, DK, DV, h, work[i].slot, p.bs, work[i].nv);
+    }
+    for (int wi = 0; wi < n_work; ++wi) {
+      const int si = work[wi].si;
+      const Source& src = sources[si];
+      const int64_t e = work[wi].e, slot = work[wi].slot;
+      const int nv = work[wi].nv;
+      if (wi + PREFETCH_AHEAD < n_work) {  // the block PREFETCH_AHEAD ahead is on its way meanwhile
+        const auto& f = work[wi + PREFETCH_AHEAD];
+        const Source& p = sources[f.si];
+        prefetch_block(p.k, p.v, H, DK, DV, h, f.slot, p.bs, f.nv);
       }
       if (si != current) {  // the queries with this source's key outlier channels zeroed
         current = si;
@@ -1124,10 +1451,197 @@ void decode(int64_t q_ptr, int64_t out_ptr, int64_t lse_ptr, int64_t mass_ptr, i
         const float total_lse = lse[bh * G + g];
         const float* bm = blk_m.data() + (bh * G + g) * total;
         const float* bl = blk_l.data() + (bh * G + g) * total;
-        float* ms = mass + (bh * G + g) * total;
-        for (int64_t e = 0; e < total; ++e)
-          ms[e] = (total_lse == NEG_INF || bm[e] == NEG_INF) ? 0.0f : bl[e] * std::exp(bm[e] - total_lse);
+        if (mass_summed) {
+          float* ms = mass + bh * total;
+          if (g == 0) std::fill(ms, ms + total, 0.0f);
+          for (int64_t e = 0; e < total; ++e)
+            ms[e] += (total_lse == NEG_INF || bm[e] == NEG_INF) ? 0.0f : bl[e] * std::exp(bm[e] - total_lse);
+        } else {
+          float* ms = mass + (bh * G + g) * total;
+          for (int64_t e = 0; e < total; ++e)
+            ms[e] = (total_lse == NEG_INF || bm[e] == NEG_INF) ? 0.0f : bl[e] * std::exp(bm[e] - total_lse);
+        }
       }
+    }
+  }
+}
+
+// Quest scores of 16 / R listed blocks at a time for R query rows (R in 1, 2, 4, 8, 16; D % 16 == 0): the
+// 16 (block, row) dot products reduced together, the bounds read straight from the pool (rows of
+// upcoming blocks prefetched: their slots are random). Non-finite sums (infinite bounds) are redone
+// elementwise by the caller. sc[m] = max over rows; padding columns get -inf.
+template <int R>
+void quest_blocks(const float* qp, const float* qn, const void* lo_p, const void* hi_p, int b_kind,
+                  const int64_t* row, int64_t H, int64_t h, int64_t D, int64_t M, float* sc, uint8_t* redo) {
+  constexpr int NB = 16 / R;
+  constexpr int AHEAD = 2 * NB;
+  const int pb = param_size(b_kind);
+  for (int64_t m0 = 0; m0 < M; m0 += NB) {
+    for (int64_t f = m0 + AHEAD; f < std::min(M, m0 + AHEAD + NB); ++f)
+      if (row[f] >= 0) {
+        const int64_t first = (row[f] * H + h) * D * pb;
+        for (int64_t off = 0; off < D * pb; off += 64) {
+          __builtin_prefetch(static_cast<const char*>(lo_p) + first + off, 0, 3);
+          __builtin_prefetch(static_cast<const char*>(hi_p) + first + off, 0, 3);
+        }
+      }
+    int64_t firsts[NB];
+    for (int b = 0; b < NB; ++b) {
+      const int64_t m = m0 + b;
+      firsts[b] = (m < M && row[m] >= 0) ? (row[m] * H + h) * D : -1;
+    }
+    vf acc[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) acc[i] = vf{};
+    for (int64_t c = 0; c < D; c += 16) {
+      vf qpv[R], qnv[R];
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {
+        qpv[r] = loadv<vf>(qp + r * D + c);
+        qnv[r] = loadv<vf>(qn + r * D + c);
+      }
+#pragma GCC unroll 16
+      for (int b = 0; b < NB; ++b) {
+        if (firsts[b] < 0) continue;
+        const vf lo = params16(lo_p, b_kind, firsts[b] + c), hi = params16(hi_p, b_kind, firsts[b] + c);
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) acc[b * R + r] += qpv[r] * hi + qnv[r] * lo;
+      }
+    }
+    const vf sums = reduce16(acc);
+    for (int b = 0; b < NB && m0 + b < M; ++b) {
+      if (firsts[b] < 0) {
+        sc[m0 + b] = NEG_INF;
+        continue;
+      }
+      float best = NEG_INF;
+      bool finite = true;
+      for (int r = 0; r < R; ++r) {
+        const float v = sums[b * R + r];
+        finite = finite && std::isfinite(v);
+        best = std::max(best, v);
+      }
+      sc[m0 + b] = best;
+      redo[m0 + b] = !finite;
+    }
+  }
+}
+
+// Quest bounds and top-k selection (kernels/reference.py quest_scores + select_top_k_blocks) fused.
+// q [B, Hkv * G, Q, D] (q_kind 0/1/2 = fp32/bf16/fp16), kmin/kmax [P, Hkv, D] (b_kind likewise), the
+// table [B, Hkv, M] int64 (-1 = padding), always [B, Hkv, M] bool or null. Writes the scores
+// [B, Hkv, M] (when scores_ptr is set): max over the group's heads and queries of
+// sum_d max(q_d kmin_d, q_d kmax_d), -inf on padding; and, when k >= 0, the kept blocks [B, Hkv, k]
+// (k <= M): the k best (always-kept blocks first, ties to the lower column), in column order, -1 for
+// picks that are padding.
+void quest_select(int64_t q_ptr, int64_t q_kind, int64_t kmin_ptr, int64_t kmax_ptr, int64_t b_kind, int64_t table_ptr,
+                  int64_t always_ptr, int64_t scores_ptr, int64_t out_ptr, int64_t B, int64_t H, int64_t G, int64_t Q,
+                  int64_t D, int64_t M, int64_t k, int64_t n_threads) {
+  if (q_kind < 0 || q_kind > 2 || b_kind < 0 || b_kind > 2) throw std::invalid_argument("bad dtype code");
+  if (k > M) throw std::invalid_argument("k > M");
+  const void* qv = reinterpret_cast<const void*>(q_ptr);
+  const void* lo_p = reinterpret_cast<const void*>(kmin_ptr);
+  const void* hi_p = reinterpret_cast<const void*>(kmax_ptr);
+  const int64_t* table = reinterpret_cast<const int64_t*>(table_ptr);
+  const uint8_t* always = reinterpret_cast<const uint8_t*>(always_ptr);
+  float* scores_out = reinterpret_cast<float*>(scores_ptr);
+  int64_t* out = reinterpret_cast<int64_t*>(out_ptr);
+  const int64_t R = G * Q, Dp = (D + 15) / 16 * 16;
+#pragma omp parallel for schedule(static) num_threads(int(n_threads)) if (n_threads > 1 && B * H > 1)
+  for (int64_t bh = 0; bh < B * H; ++bh) {
+    const int64_t h = bh % H;
+    thread_local std::vector<float> qp, qn, qf, lo, hi, sc;
+    thread_local std::vector<int64_t> order;
+    qp.assign(R * Dp, 0.0f);
+    qn.assign(R * Dp, 0.0f);
+    qf.assign(R * Dp, 0.0f);
+    lo.assign(Dp, 0.0f);
+    hi.assign(Dp, 0.0f);
+    sc.resize(M);
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t d = 0; d < D; ++d) {
+        const float x = param_at(qv, int(q_kind), (bh * R + r) * D + d);
+        qf[r * Dp + d] = x;
+        qp[r * Dp + d] = std::max(x, 0.0f);
+        qn[r * Dp + d] = std::min(x, 0.0f);
+      }
+    const int64_t* row = table + bh * M;
+    thread_local std::vector<uint8_t> redo;
+    redo.assign(M, 1);
+    if (D % 16 == 0 && (R == 1 || R == 2 || R == 4 || R == 8 || R == 16)) {
+      switch (R) {
+        case 1: quest_blocks<1>(qp.data(), qn.data(), lo_p, hi_p, int(b_kind), row, H, h, D, M, sc.data(), redo.data()); break;
+        case 2: quest_blocks<2>(qp.data(), qn.data(), lo_p, hi_p, int(b_kind), row, H, h, D, M, sc.data(), redo.data()); break;
+        case 4: quest_blocks<4>(qp.data(), qn.data(), lo_p, hi_p, int(b_kind), row, H, h, D, M, sc.data(), redo.data()); break;
+        case 8: quest_blocks<8>(qp.data(), qn.data(), lo_p, hi_p, int(b_kind), row, H, h, D, M, sc.data(), redo.data()); break;
+        default: quest_blocks<16>(qp.data(), qn.data(), lo_p, hi_p, int(b_kind), row, H, h, D, M, sc.data(), redo.data());
+      }
+    }
+    for (int64_t m = 0; m < M; ++m) {
+      const int64_t slot = row[m];
+      if (slot < 0) {
+        sc[m] = NEG_INF;
+        continue;
+      }
+      if (!redo[m]) continue;  // scored above
+      const int64_t first = (slot * H + h) * D;
+      if (D % 16 == 0) {
+        for (int64_t c = 0; c < D; c += 16) {
+          storev(lo.data() + c, params16(lo_p, int(b_kind), first + c));
+          storev(hi.data() + c, params16(hi_p, int(b_kind), first + c));
+        }
+      } else {
+        for (int64_t d = 0; d < D; ++d) {
+          lo[d] = param_at(lo_p, int(b_kind), first + d);
+          hi[d] = param_at(hi_p, int(b_kind), first + d);
+        }
+      }
+      float best = NEG_INF;
+      bool nan = false;
+      for (int64_t r = 0; r < R; ++r) {
+        // max(q kmin, q kmax) = max(q, 0) kmax + min(q, 0) kmin when the bounds are finite (kmin <= kmax);
+        // a non-finite result (an empty block's infinite bounds) is redone elementwise, as the reference does.
+        vf acc = vf{};
+        for (int64_t c = 0; c < Dp; c += 16)
+          acc += loadv<vf>(qp.data() + r * Dp + c) * loadv<vf>(hi.data() + c) +
+                 loadv<vf>(qn.data() + r * Dp + c) * loadv<vf>(lo.data() + c);
+        float v = hsum(acc);
+        if (!std::isfinite(v)) {
+          v = 0.0f;
+          for (int64_t d = 0; d < D; ++d) {
+            const float a = qf[r * Dp + d] * lo[d], b = qf[r * Dp + d] * hi[d];
+            v += (std::isnan(a) || std::isnan(b)) ? std::numeric_limits<float>::quiet_NaN() : std::max(a, b);
+          }
+        }
+        if (std::isnan(v)) nan = true;
+        best = std::max(best, v);
+      }
+      sc[m] = nan ? std::numeric_limits<float>::quiet_NaN() : best;
+    }
+    if (scores_out) std::copy(sc.begin(), sc.end(), scores_out + bh * M);
+    if (k < 0) continue;
+    // Rank: padding -inf, always-kept +inf, NaN above everything (as torch.topk orders it).
+    const uint8_t* keep = always ? always + bh * M : nullptr;
+    auto rank = [&](int64_t m) -> float {
+      if (row[m] < 0) return NEG_INF;
+      if (keep && keep[m]) return std::numeric_limits<float>::infinity();
+      return sc[m];
+    };
+    order.resize(M);
+    for (int64_t m = 0; m < M; ++m) order[m] = m;
+    auto better = [&](int64_t a, int64_t b) {
+      const float ra = rank(a), rb = rank(b);
+      const bool na = std::isnan(ra), nb = std::isnan(rb);
+      if (na != nb) return na;
+      if (!na && ra != rb) return ra > rb;
+      return a < b;
+    };
+    if (k > 0 && k < M) std::nth_element(order.begin(), order.begin() + (k - 1), order.end(), better);
+    std::sort(order.begin(), order.begin() + k);
+    int64_t* o = out + bh * k;
+    for (int64_t i = 0; i < k; ++i) {
+      const int64_t m = order[i];
+      o[i] = rank(m) == NEG_INF ? -1 : row[m];
     }
   }
 }
@@ -1137,4 +1651,5 @@ void decode(int64_t q_ptr, int64_t out_ptr, int64_t lse_ptr, int64_t mass_ptr, i
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "minutia fused CPU decode attention over paged, quantized KV blocks";
   m.def("decode", &decode, "fused block-sparse decode attention (raw pointers; see kernels/cpu_decode.py)");
+  m.def("quest_select", &quest_select, "Quest block bounds and top-k selection (raw pointers; see kernels/cpu_decode.py)");
 }
