@@ -82,12 +82,13 @@ class KVSettings(BaseModel):
     block_size: int = Field(64, gt=0)
     sink_tokens: int = 4
     recent_tokens: int = 256
-    warm_kinds: tuple[Literal["int8", "int4", "fp8"], ...] = ("int8", "int4")
+    recent_budget_share: float = Field(0.125, ge=0, le=1, description="the full-precision recent window takes at most this share of the budget")
+    warm_kinds: tuple[Literal["int8", "int4", "int2", "fp8"], ...] = ("int8", "int4")
     decode_top_k_blocks: int | None = None
     budget_floor_tokens: int = Field(
         2048, ge=0, description="live meetings: no compression before this many tokens (the ratio of a short start is tiny)"
     )
-    drop_last_resort: bool = Field(True, description="live meetings: quantize first, drop blocks only when that cannot meet the budget")
+    drop_last_resort: bool = Field(True, description="quantize first; drop only the fewest blocks the budget forces out")
     modalities: dict[Literal["text", "audio", "video"], "ModalitySettings"] = Field(
         default_factory=dict, description="per-modality tier policy (e.g. slide text to int4, speech kept at int8)"
     )
@@ -117,9 +118,9 @@ class ModalitySettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     budget_share: float | None = Field(None, gt=0, le=1)
-    warm_kinds: tuple[Literal["int8", "int4", "fp8"], ...] | None = None
+    warm_kinds: tuple[Literal["int8", "int4", "int2", "fp8"], ...] | None = None
     allow_drop: bool = True
-    preferred: Literal["full", "int8", "int4", "fp8"] | None = None
+    preferred: Literal["full", "int8", "int4", "int2", "fp8"] | None = None
 
 
 class StoreSettings(BaseModel):

@@ -372,6 +372,7 @@ def meeting_cache_config(kv: KVSettings):
         drop_last_resort=kv.drop_last_resort,
         sink_tokens=kv.sink_tokens,
         recent_tokens=kv.recent_tokens,
+        recent_budget_share=kv.recent_budget_share,
         warm_kinds=tuple(kv.warm_kinds),
         decode_top_k_blocks=kv.decode_top_k_blocks,
         modalities={name: ModalityPolicy(**policy.model_dump()) for name, policy in kv.modalities.items()},

@@ -137,6 +137,8 @@ class LLMEngine:
                 budget_bytes=int(self.kv.budget_ratio * self.full_kv_bytes_per_token() * expected_tokens),
                 sink_tokens=self.kv.sink_tokens,
                 recent_tokens=self.kv.recent_tokens,
+                recent_budget_share=self.kv.recent_budget_share,
+                drop_last_resort=self.kv.drop_last_resort,
                 warm_kinds=tuple(self.kv.warm_kinds),
                 decode_top_k_blocks=self.kv.decode_top_k_blocks,
             ),

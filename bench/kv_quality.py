@@ -650,28 +650,33 @@ def turn_start_annotations(meeting: Meeting) -> tuple[list[int], list[int]]:
     return starts, changes
 
 
+def minutia_settings(args, **overrides: Any):
+    """minutia's cache settings for this run: the command line's knobs, then ``overrides``."""
+    from kvstore.config import TieredCacheConfig
+
+    options = dict(compress=True, block_size=args.block_size, recent_tokens=args.recent_tokens,
+                   warm_kinds=tuple(k.strip() for k in args.warm_kinds.split(",") if k.strip()),
+                   drop_last_resort=args.drop_last_resort)
+    return TieredCacheConfig(**{**options, **overrides})
+
+
 def prepare_minutia(model, ids, meeting: Meeting, budget: float, args, mode: str = "bytes") -> Prepared:
     import torch
 
     from kvstore.annotations import TokenFlag
     from kvstore.attention import MINUTIA_ATTENTION, use_minutia_attention
     from kvstore.cache import TieredCache
-    from kvstore.config import TieredCacheConfig
 
     use_minutia_attention(model)
     if mode in ("bytes", "cold"):
         # A fixed byte budget (the deployment case: a meeting must fit N bytes): the fraction of the full
         # bf16 KV bytes of this context's full-attention layers. Compression starts once the cache outgrows it.
-        settings = TieredCacheConfig(compress=True, budget_ratio=None,
-                                     budget_bytes=int(budget * full_kv_bytes(model, ids.shape[1])),
-                                     block_size=args.block_size, recent_tokens=args.recent_tokens)
+        settings = minutia_settings(args, budget_ratio=None, budget_bytes=int(budget * full_kv_bytes(model, ids.shape[1])))
     elif mode == "ratio":  # the ratio applies to the tokens seen so far, at every step of the prefill
-        settings = TieredCacheConfig(compress=True, budget_ratio=budget, block_size=args.block_size,
-                                     recent_tokens=args.recent_tokens)
+        settings = minutia_settings(args, budget_ratio=budget)
     else:  # "live": open-ended prefill in small chunks, as words arrive (issue 6)
-        settings = TieredCacheConfig(compress=True, budget_ratio=budget, block_size=args.block_size,
-                                     recent_tokens=args.recent_tokens, budget_floor_tokens=args.live_floor,
-                                     drop_last_resort=True, hysteresis=args.live_hysteresis)
+        settings = minutia_settings(args, budget_ratio=budget, budget_floor_tokens=args.live_floor,
+                                    drop_last_resort=True, hysteresis=args.live_hysteresis)
     cache = TieredCache(config=model.config, settings=settings)
     if mode == "cold":
         from kvstore.cold import ColdTier
@@ -802,13 +807,11 @@ def memory_probe(args) -> dict[str, Any]:
     else:
         from kvstore.attention import use_minutia_attention
         from kvstore.cache import TieredCache
-        from kvstore.config import TieredCacheConfig
         from kvstore.layers import TieredLayer
 
         use_minutia_attention(model)
-        cache = TieredCache(config=model.config, settings=TieredCacheConfig(
-            compress=True, budget_ratio=None, budget_bytes=int(args.memory_budget * full_kv_bytes(model, ids.shape[1])),
-            block_size=args.block_size, recent_tokens=args.recent_tokens))
+        cache = TieredCache(config=model.config, settings=minutia_settings(
+            args, budget_ratio=None, budget_bytes=int(args.memory_budget * full_kv_bytes(model, ids.shape[1]))))
         per_layer_peak: dict[int, int] = {}
         original = TieredLayer.compress
 
@@ -1173,6 +1176,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "embedding bound to the full-attention layer type)")
     p.add_argument("--chunk", type=int, default=512, help="chunk size of minutia's prefill (and the memory part)")
     p.add_argument("--block-size", type=int, default=64)
+    p.add_argument("--drop-last-resort", action=argparse.BooleanOptionalAction, default=True,
+                   help="drop only the fewest blocks the budget forces out, after quantizing every block (the app's "
+                        "setting; --no-drop-last-resort: blocks compete for bytes by score x fidelity, drops included)")
+    p.add_argument("--warm-kinds", default="int8,int4,int2",
+                   help="minutia's quantized formats, most precise first (int8, int4, int2, fp8)")
     p.add_argument("--recent-tokens", type=int, default=256)
     p.add_argument("--annotations", action="store_true",
                    help="mark turn starts / speaker changes for minutia's structural bonus (off by default: on "

@@ -36,10 +36,16 @@ from typing import Literal, Sequence
 
 import torch
 
-QuantKind = Literal["int8", "int4", "fp8"]
+QuantKind = Literal["int8", "int4", "int2", "fp8"]
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = float(torch.finfo(torch.float8_e4m3fn).max)  # 448
-_INT_LEVELS = {"int8": 255, "int4": 15}
+_INT_LEVELS = {"int8": 255, "int4": 15, "int2": 3}
+_CODE_BITS = {"int8": 8, "int4": 4, "int2": 2}
+
+
+def codes_per_byte(kind: str) -> int:
+    """How many codes one stored byte holds: 2 for INT4, 4 for INT2, else 1."""
+    return 8 // _CODE_BITS.get(kind, 8)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -99,24 +105,40 @@ def _round_up(value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return stored
 
 
+def pack_codes(codes: torch.Tensor, bits: int, axis: int = -1) -> torch.Tensor:
+    """Pack ``bits``-bit codes (uint8) ``8 // bits`` per byte along ``axis``; code ``i`` of each run
+    of ``8 // bits`` goes to bits ``i * bits`` (the first code in the low bits)."""
+    axis = _normalize_axis(axis, codes.ndim)
+    per_byte = 8 // bits
+    moved = codes.movedim(axis, -1)
+    if moved.shape[-1] % per_byte:
+        raise ValueError(f"{bits}-bit packing needs a length along the packed axis divisible by {per_byte}")
+    mask = (1 << bits) - 1
+    packed = moved[..., 0::per_byte] & mask
+    for i in range(1, per_byte):
+        packed = packed | ((moved[..., i::per_byte] & mask) << (i * bits))
+    return packed.movedim(-1, axis).contiguous()
+
+
+def unpack_codes(packed: torch.Tensor, bits: int, axis: int = -1) -> torch.Tensor:
+    """Inverse of :func:`pack_codes`: uint8 codes, ``8 // bits`` times as long along ``axis``."""
+    axis = _normalize_axis(axis, packed.ndim)
+    per_byte = 8 // bits
+    mask = (1 << bits) - 1
+    moved = packed.movedim(axis, -1)
+    parts = [(moved >> (i * bits)) & mask for i in range(per_byte)]
+    codes = torch.stack(parts, dim=-1).reshape(*moved.shape[:-1], moved.shape[-1] * per_byte)
+    return codes.movedim(-1, axis)
+
+
 def pack_int4(codes: torch.Tensor, axis: int = -1) -> torch.Tensor:
     """Pack 4-bit codes (uint8 values 0..15) two per byte along ``axis`` (even index in the low nibble)."""
-    axis = _normalize_axis(axis, codes.ndim)
-    moved = codes.movedim(axis, -1)
-    if moved.shape[-1] % 2:
-        raise ValueError("INT4 packing needs an even length along the packed axis")
-    packed = (moved[..., 0::2] & 0x0F) | ((moved[..., 1::2] & 0x0F) << 4)
-    return packed.movedim(-1, axis).contiguous()
+    return pack_codes(codes, 4, axis)
 
 
 def unpack_int4(packed: torch.Tensor, axis: int = -1) -> torch.Tensor:
     """Inverse of :func:`pack_int4`: uint8 codes 0..15, twice as long along ``axis``."""
-    axis = _normalize_axis(axis, packed.ndim)
-    moved = packed.movedim(axis, -1)
-    low = moved & 0x0F
-    high = (moved >> 4) & 0x0F
-    codes = torch.stack((low, high), dim=-1).reshape(*moved.shape[:-1], moved.shape[-1] * 2)
-    return codes.movedim(-1, axis)
+    return unpack_codes(packed, 4, axis)
 
 
 def select_outlier_channels(x: torch.Tensor, count: int, head_axis: int = -2) -> torch.Tensor:
@@ -167,7 +189,7 @@ def quantize(
     and zero points; they are rounded conservatively so the per-element error bound of the integer
     formats (half a step) holds with the stored parameters.
     """
-    if kind not in ("int8", "int4", "fp8"):
+    if kind not in ("int8", "int4", "int2", "fp8"):
         raise ValueError(f"unknown quantization kind {kind!r}")
     axis = _normalize_axis(axis, x.ndim)
     outlier_values = None
@@ -193,8 +215,8 @@ def quantize(
         safe = torch.where(scale.float() > 0, scale.float(), torch.ones_like(minimum))
         codes = ((groups - zero.float().unsqueeze(-1)) / safe.unsqueeze(-1)).round().clamp(0, levels)
         codes = codes.to(torch.uint8).reshape(*groups.shape[:-2], -1)  # group axis last
-        if kind == "int4":
-            codes = pack_int4(codes, -1)
+        if codes_per_byte(kind) > 1:
+            codes = pack_codes(codes, _CODE_BITS[kind], -1)
         data = codes.movedim(-1, axis).contiguous()
         zero = zero.movedim(-1, axis).contiguous()
     return QuantizedTensor(
@@ -218,8 +240,8 @@ def dequantize(qt: QuantizedTensor, dtype: torch.dtype | None = None) -> torch.T
         values = qt.data.movedim(axis, -1).float()
     else:
         codes = qt.data.movedim(axis, -1)
-        if qt.kind == "int4":
-            codes = unpack_int4(codes, -1)
+        if codes_per_byte(qt.kind) > 1:
+            codes = unpack_codes(codes, _CODE_BITS[qt.kind], -1)
         values = codes.float()
     length = values.shape[-1]
     values = values.reshape(*values.shape[:-1], length // qt.group_size, qt.group_size)
@@ -455,25 +477,28 @@ _SCRATCH_MAX_BYTES = 64 << 20
 
 
 def _codes_as_float(codes: torch.Tensor, kind: str) -> list[torch.Tensor]:
-    """Gathered codes as fp32: one tensor, or (low nibbles, high nibbles) for INT4.
+    """Gathered codes as fp32: one tensor, or one per code position of a packed byte (INT4: low
+    nibbles, high nibbles; INT2: bits 0-1, 2-3, 4-5, 6-7).
 
     On CPU the floats go into a per-thread buffer reused across calls (up to 64 MiB): a fresh
     multi-megabyte tensor per call costs more in page faults than the conversion itself. The
     returned views are only valid until the next call on the same thread.
     """
-    n_parts = 2 if kind == "int4" else 1
+    n_parts = codes_per_byte(kind)
+    bits = 8 // n_parts
+    mask = (1 << bits) - 1
     numel = codes.numel()
     if codes.device.type != "cpu" or n_parts * numel * 4 > _SCRATCH_MAX_BYTES:
-        if n_parts == 2:
-            return [(codes & 0x0F).float(), (codes >> 4).float()]
+        if n_parts > 1:
+            return [((codes >> (i * bits)) & mask).float() for i in range(n_parts)]
         return [codes.float()]
     buf = getattr(_SCRATCH, "floats", None)
     if buf is None or buf.numel() < n_parts * numel:
         buf = _SCRATCH.floats = torch.empty(n_parts * numel, dtype=torch.float32)
     parts = [buf[i * numel : (i + 1) * numel].view(codes.shape) for i in range(n_parts)]
-    if n_parts == 2:
-        parts[0].copy_(codes & 0x0F)
-        parts[1].copy_(codes >> 4)
+    if n_parts > 1:
+        for i, part in enumerate(parts):
+            part.copy_((codes >> (i * bits)) & mask)
     else:
         parts[0].copy_(codes)
     return parts
@@ -488,12 +513,12 @@ def _outlier_rows(qt: QuantizedTensor, n_heads: int) -> torch.Tensor | None:
 
 
 def _fused_layout_ok(qt: QuantizedTensor, axis: int) -> bool:
-    if len(qt.shape) != 4 or qt.axis != axis or qt.kind not in ("int8", "int4", "fp8"):
+    if len(qt.shape) != 4 or qt.axis != axis or qt.kind not in ("int8", "int4", "int2", "fp8"):
         return False
     length = qt.shape[axis]
     if qt.group_size <= 0 or length % qt.group_size:
         return False
-    return qt.kind != "int4" or qt.group_size % 2 == 0
+    return qt.group_size % codes_per_byte(qt.kind) == 0
 
 
 def _quantized_key_logits(flat_q: torch.Tensor, kq: QuantizedTensor, block_table: torch.Tensor) -> torch.Tensor:
@@ -508,7 +533,7 @@ def _quantized_key_logits(flat_q: torch.Tensor, kq: QuantizedTensor, block_table
     rows, dim = flat_q.shape[2], flat_q.shape[3]
     block_size, group = kq.shape[1], kq.group_size
     n_groups = block_size // group
-    n_parts = 2 if kq.kind == "int4" else 1
+    n_parts = codes_per_byte(kq.kind)
     idx = _outlier_rows(kq, n_kv)
     q_codes = flat_q
     if idx is not None:
@@ -518,7 +543,7 @@ def _quantized_key_logits(flat_q: torch.Tensor, kq: QuantizedTensor, block_table
     codes = gather_pages(kq.data, block_table)  # [B, H, M, bs (bs/2 for INT4), D]
     codes = codes.view(batch, n_kv, n_listed, n_groups, group // n_parts, dim)
     logits = [torch.matmul(q_scaled, part.transpose(-1, -2)) for part in _codes_as_float(codes, kq.kind)]  # [B, H, M, nG, R, g/parts]
-    # INT4: the low nibble holds the even token of each pair, the high nibble the odd one.
+    # Packed codes: part i holds token i of each run of n_parts tokens (INT4: even in the low nibble).
     logits = logits[0] if n_parts == 1 else torch.stack(logits, dim=-1)
     logits = logits.reshape(batch, n_kv, n_listed, n_groups, rows, group)
     if kq.zero is not None:
@@ -546,7 +571,7 @@ def _quantized_value_output(probs: torch.Tensor, vq: QuantizedTensor, block_tabl
     rows, n_tokens = probs.shape[2], probs.shape[3]
     dim, group = vq.shape[3], vq.group_size
     n_groups = dim // group
-    n_parts = 2 if vq.kind == "int4" else 1
+    n_parts = codes_per_byte(vq.kind)
     scale = gather_pages(vq.scale, block_table).float().view(batch, n_kv, n_tokens, n_groups)
     scale = scale.permute(0, 1, 3, 2).contiguous()  # [B, H, nG, N]: tokens last, like probs
     p_scaled = probs.unsqueeze(2) * scale.unsqueeze(3)  # [B, H, nG, R, N]
@@ -554,7 +579,7 @@ def _quantized_value_output(probs: torch.Tensor, vq: QuantizedTensor, block_tabl
     # Channel groups become a batch axis: [B, H, nG, N, per_part] (a copy of bytes, not floats).
     codes = codes.view(batch, n_kv, n_tokens, n_groups, group // n_parts).transpose(2, 3).contiguous()
     outs = [torch.matmul(p_scaled, part) for part in _codes_as_float(codes, vq.kind)]  # [B, H, nG, R, per_part]
-    # INT4: the low nibble holds the even channel of each pair, the high nibble the odd one.
+    # Packed codes: part i holds channel i of each run of n_parts channels.
     out = outs[0] if n_parts == 1 else torch.stack(outs, dim=-1)
     out = out.reshape(batch, n_kv, n_groups, rows, group).transpose(2, 3).reshape(batch, n_kv, rows, dim)
     if vq.zero is not None:
@@ -997,6 +1022,8 @@ __all__ = [
     "merge_partials",
     "mixed_sparse_attention",
     "outlier_index_for",
+    "codes_per_byte",
+    "pack_codes",
     "pack_int4",
     "paged_attention_partial",
     "quantize",
@@ -1008,5 +1035,6 @@ __all__ = [
     "select_top_k_blocks",
     "sparse_decode_attention",
     "summary_partial",
+    "unpack_codes",
     "unpack_int4",
 ]

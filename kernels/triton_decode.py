@@ -6,9 +6,9 @@ valid tokens over the listed blocks, queries ``[B, H_q, (Q,) D]`` with GQA, outp
 
 One launch reads blocks of every tier. The block tables of the tiers (sources) are concatenated
 column-wise into one table; a per-column source id tells the kernel which storage pool (full
-precision, INT8, INT4 or FP8, each with its own group scales, zero points and outlier channels) the
+precision, INT8, INT4, INT2 or FP8, each with its own group scales, zero points and outlier channels) the
 block lives in. Per listed block the kernel branches (uniformly over the program) on that id, loads
-and dequantizes the block tile in registers (INT4 nibbles, FP8 e4m3 bits decoded arithmetically,
+and dequantizes the block tile in registers (INT4 nibbles, INT2 crumbs, FP8 e4m3 bits decoded arithmetically,
 group scale/zero gathered per element, full-precision outlier channels patched in), and feeds it to
 an online softmax. Keys and values may use different formats (e.g. INT8 keys, INT4 values).
 
@@ -38,7 +38,8 @@ KIND_FULL = 0
 KIND_INT8 = 1
 KIND_INT4 = 2
 KIND_FP8 = 3
-_KIND_CODES = {"int8": KIND_INT8, "int4": KIND_INT4, "fp8": KIND_FP8}
+KIND_INT2 = 4
+_KIND_CODES = {"int8": KIND_INT8, "int4": KIND_INT4, "fp8": KIND_FP8, "int2": KIND_INT2}
 MAX_SOURCES = 4
 _LOG2E = 1.4426950408889634
 
@@ -100,6 +101,15 @@ def _load_tile(op, slot, h, offs_t, offs_d, t_mask, d_mask, H: tl.constexpr, BS:
                 byte = tl.load(data + (row[:, None] * H + h) * (D // 2) + offs_d[None, :] // 2, mask=mask, other=0)
                 shift = ((offs_d % 2) * 4)[None, :]
             code = ((byte.to(tl.int32) >> shift) & 15).to(tl.float32)
+        elif KIND == 4:  # INT2: four codes per byte, the first in the low bits
+            if ALONG_T:
+                prow = slot.to(tl.int64) * (BS // 4) + offs_t // 4
+                byte = tl.load(data + (prow[:, None] * H + h) * D + offs_d[None, :], mask=mask, other=0)
+                shift = ((offs_t % 4) * 2)[:, None]
+            else:
+                byte = tl.load(data + (row[:, None] * H + h) * (D // 4) + offs_d[None, :] // 4, mask=mask, other=0)
+                shift = ((offs_d % 4) * 2)[None, :]
+            code = ((byte.to(tl.int32) >> shift) & 3).to(tl.float32)
         elif KIND == 1:
             code = tl.load(data + (row[:, None] * H + h) * D + offs_d[None, :], mask=mask, other=0).to(tl.float32)
         else:
@@ -339,10 +349,11 @@ def _operand(source: torch.Tensor | QuantizedTensor, device: torch.device) -> tu
     if kind == KIND_FP8:
         data = data.view(torch.uint8)
     expected = [n_pages, block_size, n_heads, dim]
-    if kind == KIND_INT4:
-        if length % 2:
-            raise NotImplementedError("INT4 needs an even length along the packed axis")
-        expected[source.axis] //= 2
+    per_byte = ref.codes_per_byte(source.kind)
+    if per_byte > 1:
+        if length % per_byte:
+            raise NotImplementedError(f"{source.kind} needs a length divisible by {per_byte} along the packed axis")
+        expected[source.axis] //= per_byte
     if list(data.shape) != expected:
         raise NotImplementedError(f"unexpected code shape {tuple(data.shape)}, wanted {tuple(expected)}")
     dummy = _dummy(device)
@@ -619,6 +630,7 @@ def quest_top_k(
 __all__ = [
     "KIND_FP8",
     "KIND_FULL",
+    "KIND_INT2",
     "KIND_INT4",
     "KIND_INT8",
     "MAX_SOURCES",

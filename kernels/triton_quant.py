@@ -14,6 +14,8 @@ Divisions use IEEE round-to-nearest (``div_rn``), codes round half to even like 
 
 from __future__ import annotations
 
+from typing import get_args
+
 import torch
 import triton
 import triton.language as tl
@@ -170,6 +172,8 @@ def quantize(
     indices that are not per head of the second-to-last axis, other parameter dtypes).
     """
     if kind not in _KINDS:
+        if kind in get_args(ref.QuantKind):
+            raise NotImplementedError(f"no Triton quantize kernel for {kind}")
         raise ValueError(f"unknown quantization kind {kind!r}")
     if param_dtype not in _PARAM_CODES:
         raise NotImplementedError(f"param dtype {param_dtype}")

@@ -32,6 +32,7 @@ class BlockFormat(enum.IntEnum):
     INT8 = 1
     INT4 = 2
     FP8 = 3
+    INT2 = 4
 
     @property
     def kind(self) -> str:

@@ -11,8 +11,8 @@ from kvstore.scoring.combined import ScoreWeights
 
 def _default_fidelity() -> dict[str, float]:
     # Share of a block's value kept by each format; roughly 1 - relative error of the format on KV
-    # activations (INT8 ~0.5%, FP8 ~2.5%, INT4 ~8%), so quantizing usually beats dropping.
-    return {"full": 1.0, "int8": 0.99, "fp8": 0.97, "int4": 0.9}
+    # activations (INT8 ~0.5%, FP8 ~2.5%, INT4 ~8%, INT2 ~30%), so quantizing usually beats dropping.
+    return {"full": 1.0, "int8": 0.99, "fp8": 0.97, "int4": 0.9, "int2": 0.7}
 
 
 MODALITY_NAMES = ("text", "audio", "video")  # = kvstore.annotations.Modality / kvstore.timeline.MODALITIES
@@ -63,6 +63,9 @@ class TieredCacheConfig:
     hysteresis: float = 0.05  # compress down to (1 - hysteresis) * budget, so passes are spaced out
     sink_tokens: int = 4
     recent_tokens: int = 256
+    # The recent window kept at full precision takes at most this share of the budget (tight budgets on
+    # short contexts: 256 tokens are 6% of a 4K-token cache, a quarter of a 25% budget).
+    recent_budget_share: float = 0.125
     warm_kinds: tuple[str, ...] = ("int8", "int4")
     allow_drop: bool = True  # dropping needs the minutia attention (it adds the summary term)
     group_size: int = 32
@@ -85,11 +88,13 @@ class TieredCacheConfig:
     def __post_init__(self) -> None:
         if self.block_size <= 0:
             raise ValueError("block_size must be positive")
-        unknown = set(self.warm_kinds) - {"int8", "int4", "fp8"}
+        unknown = set(self.warm_kinds) - {"int8", "int4", "int2", "fp8"}
         if unknown:
             raise ValueError(f"unknown warm formats {sorted(unknown)}")
         if self.budget_ratio is not None and self.budget_ratio < 0:
             raise ValueError("budget_ratio must be >= 0")
+        if not 0 <= self.recent_budget_share <= 1:
+            raise ValueError("recent_budget_share must be in [0, 1]")
         if self.budget_floor_tokens < 0:
             raise ValueError("budget_floor_tokens must be >= 0")
         if not 0 < self.watermark <= 1:

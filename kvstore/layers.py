@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -15,7 +15,7 @@ from kvstore.annotations import Modality
 from kvstore.blocks import BlockFormat, BlockPool, PageTable, SlotSpec
 from kvstore.config import TieredCacheConfig
 from kvstore.quant import get_quantizer
-from kvstore.scoring import DROP, BlockScoringInputs, CombinedScorer, PositionScorer, TierOption, plan_tiers
+from kvstore.scoring import DROP, BlockScoringInputs, CombinedScorer, PositionScorer, TierOption, fewest_drops, plan_tiers
 from kvstore.stores.base import unpack_block
 
 if TYPE_CHECKING:
@@ -577,6 +577,17 @@ class TieredLayer(CacheLayerMixin):
             budget = int(max(ratio * self.full_precision_bytes(), floor))
         return budget if watermark is None else min(budget, watermark)
 
+    def _protected_window(self, budget: int) -> PositionScorer:
+        """The sinks and recent window the budget keeps at full precision; the recent window takes at
+        most ``recent_budget_share`` of the budget, so a short context under a tight budget is not
+        spent on its last few hundred tokens while older blocks are dropped."""
+        position = self.scorer.position
+        per_token = self.full_precision_bytes_per_token()
+        if per_token <= 0:
+            return position
+        cap = int(self.settings.recent_budget_share * budget // per_token)
+        return position if cap >= position.recent_tokens else replace(position, recent_tokens=cap)
+
     def full_precision_bytes_per_token(self) -> int:
         if not self.is_initialized:
             return 0
@@ -635,7 +646,7 @@ class TieredLayer(CacheLayerMixin):
         protect_from = self.cumulative_length if protect_from is None else protect_from
         inputs = self.scoring_inputs()
         starts = inputs.block_start
-        protected = self.scorer.position.protected(inputs)
+        protected = self._protected_window(budget).protected(inputs)
         protected |= self.table.fill < self.block_size
         protected |= starts + self.block_size > protect_from
         _, pinned = self.owner.priorities.for_blocks(self.table.block_index)
@@ -680,11 +691,14 @@ class TieredLayer(CacheLayerMixin):
         def plan(rows: torch.Tensor, target: int, caps: torch.Tensor) -> torch.Tensor:
             """Option index (into ``formats``, DROP = -1) per row in ``rows``."""
             args = (scores[rows], options, target, protected[rows], caps[rows])
+            may_drop = drop_ok[rows]
             if self.settings.drop_last_resort:
                 quantize_only = plan_tiers(*args, allow_drop=False, allowed=allowed[rows])
                 if not quantize_only.over_budget:
                     return quantize_only.level
-            return plan_tiers(*args, allow_drop=drop_ok[rows], allowed=allowed[rows]).level
+                # Drop no more blocks than the budget forces, the lowest-scored ones.
+                may_drop = fewest_drops(scores[rows], options, target, protected[rows], allowed[rows], may_drop)
+            return plan_tiers(*args, allow_drop=may_drop, allowed=allowed[rows]).level
 
         for code, limit in ceilings.items():  # modalities with a ceiling first, against it alone
             if over_ceiling[code] or bool((cap[modality == code] < current_fidelity[modality == code] - 1e-9).any()):

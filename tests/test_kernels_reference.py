@@ -63,7 +63,7 @@ def test_fp8_error_bound() -> None:
 
 def test_constant_groups_are_exact() -> None:
     x = torch.full((2, 32, 1, 8), 0.37)
-    for kind in ("int8", "int4", "fp8"):
+    for kind in ("int8", "int4", "int2", "fp8"):
         y = ref.dequantize(ref.quantize(x, kind, 1, 32))
         assert torch.allclose(y, x, atol=1e-3 if kind == "fp8" else 0.0), kind
 
@@ -102,8 +102,20 @@ def test_int4_pack_roundtrip(length: int, other: int, heads: int) -> None:
 
 
 @FAST
+@given(runs=st.integers(1, 6), other=st.integers(1, 4), bits=st.sampled_from([2, 4]))
+def test_code_packing_roundtrip(runs: int, other: int, bits: int) -> None:
+    per_byte = 8 // bits
+    codes = torch.randint(0, 1 << bits, (other, runs * per_byte), dtype=torch.uint8)
+    packed = ref.pack_codes(codes, bits, axis=1)
+    assert packed.shape == (other, runs)
+    assert torch.equal(ref.unpack_codes(packed, bits, axis=1), codes)
+    # the first code of each run sits in the low bits
+    assert torch.equal(packed & ((1 << bits) - 1), codes[:, ::per_byte])
+
+
+@FAST
 @given(
-    kind=st.sampled_from(["int8", "int4", "fp8"]),
+    kind=st.sampled_from(["int8", "int4", "int2", "fp8"]),
     blocks=st.integers(1, 3),
     group_count=st.integers(1, 3),
     group_size=st.sampled_from([2, 4, 8, 32]),
@@ -125,6 +137,8 @@ def test_quantize_roundtrip_shapes_and_bounds(
     seed: int,
 ) -> None:
     gen = torch.Generator().manual_seed(seed)
+    if kind == "int2":
+        group_size = max(group_size, 4)  # four codes per byte: packed runs of 4 along the axis
     tokens = group_size * group_count if along_tokens else group_count * 2
     dim = group_size * dim_groups if not along_tokens else max(4, dim_groups * 4)
     x = torch.randn(blocks, tokens, heads, dim, generator=gen) * 2
@@ -271,12 +285,13 @@ def test_subset_selection_equals_sdpa_over_the_subset() -> None:
     torch.testing.assert_close(lse, exp_lse, atol=1e-5, rtol=1e-5)
 
 
-def test_multi_query_and_quantized_and_mixed_sources() -> None:
+@pytest.mark.parametrize("key_kind,value_kind", [("int8", "int4"), ("int2", "int2"), ("int4", "int2")])
+def test_multi_query_and_quantized_and_mixed_sources(key_kind: str, value_kind: str) -> None:
     gen = torch.Generator().manual_seed(7)
     q, k_pages, v_pages, table, seq_lens = _paged_problem(gen, 1, 2, 2, 32, 16, [[64, 64]])
     q = torch.randn(1, 4, 3, 32, generator=gen)  # three queries seeing every listed token
-    kq = ref.quantize(k_pages, "int8", 1, 16)
-    vq = ref.quantize(v_pages, "int4", 3, 16)
+    kq = ref.quantize(k_pages, key_kind, 1, 16)
+    vq = ref.quantize(v_pages, value_kind, 3, 16)
     k_deq, v_deq = ref.dequantize(kq), ref.dequantize(vq)
     out_q, lse_q = ref.sparse_decode_attention(q, kq, vq, table, seq_lens)
     out_d, lse_d = ref.sparse_decode_attention(q, k_deq, v_deq, table, seq_lens)

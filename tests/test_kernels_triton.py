@@ -248,7 +248,7 @@ def test_full_precision_decode_matches_reference(groups: int, dim: int, block_si
 
 @pytest.mark.parametrize(
     "k_kind,v_kind,n_out",
-    [("int4", "int4", 0), ("int8", "int4", 2), ("fp8", "int8", 1), ("int4", "fp8", 3)],
+    [("int4", "int4", 0), ("int8", "int4", 2), ("fp8", "int8", 1), ("int4", "fp8", 3), ("int2", "int2", 0), ("int2", "int4", 1)],
 )
 def test_quantized_decode_matches_reference(k_kind: str, v_kind: str, n_out: int) -> None:
     q, k, v, table, seq = _problem(11, 1, 2, 4, 64, 16, [[50, 33]])
@@ -370,8 +370,8 @@ def test_hypothesis_shapes_many(groups, n_kv, batch, block_size, dim, n_queries,
 # ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("k_kind", ["int8", "int4", "fp8"])
-@pytest.mark.parametrize("v_kind", ["int8", "int4", "fp8"])
+@pytest.mark.parametrize("k_kind", ["int8", "int4", "int2", "fp8"])
+@pytest.mark.parametrize("v_kind", ["int8", "int4", "int2", "fp8"])
 def test_reference_quantized_path_equals_dequantized_attention(k_kind: str, v_kind: str) -> None:
     q, k, v, table, seq = _problem(51, 2, 2, 4, 32, 16, [[70, 40], [33, 64]], n_queries=2)
     table[0, 1, 0] = -1
@@ -531,9 +531,14 @@ def test_dispatch_calls_give_reference_results_on_both_backends(monkeypatch) -> 
     monkeypatch.setenv("MINUTIA_KERNELS", "auto")
     x = torch.randn(2, 3, 1, 6)
     _assert_same_quantized(dispatch.quantize(_to(x), "int8", 1, 3), ref.quantize(x, "int8", 1, 3))
+    # INT2 has no Triton quantize kernel (quantizing is off the decode path): the reference serves.
+    y = torch.randn(2, 16, 1, 8)
+    _assert_same_quantized(dispatch.quantize(_to(y), "int2", 1, 8), ref.quantize(y, "int2", 1, 8))
     monkeypatch.setenv("MINUTIA_KERNELS", "triton")
     with pytest.raises(NotImplementedError):
         dispatch.quantize(_to(x), "int8", 1, 3)
+    with pytest.raises(NotImplementedError):
+        dispatch.quantize(_to(y), "int2", 1, 8)
 
 
 # ------------------------------------------------------------------------------------------------

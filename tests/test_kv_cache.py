@@ -128,6 +128,7 @@ def _storage_bytes(layer: TieredLayer) -> int:
         ("gemma3", MINUTIA_ATTENTION, 0.25, ("int8", "int4")),
         ("qwen2", "sdpa", 0.6, ("int8", "int4")),  # stock SDPA: quantize only, never drop
         ("llama", MINUTIA_ATTENTION, 0.4, ("fp8",)),
+        ("llama", MINUTIA_ATTENTION, 0.25, ("int8", "int4", "int2")),
     ],
 )
 def test_budget_respected_after_compressed_chunked_prefill(arch, attn, ratio, kinds) -> None:
@@ -163,13 +164,15 @@ def test_budget_respected_after_compressed_chunked_prefill(arch, attn, ratio, ki
     assert cache.kv_bytes(include_sliding=False) <= cache.budget_bytes()
 
 
-def test_sparse_attention_over_quantized_blocks_equals_sdpa_over_dequantized_cache() -> None:
+@pytest.mark.parametrize("kinds,ratio", [(("int8", "int4"), 0.5), (("int4", "int2"), 0.3)])
+def test_sparse_attention_over_quantized_blocks_equals_sdpa_over_dequantized_cache(kinds, ratio) -> None:
     """One compressed state (quantized blocks, no drops), read by both attention paths."""
     model = tiny_model("llama", attn=MINUTIA_ATTENTION)
-    cache = TieredCache(config=model.config, block_size=16, compress=True, budget_ratio=0.5, recent_tokens=32,
-                        allow_drop=False)
+    cache = TieredCache(config=model.config, block_size=16, compress=True, budget_ratio=ratio, recent_tokens=32,
+                        allow_drop=False, warm_kinds=kinds)
     feed(model, cache, token_ids(256), chunk=64)
-    assert int((cache.tiered_layers[0].table.format != BlockFormat.FULL).sum()) > 0
+    formats = set(cache.tiered_layers[0].table.format.tolist())
+    assert formats & {int(BlockFormat.from_kind(k)) for k in kinds}
     probe = token_ids(5, seed=7)
     outs = []
     for attn in ATTNS:

@@ -23,6 +23,7 @@ from kvstore.scoring import (
     StructuralBonusScorer,
     TierOption,
     budget_from_ratio,
+    fewest_drops,
     min_max_normalize,
     plan_tiers,
 )
@@ -185,6 +186,26 @@ def test_budget_extremes() -> None:
     assert (plan_tiers(scores, OPTIONS, 0).level == DROP).all()
     no_drop = plan_tiers(scores, OPTIONS, 0, allow_drop=False)
     assert (no_drop.level == 2).all() and no_drop.over_budget
+
+
+def test_fewest_drops_are_the_lowest_scored_and_no_more_than_needed() -> None:
+    scores = torch.tensor([5.0, 0.1, 3.0, 0.2, 0.3, 9.0])
+    protected = torch.tensor([True, False, False, False, False, False])
+    allowed = torch.ones(6, 3, dtype=torch.bool)
+    droppable = torch.tensor([True, True, True, True, False, True])  # block 4 may not be dropped
+    # Cheapest plan: 1000 (protected) + 5 x 310 = 2550; a 2000-byte budget needs two drops.
+    chosen = fewest_drops(scores, OPTIONS, 2000, protected, allowed, droppable)
+    assert torch.nonzero(chosen).flatten().tolist() == [1, 3]
+    assert not fewest_drops(scores, OPTIONS, 2550, protected, allowed, droppable).any()
+    # A block limited to full precision is dearer (cheapest plan 3240): dropping it alone frees enough.
+    full_only = allowed.clone()
+    full_only[1] = torch.tensor([True, False, False])
+    assert torch.nonzero(fewest_drops(scores, OPTIONS, 2300, protected, full_only, droppable)).flatten().tolist() == [1]
+    # Not enough even with every droppable block gone: all of them.
+    assert fewest_drops(scores, OPTIONS, 100, protected, allowed, droppable).tolist() == [False, True, True, True, False, True]
+    # The plan restricted to them keeps everything else and fits.
+    plan = plan_tiers(scores, OPTIONS, 2000, protected=protected, allow_drop=chosen)
+    assert set(torch.nonzero(plan.level == DROP).flatten().tolist()) <= {1, 3} and not plan.over_budget
 
 
 def test_protected_blocks_stay_full_and_caps_hold() -> None:

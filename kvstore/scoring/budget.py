@@ -141,3 +141,34 @@ def plan_tiers(
     total = int(option_bytes[chosen].sum())  # index -1 reads the appended "drop" entry
     value = float((scores.double() * option_fid[chosen]).sum())
     return TierPlan(level=chosen, total_bytes=total, kept_value=value, over_budget=total > budget_bytes)
+
+
+def fewest_drops(
+    scores: torch.Tensor,
+    options: list[TierOption],
+    budget_bytes: int,
+    protected: torch.Tensor,
+    allowed: torch.Tensor,
+    droppable: torch.Tensor,
+) -> torch.Tensor:
+    """``[N]`` bool: the fewest lowest-scored droppable blocks whose dropping lets every other block
+    fit at its cheapest allowed format (all droppable blocks when even that is not enough).
+
+    Restricting a plan's drops to these keeps the most tokens readable: a block kept at a coarse
+    format still answers where it was, a dropped one only through the summary (issue 3's retention).
+    """
+    n_blocks = int(scores.shape[0])
+    option_bytes = torch.tensor([float(o.block_bytes) for o in options], dtype=torch.float64)
+    best = max(range(len(options)), key=lambda i: (options[i].fidelity, -options[i].block_bytes))
+    cheapest = option_bytes.expand(n_blocks, -1).masked_fill(~allowed.cpu().bool(), float("inf")).amin(dim=1)
+    cheapest = torch.where(protected.cpu().bool(), option_bytes[best], cheapest)
+    excess = float(cheapest.sum()) - budget_bytes
+    chosen = torch.zeros(n_blocks, dtype=torch.bool)
+    candidates = torch.nonzero(droppable.cpu().bool() & ~protected.cpu().bool()).flatten()
+    if excess <= 0 or candidates.numel() == 0:
+        return chosen
+    order = candidates[torch.sort(scores.float().cpu()[candidates], stable=True).indices]
+    freed = torch.cumsum(cheapest[order], 0)
+    enough = int(torch.searchsorted(freed, torch.tensor([excess], dtype=torch.float64)).item())
+    chosen[order[: enough + 1]] = True
+    return chosen
