@@ -7,7 +7,7 @@ One decode step of one attention layer (batch 1, one new query token), side by s
   (``q [1, H_kv, G, D]`` against ``k/v [1, H_kv, T, D]``), so every KV byte is read once; this is the
   fastest dense form on CPU (``enable_gqa=True`` expands K/V and is several times slower there).
 * **minutia** — the KV store's layout: 64-token pages, a hot tier (bf16: the first block as
-  attention sink + the last 256 tokens) and a warm tier (INT8 or INT4, KIVI group scales of 32, fp16
+  attention sink + the last 256 tokens) and a warm tier (INT8, INT4 or INT2, KIVI group scales of 32, fp16
   scale/zero points) holding every other block. At an active fraction ``f`` the step reads
   ``ceil(f * blocks)`` blocks per KV head: the hot ones plus the warm blocks with the best Quest bound
   for the query (selection timed separately: it reads the per-block key min/max; ``select`` is the
@@ -464,7 +464,7 @@ def plot(rows: list[Row], path: Path, meta: dict) -> None:
         contexts = sorted({r.context for r in mine})
         dense = [next(r.dense_ms for r in mine if r.context == c) for c in contexts]
         ax.plot(contexts, dense, "k-o", label="dense SDPA (bf16)")
-        for warm, style in (("int8", "--"), ("int4", "-")):
+        for warm, style in (("int8", "--"), ("int4", "-"), ("int2", "-."), ("fp8", ":")):
             for fraction in sorted({r.fraction for r in mine}, reverse=True):
                 pts = [(r.context, r.minutia_ms) for r in mine if r.warm == warm and r.fraction == fraction]
                 if pts:
@@ -528,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--contexts", default="8K,32K,128K", help="comma list, e.g. 8K,32K")
     parser.add_argument("--models", default=",".join(MODELS), help="comma list of " + ", ".join(MODELS))
     parser.add_argument("--fractions", default="1,0.25,0.125")
-    parser.add_argument("--warm", default="int8,int4", help="warm-tier formats (int8, int4, fp8)")
+    parser.add_argument("--warm", default="int8,int4,int2", help="warm-tier formats (int8, int4, int2, fp8)")
     parser.add_argument("--repeats", type=int, default=11)
     parser.add_argument("--threads", type=int, default=0, help="torch threads on CPU (default: nproc)")
     parser.add_argument("--bandwidth-mb", type=int, default=1024, help="buffer size of the bandwidth measurement")

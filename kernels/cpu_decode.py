@@ -2,8 +2,8 @@
 
 Same signatures and results as the :mod:`kernels.reference` namesakes, for the decode case (one
 query token per sequence). The reference path spends its time turning codes into fp32 temporaries
-and running small matmuls; here each listed block is read once, its codes (INT8, INT4 nibbles, FP8
-bytes) or bf16/fp16/fp32 rows become floats in registers, every query head of the GQA group is
+and running small matmuls; here each listed block is read once, its codes (INT8, INT4 nibbles, INT2
+crumbs, FP8 bytes) or bf16/fp16/fp32 rows become floats in registers, every query head of the GQA group is
 dotted with them in the same pass, and an online softmax feeds the value accumulation, so memory
 traffic is the bytes of the listed blocks. Mixed tiers (full precision + quantized pools) go in one
 call, as one sequence of blocks.
@@ -15,16 +15,19 @@ The kernel (``kernels/csrc/cpu_decode.cpp``) is compiled at first use with
 so it compiles once per machine. If the build fails, :func:`available` is False after one logged
 warning and :mod:`kernels.dispatch` uses the reference.
 
-``MINUTIA_CPU_DECODE`` picks the arithmetic (read at each call). ``fast`` (default): INT8/INT4 keys
-are dotted on VNNI with the query quantized to int8 per (head, token group) after the key scales are
-folded in, INT4 values with bf16 weights on vdpbf16ps; the extra error (~1e-3 on unit-scale data)
-is far below what the INT4 blocks themselves carry (~1.5e-2) and at the level of INT8's own.
+``MINUTIA_CPU_DECODE`` picks the arithmetic (read at each call). ``fast`` (default): INT8/INT4/INT2
+keys are dotted on VNNI with the query quantized to int8 per (head, token group) after the key scales
+are folded in, INT4 values (and INT2 values for GQA groups of up to 4 heads, channel groups of 32 or
+more, value dims that are multiples of 64) with bf16 weights on vdpbf16ps; the extra error (~1e-3 on
+unit-scale data) is far below what the INT4/INT2 blocks themselves carry (~1.5e-2 for INT4, more for INT2) and at
+the level of INT8's own. Other INT2 cases run the exact arithmetic in both modes.
 ``exact``: fp32 arithmetic throughout, within ~5e-6 of the reference. Full-precision and FP8 blocks
 are exact in both modes.
 
 Cases the kernel does not cover raise :class:`NotImplementedError` (dispatch then falls back to the
 reference): several queries per sequence (prefill), head dims that are not multiples of 16, keys
-not quantized along tokens or values not along channels, more than 64 outlier channels.
+not quantized along tokens or values not along channels, more than 64 outlier channels, INT4/INT2
+group sizes that are not a whole number of packed bytes (multiples of 2 / 4 codes).
 
 Per call, the Python side only reads pointers: the validated description of each K/V pool is kept
 (``_OPERANDS``, weakly keyed on the pool's tensors and their storage addresses), queries are read in
@@ -64,7 +67,7 @@ MAX_OUTLIERS = 64
 
 # Storage codes shared with the C++ side.
 _FULL_KINDS = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
-_QUANT_KINDS = {"int8": 3, "int4": 4, "fp8": 5}
+_QUANT_KINDS = {"int8": 3, "int4": 4, "fp8": 5, "int2": 6}
 _PARAM_DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
 _lock = threading.Lock()
@@ -180,11 +183,11 @@ def _operand(
         raise NotImplementedError("quantized pages disagree with the block table or queries")
     group = source.group_size
     length = block_size if is_key else width
-    if group <= 0 or length % group or (source.kind == "int4" and group % 2):
-        raise NotImplementedError("group size must divide the quantized axis (and be even for INT4)")
+    per_byte = ref.codes_per_byte(source.kind)  # INT4: 2 codes per byte, INT2: 4
+    if group <= 0 or length % group or group % per_byte:
+        raise NotImplementedError("group size must divide the quantized axis (and be a multiple of 2 for INT4, 4 for INT2)")
     expected = [n_pages, block_size, heads, width]
-    if source.kind == "int4":
-        expected[1 if is_key else 3] //= 2
+    expected[1 if is_key else 3] //= per_byte
     data = source.data.view(torch.uint8) if source.data.dtype == ref.FP8_DTYPE else source.data
     if data.dtype != torch.uint8 or list(data.shape) != expected:
         raise NotImplementedError(f"unexpected code tensor {tuple(data.shape)} {data.dtype}")

@@ -57,17 +57,22 @@ def _quantized(pages: torch.Tensor, kind: str, is_key: bool, group: int, n_out: 
     return ref.quantize_values(pages, kind, group, outlier_idx=idx, param_dtype=torch.float16)
 
 
+MIXED_TIERS = [None, "int8", "int4", "fp8", "int2"]
+
+
 def _sources(tier: str, k, v, table, seq_lens, block_size: int, group: int = 32) -> list[ref.PagedSource]:
-    """All full, all one quantized format (with outliers), or mixed: column m in tier m % 4."""
+    """All full, all one quantized format (with outliers), or mixed: column m in tier m % 5
+    (full, INT8, INT4, FP8, INT2)."""
     if tier == "full":
         return [ref.PagedSource(k, v, table, seq_lens)]
-    if tier in ("int8", "int4", "fp8"):
-        n_out = {"int8": 0, "int4": 2, "fp8": 1}[tier]
+    if tier in ("int8", "int4", "fp8", "int2"):
+        n_out = {"int8": 0, "int4": 2, "fp8": 1, "int2": 2}[tier]
         kq, vq = _quantized(k, tier, True, group, n_out), _quantized(v, tier, False, group, n_out)
         return [ref.PagedSource(kq, vq, table, seq_lens)]
     sources = []
-    for tier_idx, kind in enumerate([None, "int8", "int4", "fp8"]):
-        cols = [m for m in range(table.shape[2]) if m % 4 == tier_idx]
+    n_tiers = len(MIXED_TIERS)
+    for tier_idx, kind in enumerate(MIXED_TIERS):
+        cols = [m for m in range(table.shape[2]) if m % n_tiers == tier_idx]
         if not cols:
             continue
         valid = (seq_lens.unsqueeze(-1) - torch.tensor(cols) * block_size).clamp(0, block_size)
@@ -76,7 +81,7 @@ def _sources(tier: str, k, v, table, seq_lens, block_size: int, group: int = 32)
         if kind is None:
             sources.append(ref.PagedSource(k, v, sub, lens))
         else:
-            n_out = 1 if kind == "int8" else 0
+            n_out = 1 if kind in ("int8", "int2") else 0
             sources.append(ref.PagedSource(_quantized(k, kind, True, group, n_out), _quantized(v, kind, False, group, n_out), sub, lens))
     return sources
 
@@ -105,7 +110,7 @@ def _check_decode(q, k_src, v_src, table, seq_lens, softcap=None, summary=None, 
 # ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("tier", ["full", "int8", "int4", "fp8", "mixed"])
+@pytest.mark.parametrize("tier", ["full", "int8", "int4", "fp8", "int2", "mixed"])
 @pytest.mark.parametrize("block_size", [16, 64])
 @pytest.mark.parametrize("dim", [64, 128, 256])
 @pytest.mark.parametrize("groups", [1, 4, 8])
@@ -124,6 +129,58 @@ def test_formats_outliers_and_group_sizes(k_kind: str, v_kind: str, n_out: int, 
     kq = _quantized(k, k_kind, True, k_group, n_out)
     vq = _quantized(v, v_kind, False, v_group, n_out)
     _check_decode(q, kq, vq, table, seq)
+
+
+@pytest.mark.parametrize("k_kind,v_kind", [("int2", "int2"), ("int2", "int4"), ("int8", "int2"), ("int2", "fp8"),
+                                            ("fp8", "int2"), ("int4", "int2"), ("int2", "int8")])  # fmt: skip
+@pytest.mark.parametrize("n_out", [0, 3])
+@pytest.mark.parametrize("k_group,v_group", [(4, 4), (8, 16), (4, 8), (16, 32), (16, 64)])
+def test_int2_formats_outliers_and_group_sizes(k_kind: str, v_kind: str, n_out: int, k_group: int, v_group: int) -> None:
+    """INT2 (four codes per byte: keys along tokens, values along channels) in either or both operands,
+    group sizes of one byte (4) up to whole blocks / 64 channels, with and without outlier channels."""
+    q, k, v, table, seq = _problem(31 + n_out + k_group + v_group, 2, 2, 4, 64, 16, [[50, 33], [3, 16 * 4]])
+    kq = _quantized(k, k_kind, True, k_group, n_out)
+    vq = _quantized(v, v_kind, False, v_group, n_out)
+    _check_decode(q, kq, vq, table, seq)
+
+
+@pytest.mark.parametrize("groups", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("block_size", [16, 64])
+def test_int2_mixed_with_every_format_in_one_call(groups: int, block_size: int) -> None:
+    """Keys and values of each source in different formats, INT2 in every position, one kernel call."""
+    lengths = [[6 * block_size - 5, 2 * block_size + 3], [block_size - 1, 0]]
+    q, k, v, table, seq = _problem(300 + groups + block_size, 2, 2, groups, 128, block_size, lengths)
+    pairs = [("int2", None), (None, "int2"), ("int2", "int8"), ("int4", "int2"), ("int2", "fp8"), ("int2", "int2")]
+    sources = []
+    for idx, (k_kind, v_kind) in enumerate(pairs):
+        cols = [m for m in range(table.shape[2]) if m % len(pairs) == idx]
+        valid = (seq.unsqueeze(-1) - torch.tensor(cols) * block_size).clamp(0, block_size)
+        sub = torch.where(valid > 0, table[..., cols], torch.full_like(table[..., cols], -1))
+        kq = k if k_kind is None else _quantized(k, k_kind, True, 16, idx % 2)
+        vq = v if v_kind is None else _quantized(v, v_kind, False, 32, idx % 2)
+        sources.append(ref.PagedSource(kq, vq, sub, valid.sum(-1)))
+    _check_mixed(q, sources)
+    _check_mixed(q, sources, softcap=3.0)
+
+
+def test_int2_bf16_params_and_empty_selection() -> None:
+    q, k, v, table, seq = _problem(33, 1, 2, 4, 64, 16, [[40, 21]], dtype=torch.bfloat16)
+    idx = ref.outlier_index_for(ref.select_outlier_channels(k, 1, head_axis=2), 4, 2)
+    kq = ref.quantize_keys(k, "int2", 8, token_axis=1, outlier_idx=idx, param_dtype=torch.bfloat16)
+    vq = ref.quantize_values(v, "int2", 16, outlier_idx=idx, param_dtype=torch.float32)
+    _check_decode(q, kq, vq, table, seq, tol=dict(atol=2e-2, rtol=2e-2))
+    empty = torch.full_like(table, -1)
+    zero = torch.zeros_like(seq)
+    out, lse = cd.sparse_decode_attention(q.float(), kq, vq, empty, zero)
+    assert torch.equal(out, torch.zeros_like(out)) and torch.isinf(lse).all() and (lse < 0).all()
+
+
+def test_int2_group_not_a_multiple_of_four_raises_not_implemented() -> None:
+    q, k, v, table, seq = _problem(34, 1, 1, 2, 64, 16, [[20]])
+    kq = ref.quantize_keys(k, "int2", 4, token_axis=1, param_dtype=torch.float16)
+    kq.group_size = 2  # not a whole number of packed bytes: the kernel declines, dispatch falls back
+    with pytest.raises(NotImplementedError):
+        cd.sparse_decode_attention(q, kq, v, table, seq)
 
 
 @pytest.mark.parametrize("groups", [2, 3, 6, 16])
@@ -155,7 +212,7 @@ def test_block_mass_of_a_partial_matches_reference() -> None:
 def test_mixed_tiers_with_summary_and_extra_partial() -> None:
     q, k, v, table, seq = _problem(12, 2, 2, 4, 64, 16, [[120, 97], [16, 128]])
     sources = _sources("mixed", k, v, table, seq, 16, 8)
-    assert len(sources) == 4  # full, int8, int4, fp8
+    assert len(sources) == 5  # full, int8, int4, fp8, int2
     summary = ref.GlobalSummary.empty(2, 2, 64).absorb(torch.randn(2, 2, 5, 64), torch.randn(2, 2, 5, 64))
     chunk, _ = ref.dense_attention_partial(q.unsqueeze(2), torch.randn(2, 2, 1, 64), torch.randn(2, 2, 1, 64), 64**-0.5)
     _check_mixed(q.unsqueeze(2), sources, summary=summary, extra=[chunk])
@@ -291,11 +348,12 @@ def _key_logit_error(q: torch.Tensor, kq: ref.QuantizedTensor, scale: float) -> 
     """The largest logit change the int8 query causes: per (head, page, token group) the kernel rounds
     qe = q * scale * s_k (outlier channels zeroed) to sq * round(qe / sq), sq = max|qe| / 127, so a
     token's logit moves by sum_d (qe_d - sq * qi_d) * (code_td - mid) (the kernel adds the mid-range
-    part back exactly; mid = 7.5 for INT4, 127.5 for INT8). Computed here from the same rounding
-    (over every page, listed or not)."""
+    part back exactly; mid = 1.5 for INT2, 7.5 for INT4, 127.5 for INT8). Computed here from the same
+    rounding (over every page, listed or not)."""
     n_pages, bs, n_kv, dim = kq.shape
-    codes = ref.unpack_int4(kq.data, 1) if kq.kind == "int4" else kq.data
-    mid = 7.5 if kq.kind == "int4" else 127.5
+    bits = {"int8": 8, "int4": 4, "int2": 2}[kq.kind]
+    codes = ref.unpack_codes(kq.data, bits, 1) if bits < 8 else kq.data
+    mid = (2**bits - 1) / 2
     codes = (codes.float() - mid).view(n_pages, bs // kq.group_size, kq.group_size, n_kv, dim)
     qg = q.float().view(q.shape[0], n_kv, -1, 1, 1, dim) * scale  # [B, H, G, 1, 1, D]
     s_k = kq.scale.float().permute(2, 0, 1, 3)  # [H, P, n_groups, D]
@@ -314,20 +372,24 @@ def _fast_bound(q, kq, vq, v_deq: torch.Tensor, scale: float) -> tuple[float, fl
     """(output tolerance, lse tolerance) of the fast mode against the reference.
 
     Logits move by at most delta (:func:`_key_logit_error`), so every probability by a factor within
-    exp(+-2 delta): the output moves by at most (exp(2 delta) - 1) max|v|, the lse by delta. INT4 values
-    add the bf16 rounding of the weights p_t s_t (relative 2^-9): at most 2^-9 max|s_t code_td|."""
-    delta = _key_logit_error(q, kq, scale) if isinstance(kq, ref.QuantizedTensor) and kq.kind in ("int8", "int4") else 0.0
+    exp(+-2 delta): the output moves by at most (exp(2 delta) - 1) max|v|, the lse by delta. INT4 and INT2
+    values add the bf16 rounding of the weights p_t s_t (relative 2^-9): at most 2^-9 max|s_t code_td|."""
+    quantized_key = isinstance(kq, ref.QuantizedTensor) and kq.kind in ("int8", "int4", "int2")
+    delta = _key_logit_error(q, kq, scale) if quantized_key else 0.0
     out_tol = math.expm1(2 * delta) * v_deq.abs().max().item()
-    if isinstance(vq, ref.QuantizedTensor) and vq.kind == "int4":
-        out_tol += 2.0**-9 * 15 * vq.scale.float().abs().max().item()
+    if isinstance(vq, ref.QuantizedTensor) and vq.kind in ("int4", "int2"):  # max code 15 / 3
+        out_tol += 2.0**-9 * (15 if vq.kind == "int4" else 3) * vq.scale.float().abs().max().item()
     return out_tol + 2e-5, delta + 2e-5
 
 
-@pytest.mark.parametrize("k_kind,v_kind", [("int4", "int4"), ("int8", "int8"), ("int8", "int4"), ("int4", "fp8")])
+@pytest.mark.parametrize(
+    "k_kind,v_kind",
+    [("int4", "int4"), ("int8", "int8"), ("int8", "int4"), ("int4", "fp8"), ("int2", "int2"), ("int2", "int4"), ("int2", "fp8")],
+)
 @pytest.mark.parametrize("dim,groups", [(64, 4), (128, 8), (256, 1), (32, 2)])
 def test_fast_mode_error_is_bounded_by_its_roundings(monkeypatch, k_kind, v_kind, dim, groups) -> None:
     q, k, v, table, seq = _problem(60 + dim + groups, 2, 2, groups, dim, 64, [[200, 64], [129, 31]])
-    n_out = 2 if k_kind == "int4" else 0
+    n_out = 2 if k_kind in ("int4", "int2") else 0
     kq, vq = _quantized(k, k_kind, True, 32, n_out), _quantized(v, v_kind, False, 32, n_out)
     exp_out, exp_lse = ref.sparse_decode_attention(q, kq, vq, table, seq)
     monkeypatch.setenv("MINUTIA_CPU_DECODE", "fast")
@@ -338,8 +400,8 @@ def test_fast_mode_error_is_bounded_by_its_roundings(monkeypatch, k_kind, v_kind
     assert err > 0  # the fast path ran (the exact one agrees to ~1e-6)
 
 
-@pytest.mark.parametrize("k_kind", ["int4", "int8"])
-@pytest.mark.parametrize("k_group,v_group,groups", [(16, 16, 4), (8, 64, 2), (64, 32, 4), (16, 32, 8)])
+@pytest.mark.parametrize("k_kind", ["int4", "int8", "int2"])
+@pytest.mark.parametrize("k_group,v_group,groups", [(16, 16, 4), (8, 64, 2), (64, 32, 4), (16, 32, 8), (4, 32, 1), (32, 16, 8), (64, 64, 8)])
 def test_fast_mode_other_group_sizes(monkeypatch, k_kind, k_group, v_group, groups) -> None:
     """Key groups too small for the 16-row transposed VNNI tiles use the per-tile kernel; value groups
     of one chunk (16 channels) or G = 8 use the 32-channel bf16 loop; the rest the 64-channel one."""
@@ -452,7 +514,8 @@ def test_quest_top_k_ties_padding_and_empty_selection() -> None:
     dim = 32
     kmin, kmax = torch.zeros(8, 1, dim), torch.zeros(8, 1, dim)  # pages 4..7: score 0
     kmin[:4], kmax[:4] = -1.0, 1.0  # pages 0..3: score sum |q_d| > 0 for each of them
-    q = torch.randn(1, 2, dim)
+    # quarter-integer queries: every partial sum is exact in fp32, so the ties are exact in any order
+    q = torch.randint(-8, 9, (1, 2, dim), generator=torch.Generator().manual_seed(5)).float() / 4
     table = torch.tensor([[[5, 3, -1, 1, 0, 2, 4]]])
     scores = ref.quest_scores(q, kmin, kmax, table)
     tied = scores[0, 0, [1, 3, 4, 5]]
@@ -528,3 +591,19 @@ def test_cached_pool_descriptions_follow_pool_changes() -> None:
     vq.zero = vq.zero.transpose(0, 1).contiguous().transpose(0, 1)  # non-contiguous: copied each call
     check()
     assert not any(key[0] == id(vq.data) and key[2] == id(vq.zero) for key in cd._OPERANDS if len(key) > 4)
+
+
+@pytest.mark.parametrize("groups", [1, 2, 4, 8])
+@pytest.mark.parametrize("v_group", [16, 32, 64])
+def test_fast_mode_int2_values(monkeypatch, groups: int, v_group: int) -> None:
+    """INT2 values in the fast mode: bf16 weights x codes, 64 channels per pass, for G <= 4 and channel
+    groups of 32 or more; the fp32 path otherwise. Within the bf16 rounding bound of the reference."""
+    dim = 256
+    q, k, v, table, seq = _problem(110 + groups + v_group, 1, 1, groups, dim, 64, [[64 * 5 - 9]])
+    kq, vq = _quantized(k, "int2", True, 64, 1), _quantized(v, "int2", False, v_group, 1)
+    exp_out, exp_lse = ref.sparse_decode_attention(q, kq, vq, table, seq)
+    monkeypatch.setenv("MINUTIA_CPU_DECODE", "fast")
+    out, lse = cd.sparse_decode_attention(q, kq, vq, table, seq)
+    out_tol, lse_tol = _fast_bound(q, kq, vq, ref.dequantize(vq), dim**-0.5)
+    err, lse_err = (out - exp_out).abs().max().item(), (lse - exp_lse).abs().max().item()
+    assert err <= out_tol and lse_err <= lse_tol, (err, out_tol, lse_err, lse_tol)

@@ -3,15 +3,15 @@
 // Same semantics as kernels/reference.py (read its module docstring): paged K/V [P, BS, H, D],
 // per-source block tables [B, H, M] (-1 = padding) and seq_lens [B, H], one query token per
 // sequence with GQA. Per (batch, KV head, split of the listed blocks) one pass reads each listed
-// block once: the codes (uint8, INT4 nibbles, FP8 e4m3 bytes) or bf16/fp16/fp32 rows are turned into
+// block once: the codes (uint8, INT4 nibbles, INT2 crumbs, FP8 e4m3 bytes) or bf16/fp16/fp32 rows become
 // floats in registers, dotted with all G query heads of the group at once (keys: the per-channel
 // group scale is folded into the query once per token group, the zero point into one bias per
 // group), then an online softmax and the value accumulation (values dequantized per 16-channel chunk
 // in registers, outlier channels patched in) follow. Splits merge by log-sum-exp at the end.
 //
-// Fast mode (INT8/INT4 keys, INT4 values): keys are dotted on VNNI with the group-scaled query in int8,
-// 16 rows at a time transposed so tokens sit in lanes (no horizontal sums); INT4 values on vdpbf16ps,
-// 64 channels per pass. quest_select fuses the Quest block bounds and the top-k block selection.
+// Fast mode (INT8/INT4/INT2 keys, INT4/INT2 values): keys are dotted on VNNI with the group-scaled query
+// in int8, 16 rows at a time transposed so tokens sit in lanes (no horizontal sums); INT4 and INT2
+// values on vdpbf16ps, 64 channels per pass. quest_select fuses the Quest block bounds and the top-k block selection.
 //
 // Written with GCC/Clang vector extensions (16 floats = one AVX-512 register) so -march=native
 // picks the widest ISA available; only the fp16 conversion uses an intrinsic when present.
@@ -49,7 +49,11 @@ constexpr int MAX_OUT = 64;
 constexpr int PREFETCH_AHEAD = 1;  // blocks ahead (2 and 4 measured no better on a shared EPYC)
 
 // Storage kinds (must match kernels/cpu_decode.py).
-enum Kind { K_F32 = 0, K_BF16 = 1, K_F16 = 2, K_INT8 = 3, K_INT4 = 4, K_FP8 = 5 };
+// Quantized kinds are >= K_INT8 (codes with scales); all but K_FP8 have zero points. INT4 packs two
+// codes per byte, INT2 four (code i of a run in bits 2i), along tokens for keys, channels for values.
+enum Kind { K_F32 = 0, K_BF16 = 1, K_F16 = 2, K_INT8 = 3, K_INT4 = 4, K_FP8 = 5, K_INT2 = 6 };
+// Codes per stored byte of a kind.
+constexpr int codes_per_byte(int kind) { return kind == K_INT4 ? 2 : (kind == K_INT2 ? 4 : 1); }
 // Dtypes of scales / zero points / outlier values.
 enum PDtype { P_F32 = 0, P_BF16 = 1, P_F16 = 2 };
 
@@ -204,6 +208,15 @@ inline vf u4x16(const uint8_t* p) {
 #endif
 }
 
+// Sixteen 2-bit codes packed in 4 bytes, code i of each byte in bits 2i: the 4 bytes broadcast to
+// every lane, lane l shifted right by 8 (l / 4) + 2 (l % 4).
+inline vf u2x16(const uint8_t* p) {
+  uint32_t w;
+  std::memcpy(&w, p, 4);
+  const vu shifts = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+  return __builtin_convertvector((vi)(((vu{} + w) >> shifts) & 3), vf);
+}
+
 // float8 e4m3fn: the 7 magnitude bits placed at the top of an fp32 mantissa/exponent give the value
 // times 2^-120 (normals and subnormals alike); NaN (0x7F) never appears: quantize clamps to 448.
 inline vf fp8x16(vb b) {
@@ -253,6 +266,10 @@ struct KeyRows {
       vb b = loadv<vb>(base + (t >> 1) * stride + 16 * c);
       return u8x16((t & 1) ? vb(b >> 4) : vb(b & 15));
     }
+    if constexpr (KIND == K_INT2) {  // packed along tokens: token 4r + i in bits 2i of row r
+      vb b = loadv<vb>(base + (t >> 2) * stride + 16 * c);
+      return u8x16(vb(b >> (2 * (t & 3))) & 3);
+    }
   }
 };
 
@@ -280,6 +297,7 @@ struct ValueRows {
     if constexpr (KIND == K_INT8) return u8x16(loadv<vb>(row + 16 * c));
     if constexpr (KIND == K_FP8) return fp8x16(loadv<vb>(row + 16 * c));
     if constexpr (KIND == K_INT4) return u4x16(row + 8 * c);  // packed along channels
+    if constexpr (KIND == K_INT2) return u2x16(row + 4 * c);  // packed along channels
   }
 
   // Chunk c of row t; j is the channel group of the chunk (when groups are >= 16 channels).
@@ -327,6 +345,17 @@ void key_dots(const KeyRows<KIND>& rows, int t0, int t1, int D, const float* qe,
             acc[(t + 1) * G + g] += qv[g] * k1;
           }
         }
+      } else if constexpr (KIND == K_INT2 && T % 4 == 0) {  // one packed row = four tokens
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t += 4) {
+          const vb b = loadv<vb>(rows.base + ((tt + t) >> 2) * rows.stride + 16 * c);
+#pragma GCC unroll 4
+          for (int i = 0; i < 4; ++i) {
+            const vf k = u8x16(vb(b >> (2 * i)) & 3);
+#pragma GCC unroll 8
+            for (int g = 0; g < G; ++g) acc[(t + i) * G + g] += qv[g] * k;
+          }
+        }
       } else {
 #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) {
@@ -372,7 +401,9 @@ void key_dots_i8(const uint8_t* base, int64_t stride, int t0, int t1, int D, int
                  const float* sq, const float* bias, float* S, int ldS) {
   const int C = Dp / 64;
   const __mmask64 tail = D % 64 ? ~0ULL >> (64 - D % 64) : ~0ULL;  // do not read past a row's end
-  const __m512i low = _mm512_set1_epi8(15);
+  constexpr int step = codes_per_byte(KIND);  // tokens per packed row
+  static_assert(T % step == 0, "a tile holds whole packed rows");
+  const __m512i mask = _mm512_set1_epi8(KIND == K_INT2 ? 3 : 15);
   for (int tt = t0; tt < t1; tt += T) {
     vi acc[T * G];
 #pragma GCC unroll 16
@@ -382,19 +413,19 @@ void key_dots_i8(const uint8_t* base, int64_t stride, int t0, int t1, int D, int
       __m512i qv[G];
 #pragma GCC unroll 8
       for (int g = 0; g < G; ++g) qv[g] = _mm512_loadu_si512(qi + g * Dp + 64 * c);
-      constexpr int step = KIND == K_INT4 ? 2 : 1;
 #pragma GCC unroll 16
       for (int t = 0; t < T; t += step) {
-        __m512i k0 = _mm512_maskz_loadu_epi8(m, base + ((tt + t) / step) * stride + 64 * c), k1 = k0;
-        if constexpr (KIND == K_INT4) {  // one packed row = two tokens, even token in the low nibble
-          k1 = _mm512_and_si512(_mm512_srli_epi16(k0, 4), low);
-          k0 = _mm512_and_si512(k0, low);
-        }
+        // One packed row = `step` tokens: token i of the row in bits (8 / step) i of each byte.
+        const __m512i row = _mm512_maskz_loadu_epi8(m, base + ((tt + t) / step) * stride + 64 * c);
+        __m512i k[step];
+        k[0] = step == 1 ? row : _mm512_and_si512(row, mask);
+#pragma GCC unroll 4
+        for (int i = 1; i < step; ++i) k[i] = _mm512_and_si512(_mm512_srli_epi16(row, (8 / step) * i), mask);
+#pragma GCC unroll 4
+        for (int i = 0; i < step; ++i)
 #pragma GCC unroll 8
-        for (int g = 0; g < G; ++g) {
-          acc[t * G + g] = (vi)_mm512_dpbusd_epi32((__m512i)acc[t * G + g], k0, qv[g]);
-          if constexpr (KIND == K_INT4) acc[(t + 1) * G + g] = (vi)_mm512_dpbusd_epi32((__m512i)acc[(t + 1) * G + g], k1, qv[g]);
-        }
+          for (int g = 0; g < G; ++g)
+            acc[(t + i) * G + g] = (vi)_mm512_dpbusd_epi32((__m512i)acc[(t + i) * G + g], k[i], qv[g]);
       }
     }
     static_assert(T * G == 16, "one reduction per tile");
@@ -446,10 +477,10 @@ inline void transpose16(__m512i* r) {
 template <int G, int KIND>
 void key_dots_i8_t(const uint8_t* base, int64_t stride, int r0, int D, int Dp, const int8_t* qi, const float* sq,
                    const float* bias, float* S, int ldS) {
-  constexpr int NA = KIND == K_INT4 ? 2 : 1;  // accumulators per head: even / odd tokens
+  constexpr int NA = codes_per_byte(KIND);  // accumulators per head: token i of each packed row
   const int C = Dp / 64;
   const __mmask64 tail = D % 64 ? ~0ULL >> (64 - D % 64) : ~0ULL;
-  const __m512i low = _mm512_set1_epi8(15);
+  const __m512i mask = _mm512_set1_epi8(KIND == K_INT2 ? 3 : 15);
   __m512i acc[NA * G];
 #pragma GCC unroll 16
   for (int i = 0; i < NA * G; ++i) acc[i] = _mm512_setzero_si512();
@@ -461,18 +492,17 @@ void key_dots_i8_t(const uint8_t* base, int64_t stride, int r0, int D, int Dp, c
     transpose16(x);
 #pragma GCC unroll 16
     for (int j = 0; j < 16; ++j) {
-      __m512i k0 = x[j], k1 = k0;
-      if constexpr (KIND == K_INT4) {
-        k1 = _mm512_and_si512(_mm512_srli_epi16(k0, 4), low);
-        k0 = _mm512_and_si512(k0, low);
-      }
+      __m512i k[NA];
+      k[0] = NA == 1 ? x[j] : _mm512_and_si512(x[j], mask);
+#pragma GCC unroll 4
+      for (int i = 1; i < NA; ++i) k[i] = _mm512_and_si512(_mm512_srli_epi16(x[j], (8 / NA) * i), mask);
 #pragma GCC unroll 8
       for (int g = 0; g < G; ++g) {
         int32_t qw;
         std::memcpy(&qw, qi + g * Dp + 64 * c + 4 * j, 4);
         const __m512i qb = _mm512_set1_epi32(qw);
-        acc[NA * g] = _mm512_dpbusd_epi32(acc[NA * g], k0, qb);
-        if constexpr (KIND == K_INT4) acc[NA * g + 1] = _mm512_dpbusd_epi32(acc[NA * g + 1], k1, qb);
+#pragma GCC unroll 4
+        for (int i = 0; i < NA; ++i) acc[NA * g + i] = _mm512_dpbusd_epi32(acc[NA * g + i], k[i], qb);
       }
     }
   }
@@ -486,6 +516,24 @@ void key_dots_i8_t(const uint8_t* base, int64_t stride, int r0, int D, int Dp, c
       const __m512i hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
       _mm512_storeu_ps(S + g * ldS + 2 * r0, _mm512_permutex2var_ps(e, lo, o));
       _mm512_storeu_ps(S + g * ldS + 2 * r0 + 16, _mm512_permutex2var_ps(e, hi, o));
+    } else if constexpr (KIND == K_INT2) {
+      // Lane r of accumulator i is token 4 (r0 + r) + i: interleave the four as pairs (0, 1) and
+      // (2, 3), then the pairs as 64-bit units.
+      const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+      const __m512i hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+      const __m512i q0 = _mm512_set_epi64(11, 3, 10, 2, 9, 1, 8, 0), q1 = _mm512_set_epi64(15, 7, 14, 6, 13, 5, 12, 4);
+      __m512 t[4];
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) t[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[NA * g + i]), s, b);
+      const __m512d a0 = _mm512_castps_pd(_mm512_permutex2var_ps(t[0], lo, t[1]));
+      const __m512d a1 = _mm512_castps_pd(_mm512_permutex2var_ps(t[0], hi, t[1]));
+      const __m512d b0 = _mm512_castps_pd(_mm512_permutex2var_ps(t[2], lo, t[3]));
+      const __m512d b1 = _mm512_castps_pd(_mm512_permutex2var_ps(t[2], hi, t[3]));
+      float* o = S + g * ldS + 4 * r0;
+      _mm512_storeu_pd(o, _mm512_permutex2var_pd(a0, q0, b0));
+      _mm512_storeu_pd(o + 16, _mm512_permutex2var_pd(a0, q1, b0));
+      _mm512_storeu_pd(o + 32, _mm512_permutex2var_pd(a1, q0, b1));
+      _mm512_storeu_pd(o + 48, _mm512_permutex2var_pd(a1, q1, b1));
     } else {
       _mm512_storeu_ps(S + g * ldS + r0, e);
     }
@@ -745,8 +793,83 @@ void value_pass64(const ValueRows<K_INT4>& rows, int nv, int DV, const float* al
   }
 }
 
+// The same 64-channel pass for INT2 values: two rows' 16 bytes in one register, the four 2-bit planes
+// split into two registers (plane 0 | plane 1, plane 2 | plane 3; each 16 bytes per row), and each of
+// the 4 chunks' bf16 pairs made by one byte permute from the two, as above.
 template <int G>
-void value_accumulate_bf16(const ValueRows<K_INT4>& rows, int nv, int DV, const float* P, int ldP, const float* alpha,
+void value_pass64_int2(const ValueRows<K_INT2>& rows, int nv, int DV, const float* alpha, float* acc,
+                       const uint32_t* wb, const float* zs, int ldw, int ng, int cpg) {
+  static const auto idx = [] {
+    std::array<__m512i, 4> out;
+    for (int k = 0; k < 4; ++k) {
+      alignas(64) uint8_t b[64];
+      for (int d = 0; d < 16; ++d)
+        for (int r = 0; r < 2; ++r) {
+          const int ch = 16 * k + d, plane = ch & 3;  // row r's byte ch / 4, bits 2 * plane
+          b[4 * d + 2 * r] = uint8_t((plane >= 2 ? 64 : 0) + 32 * (plane & 1) + 16 * r + ch / 4);
+          b[4 * d + 2 * r + 1] = 0x43;  // masked off: kept from the index
+        }
+      out[k] = _mm512_load_si512(b);
+    }
+    return out;
+  }();
+  const __mmask64 even = 0x5555555555555555ULL;
+  const __m256i three = _mm256_set1_epi8(3);
+  const int64_t gs = int64_t(ng) * ldw;
+  for (int c0 = 0; c0 < DV / 16; c0 += 4) {
+    __m512 a[G][4];
+    const uint32_t* w0 = wb + (c0 / cpg) * ldw;        // chunks c0, c0 + 1
+    const uint32_t* w1 = wb + ((c0 + 2) / cpg) * ldw;  // chunks c0 + 2, c0 + 3
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g)
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k)
+        a[g][k] = _mm512_fmadd_ps(_mm512_loadu_ps(acc + g * DV + 16 * (c0 + k)), _mm512_set1_ps(alpha[g]),
+                                  _mm512_set1_ps(zs[g * ng + (c0 + k) / cpg]));
+    const uint32_t* p0[G];
+    const uint32_t* p1[G];
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+      p0[g] = w0 + g * gs;
+      p1[g] = w1 + g * gs;
+    }
+    const uint8_t* base = rows.base + 4 * c0;
+    const int64_t stride = rows.stride;
+    for (int t = 0; t < nv; t += 2) {
+      const uint8_t* r0 = base + t * stride;
+      const uint8_t* r1 = t + 1 < nv ? r0 + stride : r0;  // its weight is zero
+      const int i = t >> 1;
+      const __m256i x = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r0))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(r1)), 1);
+      const __m512i lo = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(x, three)),
+                                            _mm256_and_si256(_mm256_srli_epi16(x, 2), three), 1);
+      const __m512i hi = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(_mm256_srli_epi16(x, 4), three)),
+                                            _mm256_and_si256(_mm256_srli_epi16(x, 6), three), 1);
+      __m512bh v[4];
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) v[k] = (__m512bh)_mm512_mask2_permutex2var_epi8(lo, idx[k], even, hi);
+#pragma GCC unroll 4
+      for (int g = 0; g < G; ++g) {
+        const __m512bh b0 = (__m512bh)_mm512_set1_epi32(int(p0[g][i]));
+        const __m512bh b1 = (__m512bh)_mm512_set1_epi32(int(p1[g][i]));
+        a[g][0] = _mm512_dpbf16_ps(a[g][0], v[0], b0);
+        a[g][1] = _mm512_dpbf16_ps(a[g][1], v[1], b0);
+        a[g][2] = _mm512_dpbf16_ps(a[g][2], v[2], b1);
+        a[g][3] = _mm512_dpbf16_ps(a[g][3], v[3], b1);
+      }
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g)
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) _mm512_storeu_ps(acc + g * DV + 16 * (c0 + k), a[g][k]);
+  }
+}
+
+// INT4 values (DV % 32 == 0), or INT2 values with G <= 4, DV % 64 == 0 and groups of whole chunk pairs
+// (value_pass64_int2; the caller checks).
+template <int G, int KIND>
+void value_accumulate_bf16(const ValueRows<KIND>& rows, int nv, int DV, const float* P, int ldP, const float* alpha,
                            float* acc, float* w) {
   constexpr int W = G >= 8 ? 2 : (G >= 4 ? 4 : 8);  // chunks in registers (even: chunk pairs)
   const int ng = rows.n_groups, C = DV / 16, cpg = C / ng, nt = (nv + 15) / 16, ldw = (ldP + 31) / 32 * 16;
@@ -781,6 +904,11 @@ void value_accumulate_bf16(const ValueRows<K_INT4>& rows, int nv, int DV, const 
     }
   float old[8 * MAX_OUT];
   save_outliers<G>(rows, DV, acc, old);
+  if constexpr (KIND == K_INT2) {
+    if constexpr (G <= 4) value_pass64_int2<G>(rows, nv, DV, alpha, acc, wb, zs, ldw, ng, cpg);
+    patch_outliers<G>(rows, nv, DV, P, ldP, alpha, acc, old);
+    return;
+  } else {
   // z = [lo nibbles row t | row t+1 | hi nibbles row t | row t+1] (16 bytes each; lo = even channel):
   // word 2d + r of chunk k = (0x43 << 8) | code of channel 16k + d, token r.
   static const auto idx = [] {
@@ -847,6 +975,7 @@ void value_accumulate_bf16(const ValueRows<K_INT4>& rows, int nv, int DV, const 
         if (k < wn) _mm512_storeu_ps(acc + g * DV + 16 * (c0 + k), a[g][k]);
   }
   patch_outliers<G>(rows, nv, DV, P, ldP, alpha, acc, old);
+  }
 }
 #endif
 
@@ -887,8 +1016,9 @@ void key_block(const Operand& op, const Dims& d, int64_t h, int64_t slot, int bs
   const int gsz = quant ? op.group : bs;
   constexpr int T = 16 / G;
   KeyRows<KIND> rows;
-  if constexpr (KIND == K_INT4) {
-    rows.base = op.data + ((slot * (bs / 2)) * H + h) * D;
+  if constexpr (KIND == K_INT4 || KIND == K_INT2) {
+    constexpr int per = codes_per_byte(KIND);
+    rows.base = op.data + ((slot * (bs / per)) * H + h) * D;
     rows.stride = H * D;
   } else {
     const int elt = KIND == K_F32 ? 4 : (KIND == K_BF16 || KIND == K_F16 ? 2 : 1);
@@ -900,8 +1030,10 @@ void key_block(const Operand& op, const Dims& d, int64_t h, int64_t slot, int bs
     const float* qe = qm;
     float* bias = st.bias.data() + g0;
 #ifdef MINUTIA_VNNI
-    if constexpr (KIND == K_INT8 || KIND == K_INT4) {
-      if (st.fast && gsz % T == 0) {
+    if constexpr (KIND == K_INT8 || KIND == K_INT4 || KIND == K_INT2) {
+      constexpr int step = codes_per_byte(KIND);  // tokens per packed row
+      // Tiles of T tokens inside the group, of whole packed rows (or 16-row transposed tiles).
+      if (st.fast && gsz % T == 0 && (T % step == 0 || gsz % (16 * step) == 0)) {
         const int64_t prow = ((slot * (bs / gsz) + t0 / gsz) * H + h) * D;
         float* sv = st.sbuf.data();
         float* zv = st.zbuf.data();
@@ -910,14 +1042,14 @@ void key_block(const Operand& op, const Dims& d, int64_t h, int64_t slot, int bs
           storev(zv + 16 * c, params16(op.zero, op.pdtype, prow + 16 * c));
         }
         int8_t* qi = st.qi.data() + g0 * st.Dp;
-        prep_query_i8<G>(qm, sv, zv, int(D), st.Dp, KIND == K_INT8 ? 127.5f : 7.5f, st.qe.data() + g0 * D, qi,
-                         st.sq.data() + g0, bias);
+        // Codes are 0 .. 2^bits - 1: mid-range 127.5 (INT8), 7.5 (INT4), 1.5 (INT2).
+        constexpr float mid = KIND == K_INT8 ? 127.5f : (KIND == K_INT4 ? 7.5f : 1.5f);
+        prep_query_i8<G>(qm, sv, zv, int(D), st.Dp, mid, st.qe.data() + g0 * D, qi, st.sq.data() + g0, bias);
         const int t_end = std::min(t0 + gsz, nv);
-        constexpr int step = KIND == K_INT4 ? 2 : 1;
         if (gsz % (16 * step) == 0) {  // whole 16-row tiles inside the group: tokens in lanes
           for (int r = t0 / step; r * step < t_end; r += 16)
             key_dots_i8_t<G, KIND>(rows.base, rows.stride, r, int(D), st.Dp, qi, st.sq.data() + g0, bias, S, ldS);
-        } else {
+        } else if constexpr (T % step == 0) {
           const int t1 = std::min(t0 + gsz, (t_end + T - 1) / T * T);
           key_dots_i8<G, T, KIND>(rows.base, rows.stride, t0, t1, int(D), st.Dp, qi, st.sq.data() + g0, bias, S, ldS);
         }
@@ -1091,8 +1223,9 @@ inline void prefetch_rows(const void* base, int64_t stride, int n, int64_t bytes
 
 void prefetch_block(const Operand& k, const Operand& v, int64_t H, int64_t DK, int64_t DV, int64_t h, int64_t slot,
                     int bs, int nv) {
-  if (k.kind == K_INT4) {
-    prefetch_rows(k.data + ((slot * (bs / 2)) * H + h) * DK, H * DK, (nv + 1) / 2, DK);
+  if (k.kind == K_INT4 || k.kind == K_INT2) {
+    const int per = codes_per_byte(k.kind);
+    prefetch_rows(k.data + ((slot * (bs / per)) * H + h) * DK, H * DK, (nv + per - 1) / per, DK);
   } else {
     const int e = elt_size(k.kind);
     prefetch_rows(k.data + ((slot * bs) * H + h) * DK * e, H * DK * e, nv, DK * e);
@@ -1103,8 +1236,9 @@ void prefetch_block(const Operand& k, const Operand& v, int64_t H, int64_t DK, i
     prefetch_rows(static_cast<const char*>(k.scale) + first, H * DK * ps, ng, DK * ps);
     if (k.zero) prefetch_rows(static_cast<const char*>(k.zero) + first, H * DK * ps, ng, DK * ps);
   }
-  if (v.kind == K_INT4) {
-    prefetch_rows(v.data + ((slot * bs) * H + h) * (DV / 2), H * (DV / 2), nv, DV / 2);
+  if (v.kind == K_INT4 || v.kind == K_INT2) {
+    const int per = codes_per_byte(v.kind);
+    prefetch_rows(v.data + ((slot * bs) * H + h) * (DV / per), H * (DV / per), nv, DV / per);
   } else {
     const int e = elt_size(v.kind);
     prefetch_rows(v.data + ((slot * bs) * H + h) * DV * e, H * DV * e, nv, DV * e);
@@ -1122,9 +1256,10 @@ void value_block(const Operand& op, const Dims& d, int64_t h, int64_t slot, int 
                  const int* ochunk, const int* olane) {
   const int64_t H = d.H, D = d.DV;
   ValueRows<KIND> rows{};
-  if constexpr (KIND == K_INT4) {
-    rows.base = op.data + ((slot * bs) * H + h) * (D / 2);
-    rows.stride = H * (D / 2);
+  if constexpr (KIND == K_INT4 || KIND == K_INT2) {
+    constexpr int per = codes_per_byte(KIND);
+    rows.base = op.data + ((slot * bs) * H + h) * (D / per);
+    rows.stride = H * (D / per);
   } else {
     const int elt = KIND == K_F32 ? 4 : (KIND == K_BF16 || KIND == K_F16 ? 2 : 1);
     rows.base = op.data + ((slot * bs) * H + h) * D * elt;
@@ -1168,8 +1303,15 @@ void value_block(const Operand& op, const Dims& d, int64_t h, int64_t slot, int 
 #ifdef MINUTIA_BF16
       if constexpr (KIND == K_INT4) {
         if (st.fast && D % 32 == 0) {
-          value_accumulate_bf16<G>(rows, nv, D, st.S.data() + g0 * st.ldS, st.ldS, st.alpha.data() + g0,
-                                   st.acc.data() + g0 * D, st.vw.data());
+          value_accumulate_bf16<G, KIND>(rows, nv, D, st.S.data() + g0 * st.ldS, st.ldS, st.alpha.data() + g0,
+                                         st.acc.data() + g0 * D, st.vw.data());
+          return;
+        }
+      }
+      if constexpr (KIND == K_INT2 && G <= 4) {  // 64 channels per pass, groups of whole chunk pairs
+        if (st.fast && D % 64 == 0 && op.group % 32 == 0) {
+          value_accumulate_bf16<G, KIND>(rows, nv, D, st.S.data() + g0 * st.ldS, st.ldS, st.alpha.data() + g0,
+                                         st.acc.data() + g0 * D, st.vw.data());
           return;
         }
       }
@@ -1205,6 +1347,7 @@ auto pick_kind(int kind) {
     case K_INT8: return Op<G, K_INT8>::fn;
     case K_INT4: return Op<G, K_INT4>::fn;
     case K_FP8: return Op<G, K_FP8>::fn;
+    case K_INT2: return Op<G, K_INT2>::fn;
   }
   throw std::invalid_argument("unknown storage kind");
 }
