@@ -94,7 +94,8 @@ class ColdTier:
 
     def fetch(self, block_id: str, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
         """A block's payload tensors; the read counts as a prefetch hit when the block was staged."""
-        tensors, _ = unpack_block(self.placement.read(block_id), device=device)
+        # a staged block is unpacked from its slot on the device (no device -> host -> device copy)
+        tensors, _ = self.placement.read_with(block_id, lambda data: unpack_block(data, device=device))
         self.counts.recalled += 1
         return tensors
 

@@ -24,6 +24,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable, TypeVar
 
 import torch
 
@@ -32,6 +33,11 @@ from kvstore.stores.base import BlockNotFound, BlockStore, StoreError, StoreFull
 from kvstore.stores.memory import MemoryStore
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def _as_bytes(data: torch.Tensor | bytes) -> bytes:
+    return data.cpu().numpy().tobytes() if isinstance(data, torch.Tensor) else bytes(data)
 
 
 class Tier(str, enum.Enum):
@@ -304,13 +310,22 @@ class TierPlacement:
 
     def read(self, block_id: str) -> bytes:
         """The block's bytes; a read of a block not on the device is a prefetch miss (then promoted)."""
+        return self.read_with(block_id, _as_bytes)
+
+    def read_with(self, block_id: str, use: Callable[[torch.Tensor | bytes], T]) -> T:
+        """``use(data)`` of a block, counted as a decode-step read like :meth:`read`. ``data`` is the slot
+        itself (a uint8 tensor, valid only during the call) when a memory tier holds the block, so a
+        staged block goes to attention without leaving its device; bytes from other tiers."""
         with self._lock:
             info = self.blocks.get(block_id)
             if info is None:
                 raise BlockNotFound(f"no block {block_id!r} in session {self.session!r}")
             hit = info.tier == Tier.DEVICE
             self._mode_changed(self.hits.record(hit))
-            return self.peek(block_id)
+            store = self.tiers[info.tier]
+            if isinstance(store, MemoryStore):
+                return use(store.get_tensor(self.session, block_id))
+            return use(store.get(self.session, block_id))
 
     def peek(self, block_id: str) -> bytes:
         """The block's bytes without counting a read (saving a session is not a decode step)."""
@@ -320,7 +335,7 @@ class TierPlacement:
                 raise BlockNotFound(f"no block {block_id!r} in session {self.session!r}")
             store = self.tiers[info.tier]
             if isinstance(store, MemoryStore):
-                return store.get_tensor(self.session, block_id).cpu().numpy().tobytes()
+                return _as_bytes(store.get_tensor(self.session, block_id))
             return store.get(self.session, block_id)
 
     def _mode_changed(self, change: str | None) -> None:

@@ -49,16 +49,24 @@ def test_block_format_round_trip_every_dtype() -> None:
         "empty": torch.zeros(0, 4),
     }
     data = pack_block(tensors, layer=2, fmt="int8")
-    back, attrs = unpack_block(data)
-    assert attrs == {"layer": 2, "fmt": "int8"}
-    for name, t in tensors.items():
-        assert back[name].dtype == t.dtype and back[name].shape == t.shape
-        assert torch.equal(back[name].view(torch.uint8) if t.element_size() == 1 else back[name],
-                           t.view(torch.uint8) if t.element_size() == 1 else t)
+    slot = torch.frombuffer(bytearray(data), dtype=torch.uint8)  # a memory tier's slot holding the block
+    for source in (data, slot):
+        back, attrs = unpack_block(source)
+        assert attrs == {"layer": 2, "fmt": "int8"}
+        for name, t in tensors.items():
+            assert back[name].dtype == t.dtype and back[name].shape == t.shape
+            assert torch.equal(back[name].view(torch.uint8) if t.element_size() == 1 else back[name],
+                               t.view(torch.uint8) if t.element_size() == 1 else t)
+    slot.fill_(0)  # the slot reused: what was unpacked from it is a copy
+    assert torch.equal(back["k"], tensors["k"])
     with pytest.raises(CorruptBlock, match="truncated"):
         unpack_block(data[:-3])
     with pytest.raises(CorruptBlock, match="not a minutia block"):
         unpack_block(b"XXXX" + data[4:])
+    with pytest.raises(CorruptBlock, match="truncated"):
+        unpack_block(torch.frombuffer(bytearray(data[:-3]), dtype=torch.uint8))
+    with pytest.raises(CorruptBlock, match="not a minutia block"):
+        unpack_block(slot)
 
 
 def test_store_contract(store) -> None:

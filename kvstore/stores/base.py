@@ -162,8 +162,15 @@ def pack_block(tensors: dict[str, torch.Tensor], **attrs: object) -> bytes:
     return _HEADER.pack(BLOCK_MAGIC, BLOCK_VERSION, len(header)) + header + b"".join(payloads)
 
 
-def unpack_block(data: bytes | memoryview, device: torch.device | str = "cpu") -> tuple[dict[str, torch.Tensor], dict]:
-    """Inverse of :func:`pack_block`: ``(tensors, attrs)``; :class:`CorruptBlock` on any mismatch."""
+def unpack_block(data: bytes | memoryview | torch.Tensor,
+                 device: torch.device | str = "cpu") -> tuple[dict[str, torch.Tensor], dict]:
+    """Inverse of :func:`pack_block`: ``(tensors, attrs)``; :class:`CorruptBlock` on any mismatch.
+
+    ``data`` may be a uint8 tensor (a memory tier's slot, on its device): then only the header crosses
+    to the host and each payload is one copy on the tensor's device (no device -> host -> device trip).
+    """
+    if isinstance(data, torch.Tensor):
+        return _unpack_block_tensor(data, device)
     data = memoryview(data)
     if len(data) < _HEADER.size:
         raise CorruptBlock(f"block of {len(data)} bytes is shorter than its header")
@@ -190,6 +197,38 @@ def unpack_block(data: bytes | memoryview, device: torch.device | str = "cpu") -
         offset += n
     if offset != len(data):
         raise CorruptBlock(f"block has {len(data) - offset} trailing bytes")
+    return tensors, header["attrs"]
+
+
+def _unpack_block_tensor(data: torch.Tensor, device: torch.device | str) -> tuple[dict[str, torch.Tensor], dict]:
+    flat = data.reshape(-1)
+    if flat.dtype != torch.uint8:
+        raise TypeError("blocks are byte tensors")
+    if flat.numel() < _HEADER.size:
+        raise CorruptBlock(f"block of {flat.numel()} bytes is shorter than its header")
+    magic, version, header_len = _HEADER.unpack(flat[:_HEADER.size].cpu().numpy().tobytes())
+    if magic != BLOCK_MAGIC or version != BLOCK_VERSION:
+        raise CorruptBlock(f"not a minutia block (magic {bytes(magic)!r}, version {version})")
+    try:
+        header = json.loads(flat[_HEADER.size:_HEADER.size + header_len].cpu().numpy().tobytes())
+    except ValueError as exc:
+        raise CorruptBlock(f"unreadable block header: {exc}") from None
+    offset = _HEADER.size + header_len
+    tensors: dict[str, torch.Tensor] = {}
+    for entry in header["tensors"]:
+        dtype = _DTYPES.get(entry["dtype"])
+        if dtype is None:
+            raise CorruptBlock(f"unknown dtype {entry['dtype']!r} in block")
+        n = entry["nbytes"]
+        if offset + n > flat.numel():
+            raise CorruptBlock(f"block payload truncated ({flat.numel() - offset} of {n} bytes for {entry['name']!r})")
+        # one copy, on the slot's device: the slot may be reused once the caller lets go of it
+        chunk = flat[offset:offset + n].clone() if n else torch.zeros(0, dtype=torch.uint8, device=flat.device)
+        t = chunk.view(dtype) if n else torch.zeros(0, dtype=dtype, device=flat.device)
+        tensors[entry["name"]] = t.reshape(entry["shape"]).to(device)
+        offset += n
+    if offset != flat.numel():
+        raise CorruptBlock(f"block has {flat.numel() - offset} trailing bytes")
     return tensors, header["attrs"]
 
 
