@@ -82,11 +82,11 @@ class KVSettings(BaseModel):
     block_size: int = Field(64, gt=0)
     sink_tokens: int = 4
     recent_tokens: int = 256
-    recent_budget_share: float = Field(0.125, ge=0, le=1, description="the full-precision recent window takes at most this share of the budget")
+    recent_budget_share: float = Field(0.0625, ge=0, le=1, description="the full-precision recent window takes at most this share of the budget")
     warm_kinds: tuple[Literal["int8", "int4", "int2", "fp8"], ...] = ("int8", "int4")
     decode_top_k_blocks: int | None = None
     budget_floor_tokens: int = Field(
-        2048, ge=0, description="live meetings: no compression before this many tokens (the ratio of a short start is tiny)"
+        2048, ge=0, description="no compression before this many tokens (the ratio of a short prompt or meeting start is tiny)"
     )
     drop_last_resort: bool = Field(True, description="quantize first; drop only the fewest blocks the budget forces out")
     modalities: dict[Literal["text", "audio", "video"], "ModalitySettings"] = Field(

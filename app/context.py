@@ -22,6 +22,7 @@ from app.config import KVSettings
 from app.llm import LLMEngine
 from app.transcript import format_time
 from encoders.errors import InputError
+from kvstore.annotations import EntityFinder, TokenFlag, tokens_in_spans
 
 MODALITIES = ("text", "audio", "video")
 
@@ -77,6 +78,7 @@ class MeetingContext:
         self._placed_listeners: list[Any] = []
         self.max_positions = int(getattr(engine.model.config, "max_position_embeddings", 0) or 8192)
         self.full = False  # the model's position limit was reached: no further lines are prefilled
+        self._entities = EntityFinder()  # learns the meeting's lower-case words as lines arrive
         if restored is not None:
             self.cache, self.tokens, self.lines = restored, int(restored.get_seq_length()), restored_lines
             self._attach(cold_tier)
@@ -90,7 +92,7 @@ class MeetingContext:
         needs_bos = tokenizer.bos_token_id is not None and not header.startswith(str(tokenizer.bos_token))
         bos = [tokenizer.bos_token_id] if needs_bos else []
         header_ids = bos + self._encode(header)
-        self._prefill(header_ids, [(0, len(header_ids), "text", 0)])
+        self._prefill(header_ids, [(0, len(header_ids), "text", 0, [])])
 
     # ------------------------------------------------------------------ cache set-up
     def _new_cache(self):
@@ -127,6 +129,16 @@ class MeetingContext:
     def _encode(self, text: str) -> list[int]:
         return self.engine.tokenizer(text, add_special_tokens=False).input_ids
 
+    def _encode_line(self, line: ContextLine) -> tuple[list[int], list[int]]:
+        """The line's token ids and the positions (in them) of its entities (numbers, names): the
+        importance score's structural bonus keeps those blocks sharper (kvstore.annotations)."""
+        text = line.render()
+        tokenizer = self.engine.tokenizer
+        if not getattr(tokenizer, "is_fast", False):  # offsets need a fast tokenizer
+            return self._encode(text), []
+        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        return enc.input_ids, tokens_in_spans(enc.offset_mapping, self._entities.find(text))
+
     def on_placed(self, callback) -> None:
         """``callback(PlacedLine)`` after each line is in the cache (the session puts it on the timeline)."""
         self._placed_listeners.append(callback)
@@ -152,35 +164,35 @@ class MeetingContext:
         with self._lock:
             if not self._pending:
                 return 0
-            encoded = [(line, self._encode(line.render())) for line in self._pending]
-            total = sum(len(ids) for _, ids in encoded)
+            encoded = [(line, *self._encode_line(line)) for line in self._pending]
+            total = sum(len(ids) for _, ids, _ in encoded)
             if total < min_tokens:
                 return 0
             self._pending.clear()
-            chunk: list[tuple[ContextLine, list[int]]] = []
+            chunk: list[tuple[ContextLine, list[int], list[int]]] = []
             added = 0
-            for line, ids in encoded:
+            for line, ids, entities in encoded:
                 if self.tokens + added + len(ids) + 512 > self.max_positions:
                     self.full = True  # answers fall back to reading the transcript; said in stats()
                     break
-                chunk.append((line, ids))
+                chunk.append((line, ids, entities))
                 added += len(ids)
-                if sum(len(i) for _, i in chunk) >= max_chunk_tokens:
+                if sum(len(i) for _, i, _ in chunk) >= max_chunk_tokens:
                     self._prefill_lines(chunk)
                     chunk = []
             if chunk:
                 self._prefill_lines(chunk)
             return added
 
-    def _prefill_lines(self, chunk: list[tuple[ContextLine, list[int]]]) -> None:
+    def _prefill_lines(self, chunk: list[tuple[ContextLine, list[int], list[int]]]) -> None:
         start = self.tokens
         placed: list[PlacedLine] = []
-        marks: list[tuple[int, int, str, int]] = []
+        marks: list[tuple[int, int, str, int, list[int]]] = []
         ids: list[int] = []
-        for line, line_ids in chunk:
+        for line, line_ids, entities in chunk:
             begin = start + len(ids)
             ids.extend(line_ids)
-            marks.append((begin, begin + len(line_ids), line.modality, _line_flags(line)))
+            marks.append((begin, begin + len(line_ids), line.modality, _line_flags(line), [begin + i for i in entities]))
             placed.append(PlacedLine(line, begin, begin + len(line_ids)))
         self._prefill(ids, marks)
         self.lines += len(chunk)
@@ -188,18 +200,21 @@ class MeetingContext:
             for callback in self._placed_listeners:
                 callback(item)
 
-    def _prefill(self, ids: list[int], marks: list[tuple[int, int, str, int]]) -> None:
-        """One forward of ``ids`` after the cache; ``marks``: (start, end, modality, flags) per line."""
+    def _prefill(self, ids: list[int], marks: list[tuple[int, int, str, int, list[int]]]) -> None:
+        """One forward of ``ids`` after the cache; ``marks``: (start, end, modality, flags, entity
+        positions) per line."""
         if not ids:
             return
         # Everything that touches the cache runs in inference mode: tensors the model created there
         # cannot be updated in place outside it.
         with self.engine.lock, torch.inference_mode():
             if hasattr(self.cache, "mark_modality"):
-                for begin, end, modality, flags in marks:
+                for begin, end, modality, flags, entities in marks:
                     self.cache.mark_modality((begin, end), modality)
                     if flags:
                         self.cache.annotate(list(range(begin, min(begin + 4, end))), flags)
+                    if entities:
+                        self.cache.annotate(entities, TokenFlag.ENTITY)
             self._forward(ids)
         self.tokens += len(ids)
 
@@ -382,8 +397,6 @@ def meeting_cache_config(kv: KVSettings):
 
 
 def _line_flags(line: ContextLine) -> int:
-    from kvstore.annotations import TokenFlag
-
     flags = 0
     if line.speaker_change:
         flags |= TokenFlag.SPEAKER_CHANGE

@@ -115,6 +115,7 @@ class Meeting:
     input_ids: Any = None
     token_turn: Any = None  # [T] index into turns (-1 for the header / BOS)
     full_tokens: int = 0  # length of the whole transcript before truncation
+    entity_tokens: list[int] = field(default_factory=list)  # positions kvstore.annotations.EntityFinder marks
 
 
 SUBJECTS = ["Falcon", "Orchid", "Granite", "Nimbus", "Juniper", "Cobalt", "Saffron", "Tundra", "Meridian",
@@ -180,6 +181,8 @@ def encode(meeting: Meeting, tokenizer, max_tokens: int) -> None:
     """Tokenize (with BOS), truncate to ``max_tokens`` and build the token -> turn map."""
     import torch
 
+    from kvstore.annotations import EntityFinder, tokens_in_spans
+
     text, ranges = render(meeting.turns)
     enc = tokenizer(text, return_offsets_mapping=True, add_special_tokens=True)
     ids, offsets = enc["input_ids"], enc["offset_mapping"]
@@ -188,6 +191,7 @@ def encode(meeting: Meeting, tokenizer, max_tokens: int) -> None:
     turn = torch.searchsorted(starts, char_start, right=True) - 1
     turn[char_start < 0] = -1
     meeting.full_tokens = len(ids)
+    meeting.entity_tokens = [i for i in tokens_in_spans(offsets, EntityFinder().find(text)) if i < max_tokens]
     meeting.input_ids = torch.tensor(ids[:max_tokens], dtype=torch.long).unsqueeze(0)
     meeting.token_turn = turn[:max_tokens]
     turn_of_needle = {t.needle: i for i, t in enumerate(meeting.turns) if t.needle is not None}
@@ -654,9 +658,14 @@ def minutia_settings(args, **overrides: Any):
     """minutia's cache settings for this run: the command line's knobs, then ``overrides``."""
     from kvstore.config import TieredCacheConfig
 
+    from kvstore.scoring import ScoreWeights
+
     options = dict(compress=True, block_size=args.block_size, recent_tokens=args.recent_tokens,
                    warm_kinds=tuple(k.strip() for k in args.warm_kinds.split(",") if k.strip()),
                    drop_last_resort=args.drop_last_resort)
+    if args.weights:
+        a, b, c, d = (float(x) for x in args.weights.split(","))
+        options["weights"] = ScoreWeights(accumulated=a, query=b, position=c, structural=d)
     return TieredCacheConfig(**{**options, **overrides})
 
 
@@ -691,6 +700,8 @@ def prepare_minutia(model, ids, meeting: Meeting, budget: float, args, mode: str
         starts, changes = turn_start_annotations(meeting)
         cache.annotate(starts, TokenFlag.TURN_START)
         cache.annotate(changes, TokenFlag.SPEAKER_CHANGE)
+    if args.entities:
+        cache.annotate(meeting.entity_tokens, TokenFlag.ENTITY)
     chunk = args.live_chunk if mode == "live" else args.chunk
     t0 = time.perf_counter()
     with torch.no_grad():
@@ -1185,6 +1196,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--annotations", action="store_true",
                    help="mark turn starts / speaker changes for minutia's structural bonus (off by default: on "
                         "meeting transcripts nearly every 64-token block holds a turn start)")
+    p.add_argument("--weights", default=None,
+                   help="minutia's score weights a,b,c,d (accumulated, query, position, structural; default: the "
+                        "library's)")
+    p.add_argument("--entities", action=argparse.BooleanOptionalAction, default=True,
+                   help="mark numbers and names (kvstore.annotations.EntityFinder, as the app does) for minutia's "
+                        "structural bonus")
     p.add_argument("--budget-mode", default="bytes",
                    help="minutia's budget, 'bytes', 'ratio' or 'bytes,ratio' (both, as separate rows): 'bytes' = a "
                         "fixed byte budget equal to the fraction of the context's full bf16 KV (the deployment case; "

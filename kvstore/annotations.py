@@ -8,6 +8,8 @@ because the first words of a turn and the moments around a slide change are what
 from __future__ import annotations
 
 import enum
+import re
+from typing import Iterable, Sequence
 
 import torch
 
@@ -155,3 +157,71 @@ class BlockPriorities:
             boost[: self.boost.numel()] = self.boost
             pinned[: self.pinned.numel()] = self.pinned
             self.boost, self.pinned = boost, pinned
+
+
+_NUMBER = re.compile(r"\d+(?:[.,:/-]\d+)*")
+_CAPITALISED = re.compile(r"\b[A-Z][A-Za-z0-9'&-]*[A-Za-z0-9]")
+_WORD = re.compile(r"\b[a-z][a-z0-9'&-]*")
+# "[00:12] Speaker name: " at the start of a transcript line (the time stamp is optional)
+_LABEL = re.compile(r"(?m)^(?:\[[^\]\n]{0,24}\]\s*)?[^:\n\[]{1,48}:\s")
+_FILLERS = frozenset({"I", "I'm", "I'll", "I've", "I'd", "OK", "Okay", "Yeah", "Yes", "No", "Uh", "Um", "Mm", "Hmm", "Oh"})
+
+
+class EntityFinder:
+    """Character spans of likely entities in transcript text: numbers and codes, and capitalised words
+    that are not sentence-initial and never seen in lower case (names, products, acronyms).
+
+    Why: what people ask a meeting assistant back is mostly such facts (a budget, a code, who), and
+    nothing else in the importance score singles out their blocks before the question is asked. The
+    lower-case vocabulary grows with the meeting (:meth:`learn`), so "Smart" stops counting once
+    someone says "smart"; a heuristic, not a tagger, kept cheap enough for every transcript line.
+    """
+
+    def __init__(self) -> None:
+        self.lowercase: set[str] = set()
+
+    def learn(self, text: str) -> None:
+        """Remember the words ``text`` uses in lower case."""
+        self.lowercase.update(_WORD.findall(text))
+
+    def find(self, text: str) -> list[tuple[int, int]]:
+        """Entity spans ``(start, end)`` of ``text`` (learning its lower-case words first); speaker
+        labels at the start of a line are not entities (every turn has one)."""
+        self.learn(text)
+        labels = [m.span() for m in _LABEL.finditer(text)]
+        spans = []
+        label = 0
+        for m in sorted([*_NUMBER.finditer(text), *_CAPITALISED.finditer(text)], key=lambda m: m.start()):
+            while label < len(labels) and labels[label][1] <= m.start():
+                label += 1
+            if label < len(labels) and labels[label][0] <= m.start():
+                continue  # inside a speaker label
+            word = m.group()
+            if word[0].isupper() and (word in _FILLERS or word.lower() in self.lowercase
+                                      or _sentence_initial(text, m.start())):
+                continue
+            spans.append(m.span())
+        return spans
+
+
+def _sentence_initial(text: str, at: int) -> bool:
+    """Whether ``text[at]`` starts a sentence, a line or a labelled turn."""
+    i = at - 1
+    while i >= 0 and text[i] in " \t":
+        i -= 1
+    return i < 0 or text[i] in ".!?:;\n\"'("
+
+
+def tokens_in_spans(offsets: Sequence[tuple[int, int]], spans: Iterable[tuple[int, int]]) -> list[int]:
+    """Indices of the tokens whose character ``offsets`` overlap any of ``spans``."""
+    ordered = sorted(spans)
+    out: list[int] = []
+    j = 0
+    for i, (a, b) in enumerate(offsets):
+        if b <= a:
+            continue
+        while j < len(ordered) and ordered[j][1] <= a:
+            j += 1
+        if j < len(ordered) and ordered[j][0] < b:
+            out.append(i)
+    return out

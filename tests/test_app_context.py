@@ -68,6 +68,28 @@ def test_incremental_prefill_equals_one_pass_and_rolls_back(tiny_llm_dir, tiered
         assert set(stats["bytes_by_modality"]) >= {"audio", "text"}
 
 
+def test_numbers_and_names_in_lines_are_marked_for_the_structural_bonus(tiny_llm_dir):
+    from kvstore.annotations import TokenFlag
+
+    engine = _engine(tiny_llm_dir, True)
+    context = MeetingContext(engine, engine.kv, header="Meeting transcript:\n")
+    placed = []
+    context.on_placed(placed.append)
+    context.append(ContextLine("audio", 0.0, 3.0, "Alice", "the access code is 4821, ask Marta Lopez."))
+    context.append(ContextLine("audio", 3.0, 6.0, "Bob", "fine, thanks."))
+    context.flush()
+    flags = context.cache.annotations.flags
+    entity = [i for i in range(int(flags.numel())) if int(flags[i]) & int(TokenFlag.ENTITY)]
+    first, second = placed
+    assert entity and all(first.token_start <= i < first.token_end for i in entity)
+    marked = engine.tokenizer.decode([engine.tokenizer(first.line.render(), add_special_tokens=False).input_ids[i - first.token_start]
+                                      for i in entity])
+    assert "4821" in marked.replace(" ", "") and "Marta" in marked and "Lopez" in marked
+    assert "Alice" not in marked  # the speaker label is not an entity
+    # the batch path marks the same kind of tokens in its prompt
+    assert engine.entity_positions("Notes: the code is 4821.")
+
+
 def test_a_question_that_does_not_fit_is_refused(tiny_llm_dir):
     engine = _engine(tiny_llm_dir, True)
     context = MeetingContext(engine, engine.kv, header="Meeting transcript:\n")

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernels.reference import element_step
-from kvstore.annotations import TokenAnnotations, TokenFlag
+from kvstore.annotations import EntityFinder, TokenAnnotations, TokenFlag, tokens_in_spans
 from kvstore.quant import QUANTIZERS, Fp8Quantizer, Int4Quantizer, Int8Quantizer, get_quantizer
 from kvstore.scoring import (
     DROP,
@@ -122,6 +122,23 @@ def test_position_scorer_protects_sinks_and_recent_window() -> None:
     assert scorer.protected(inputs).tolist() == [True, False, False, False, False, False, True, True]
     s = scorer.score(inputs).flatten()
     assert s[0] == 1 and s[-1] == 1 and 0 < s[1] < s[5] < 1
+
+
+def test_entity_finder_marks_numbers_and_names_not_labels_or_sentence_starts() -> None:
+    finder = EntityFinder()
+    text = ("Project Manager: So the budget is 24,500 euros. Ask Maria Lopez about the XML parser.\n"
+            "Marketing: Smart idea, we need smart remotes by March 3. OK, Yeah.")
+    found = [text[a:b] for a, b in finder.find(text)]
+    assert found == ["24,500", "Maria", "Lopez", "XML", "March", "3"]
+    # "Smart" is known in lower case now; "Maria" stays a name
+    later = "Then Smart Maria said code 4821."
+    assert [later[a:b] for a, b in finder.find(later)] == ["Maria", "4821"]
+
+
+def test_tokens_in_spans_maps_characters_to_tokens() -> None:
+    offsets = [(0, 0), (0, 4), (4, 8), (8, 8), (9, 12), (12, 15)]  # a special token, words, an empty piece
+    assert tokens_in_spans(offsets, [(5, 6), (10, 13)]) == [2, 4, 5]
+    assert tokens_in_spans(offsets, []) == []
 
 
 def test_structural_bonus_from_annotations() -> None:
