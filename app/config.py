@@ -83,7 +83,7 @@ class KVSettings(BaseModel):
     sink_tokens: int = 4
     recent_tokens: int = 256
     recent_budget_share: float = Field(0.0625, ge=0, le=1, description="the full-precision recent window takes at most this share of the budget")
-    warm_kinds: tuple[Literal["int8", "int4", "int2", "fp8"], ...] = ("int8", "int4")
+    warm_kinds: tuple[Literal["int8", "int4", "int2", "fp8"], ...] = ("int8", "int4", "int2")
     decode_top_k_blocks: int | None = None
     budget_floor_tokens: int = Field(
         2048, ge=0, description="no compression before this many tokens (the ratio of a short prompt or meeting start is tiny)"

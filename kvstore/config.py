@@ -66,7 +66,7 @@ class TieredCacheConfig:
     # The recent window kept at full precision takes at most this share of the budget (tight budgets on
     # short contexts: 256 tokens are 6% of a 4K-token cache, a quarter of a 25% budget).
     recent_budget_share: float = 0.0625
-    warm_kinds: tuple[str, ...] = ("int8", "int4")
+    warm_kinds: tuple[str, ...] = ("int8", "int4", "int2")
     allow_drop: bool = True  # dropping needs the minutia attention (it adds the summary term)
     group_size: int = 32
     param_dtype: torch.dtype = torch.float16

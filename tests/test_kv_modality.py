@@ -147,7 +147,7 @@ def test_budget_floor_keeps_early_chunks_and_drops_last() -> None:
     """A live ratio budget: nothing compresses below the floor, and quantizing comes before dropping."""
     model = tiny_model("llama", attn=MINUTIA_ATTENTION, sharpen=4.0)
     settings = TieredCacheConfig(compress=True, budget_ratio=0.25, block_size=BS, sink_tokens=4, recent_tokens=16,
-                                 budget_floor_tokens=256, drop_last_resort=True)
+                                 budget_floor_tokens=256, drop_last_resort=True, warm_kinds=("int8", "int4"))
     cache = TieredCache(config=model.config, settings=settings)
     for i in range(4):  # 4 x 24 = 96 tokens (+ metadata) < 256: nothing is touched
         feed(model, cache, token_ids(24, seed=i))
