@@ -170,15 +170,33 @@ def unpack_block(data: bytes | memoryview | torch.Tensor,
     to the host and each payload is one copy on the tensor's device (no device -> host -> device trip).
     """
     if isinstance(data, torch.Tensor):
-        return _unpack_block_tensor(data, device)
-    data = memoryview(data)
-    if len(data) < _HEADER.size:
-        raise CorruptBlock(f"block of {len(data)} bytes is shorter than its header")
-    magic, version, header_len = _HEADER.unpack_from(data)
+        flat = data.reshape(-1)
+        if flat.dtype != torch.uint8:
+            raise TypeError("blocks are byte tensors")
+        size = flat.numel()
+
+        def head(a: int, b: int) -> bytes:
+            return flat[a:b].cpu().numpy().tobytes()
+
+        def payload(a: int, b: int) -> torch.Tensor:  # a copy: the slot may be reused once the caller lets go
+            return flat[a:b].clone()
+    else:
+        view = memoryview(data)
+        size = len(view)
+
+        def head(a: int, b: int) -> bytes:
+            return bytes(view[a:b])
+
+        def payload(a: int, b: int) -> torch.Tensor:
+            return torch.frombuffer(bytearray(view[a:b]), dtype=torch.uint8)
+
+    if size < _HEADER.size:
+        raise CorruptBlock(f"block of {size} bytes is shorter than its header")
+    magic, version, header_len = _HEADER.unpack(head(0, _HEADER.size))
     if magic != BLOCK_MAGIC or version != BLOCK_VERSION:
         raise CorruptBlock(f"not a minutia block (magic {bytes(magic)!r}, version {version})")
     try:
-        header = json.loads(bytes(data[_HEADER.size:_HEADER.size + header_len]))
+        header = json.loads(head(_HEADER.size, _HEADER.size + header_len))
     except ValueError as exc:
         raise CorruptBlock(f"unreadable block header: {exc}") from None
     offset = _HEADER.size + header_len
@@ -188,47 +206,13 @@ def unpack_block(data: bytes | memoryview | torch.Tensor,
         if dtype is None:
             raise CorruptBlock(f"unknown dtype {entry['dtype']!r} in block")
         n = entry["nbytes"]
-        chunk = data[offset:offset + n]
-        if len(chunk) != n:
-            raise CorruptBlock(f"block payload truncated ({len(chunk)} of {n} bytes for {entry['name']!r})")
-        flat = torch.frombuffer(bytearray(chunk), dtype=torch.uint8) if n else torch.zeros(0, dtype=torch.uint8)
-        t = flat.view(dtype) if n else torch.zeros(0, dtype=dtype)
+        if offset + n > size:
+            raise CorruptBlock(f"block payload truncated ({max(size - offset, 0)} of {n} bytes for {entry['name']!r})")
+        t = payload(offset, offset + n).view(dtype) if n else torch.zeros(0, dtype=dtype)
         tensors[entry["name"]] = t.reshape(entry["shape"]).to(device)
         offset += n
-    if offset != len(data):
-        raise CorruptBlock(f"block has {len(data) - offset} trailing bytes")
-    return tensors, header["attrs"]
-
-
-def _unpack_block_tensor(data: torch.Tensor, device: torch.device | str) -> tuple[dict[str, torch.Tensor], dict]:
-    flat = data.reshape(-1)
-    if flat.dtype != torch.uint8:
-        raise TypeError("blocks are byte tensors")
-    if flat.numel() < _HEADER.size:
-        raise CorruptBlock(f"block of {flat.numel()} bytes is shorter than its header")
-    magic, version, header_len = _HEADER.unpack(flat[:_HEADER.size].cpu().numpy().tobytes())
-    if magic != BLOCK_MAGIC or version != BLOCK_VERSION:
-        raise CorruptBlock(f"not a minutia block (magic {bytes(magic)!r}, version {version})")
-    try:
-        header = json.loads(flat[_HEADER.size:_HEADER.size + header_len].cpu().numpy().tobytes())
-    except ValueError as exc:
-        raise CorruptBlock(f"unreadable block header: {exc}") from None
-    offset = _HEADER.size + header_len
-    tensors: dict[str, torch.Tensor] = {}
-    for entry in header["tensors"]:
-        dtype = _DTYPES.get(entry["dtype"])
-        if dtype is None:
-            raise CorruptBlock(f"unknown dtype {entry['dtype']!r} in block")
-        n = entry["nbytes"]
-        if offset + n > flat.numel():
-            raise CorruptBlock(f"block payload truncated ({flat.numel() - offset} of {n} bytes for {entry['name']!r})")
-        # one copy, on the slot's device: the slot may be reused once the caller lets go of it
-        chunk = flat[offset:offset + n].clone() if n else torch.zeros(0, dtype=torch.uint8, device=flat.device)
-        t = chunk.view(dtype) if n else torch.zeros(0, dtype=dtype, device=flat.device)
-        tensors[entry["name"]] = t.reshape(entry["shape"]).to(device)
-        offset += n
-    if offset != flat.numel():
-        raise CorruptBlock(f"block has {flat.numel() - offset} trailing bytes")
+    if offset != size:
+        raise CorruptBlock(f"block has {size - offset} trailing bytes")
     return tensors, header["attrs"]
 
 
