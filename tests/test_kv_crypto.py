@@ -148,7 +148,11 @@ class _Keeper(DiskStore):
         super().put_owned(session, block_id, data)
 
 
-def test_sealed_blob_buffers_are_reused_only_once_the_store_let_them_go(tmp_path: Path, master: MasterKey) -> None:
+def test_sealed_blob_buffers_are_reused_only_once_the_store_let_them_go(tmp_path: Path, master: MasterKey,
+                                                                       monkeypatch) -> None:
+    import kvstore.crypto as crypto
+
+    monkeypatch.setattr(crypto, "_BLOBS", crypto._BlobPool(crypto.POOL_BYTES))  # not the buffers earlier tests left
     keeper = _Keeper(tmp_path / "d")
     store = EncryptedStore(keeper, master)
     for i in range(40):
