@@ -136,10 +136,7 @@ def _load_tile(op, slot, h, offs_t, offs_d, t_mask, d_mask, H: tl.constexpr, BS:
 @triton.jit
 def _decode_stage1(
     q_ptr,  # [B*H, R, DK] fp32 (the group's query heads x queries as rows)
-    srcs,  # tuple of (k_op, v_op) per source
-    slot_ptr,  # [B*H, M] int32 physical block (in its source's pool), -1 = padding
-    nvalid_ptr,  # [B*H, M] int32 valid tokens of the listed block (0 = skip)
-    srcid_ptr,  # [M] int32 source of each column
+    srcs,  # tuple of (k_op, v_op, table [B*H, W] (-1 = padding), seq_lens [B*H], W, first column) per source
     o_part_ptr,  # [B*H, S, R, DV] fp32
     lse_part_ptr,  # [B*H, S, R] fp32
     blk_lse_ptr,  # [B*H, R, M] fp32 (only with WRITE_BLK)
@@ -183,12 +180,24 @@ def _decode_stage1(
     start = split * per_split
     end = tl.minimum(start + per_split, M)
     for e in range(start, end):
-        slot = tl.load(slot_ptr + bh.to(tl.int64) * M + e)
-        nv = tl.load(nvalid_ptr + bh.to(tl.int64) * M + e)
+        # Column e of the concatenated tables: its source, physical block and valid tokens, read from the
+        # sources' own tables and lengths (no per-call concatenation on the host).
+        slot = e * 0 - 1
+        nv = e * 0
+        src = e * 0 - 1
+        for i in tl.static_range(NS):
+            width = srcs[i][4]
+            col = e - srcs[i][5]
+            inside = (col >= 0) & (col < width)
+            s_i = tl.load(srcs[i][2] + bh.to(tl.int64) * width + col, mask=inside, other=-1).to(tl.int32)
+            seq = tl.load(srcs[i][3] + bh, mask=inside, other=0).to(tl.int32)
+            nv_i = tl.minimum(tl.maximum(seq - col * BS, 0), BS)
+            slot = tl.where(inside, s_i, slot)
+            nv = tl.where(inside & (s_i >= 0), nv_i, nv)
+            src = tl.where(inside, i, src)
         blk_m = tl.full([BLOCK_R], float("-inf"), tl.float32)
         blk_l = tl.zeros([BLOCK_R], tl.float32)
         if nv > 0:
-            src = tl.load(srcid_ptr + e)
             for t0 in tl.static_range(0, BS, BLOCK_T):
                 if t0 < nv:
                     offs_t = t0 + tl.arange(0, BLOCK_T)
@@ -425,9 +434,9 @@ def _launch(
     groups = n_q // n_kv
     rows = groups * n_queries
     ops = []
-    tables, nvalids, srcids, offsets = [], [], [], [0]
+    offsets = [0]
     block_size = dv = None
-    for i, source in enumerate(sources):
+    for source in sources:
         k_op, k_shape = _operand(source.k_pages, device)
         v_op, v_shape = _operand(source.v_pages, device)
         if k_shape[1] != v_shape[1] or k_shape[2] != n_kv or v_shape[2] != n_kv or k_shape[3] != dk:
@@ -436,29 +445,26 @@ def _launch(
             block_size, dv = k_shape[1], v_shape[3]
         elif (block_size, dv) != (k_shape[1], v_shape[3]):
             raise NotImplementedError("all sources of one launch need the same block size and value dim")
-        ops.append((k_op, v_op))
         table = source.block_table.to(device)
         if table.shape[:2] != (batch, n_kv):
             raise ValueError("block table must be [B, H_kv, M]")
+        if table.dtype not in (torch.int32, torch.int64):
+            table = table.long()
         width = table.shape[2]
-        starts = torch.arange(width, device=device) * block_size
-        nvalid = (source.seq_lens.to(device).view(batch, n_kv, 1) - starts).clamp(0, block_size)
-        nvalid = torch.where(table >= 0, nvalid, torch.zeros_like(nvalid))
-        tables.append(table.to(torch.int32))
-        nvalids.append(nvalid.to(torch.int32))
-        srcids.append(torch.full((width,), i, dtype=torch.int32, device=device))
+        seq_lens = source.seq_lens.to(device).reshape(batch * n_kv).contiguous()
+        # The kernel reads each source's table and lengths itself: a host-side concatenation cost ~10 tiny
+        # launches per source, more than the kernel's own time on a GPU (docs/benchmarks.md, GPU).
+        ops.append((k_op, v_op, table.contiguous(), seq_lens, width, offsets[-1]))
         offsets.append(offsets[-1] + width)
     total = offsets[-1]
-    out = torch.zeros(batch, n_kv, rows, dv, dtype=torch.float32, device=device)
-    lse = torch.full((batch, n_kv, rows), -math.inf, dtype=torch.float32, device=device)
     blk_lse = None
     if want_block_lse:
         blk_lse = torch.full((batch, n_kv, rows, total), -math.inf, dtype=torch.float32, device=device)
     if total == 0:
-        return out.view(batch, n_q, n_queries, dv), lse.view(batch, n_q, n_queries), blk_lse, offsets
-    table = torch.cat(tables, dim=2).contiguous()
-    nvalid = torch.cat(nvalids, dim=2).contiguous()
-    srcid = torch.cat(srcids).contiguous()
+        out = torch.zeros(batch, n_q, n_queries, dv, dtype=torch.float32, device=device)
+        return out, torch.full((batch, n_q, n_queries), -math.inf, device=device), blk_lse, offsets
+    out = torch.empty(batch, n_kv, rows, dv, dtype=torch.float32, device=device)  # stage 2 writes every row
+    lse = torch.empty(batch, n_kv, rows, dtype=torch.float32, device=device)
     qf = q4.float().reshape(batch, n_kv, rows, dk).contiguous()
     block_r = min(64, _pow2(rows, 16))
     row_tiles = triton.cdiv(rows, block_r)
@@ -481,9 +487,6 @@ def _launch(
     _decode_stage1[(batch * n_kv, n_splits, row_tiles)](
         qf,
         tuple(ops),
-        table,
-        nvalid,
-        srcid,
         o_part,
         lse_part,
         blk_lse if blk_lse is not None else o_part,
