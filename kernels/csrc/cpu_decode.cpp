@@ -721,22 +721,29 @@ void value_accumulate_folded(const ValueRows<KIND>& rows, int nv, int DV, const 
 // to bf16 pairs (two tokens) and the codes become bf16 128 + code (exact: high byte 0x43), so one
 // vdpbf16ps does two tokens of 16 channels with no int-to-float conversion; 128 * sum w comes back out
 // with the zero points. Error: each weight rounded to 8 bits (relative 2^-9).
-// The INT4 value loop of value_accumulate_bf16 for G <= 4 heads, 64 channels per pass: two rows' 32
-// bytes in one register, the nibbles split in 3 instructions, and each of the 4 chunks' bf16 pairs
-// (0x43 high byte, code low byte, tokens t and t+1) made by one byte permute whose masked-off bytes
-// come from the index (0x43). Channel groups span an even number of chunks, so one weight broadcast
-// serves two chunks.
-template <int G>
-void value_pass64(const ValueRows<K_INT4>& rows, int nv, int DV, const float* alpha, float* acc, const uint32_t* wb,
+// The INT4 / INT2 value loop of value_accumulate_bf16 for G <= 4 heads, 64 channels per pass: two rows'
+// packed bytes in one register, split into code planes (INT4: nibbles, 3 instructions; INT2: the four
+// 2-bit planes into two registers), and each of the 4 chunks' bf16 pairs (0x43 high byte, code low byte,
+// tokens t and t+1) made by one byte permute whose masked-off bytes come from the index (0x43). Channel
+// groups span an even number of chunks, so one weight broadcast serves two chunks.
+template <int G, int KIND>
+void value_pass64(const ValueRows<KIND>& rows, int nv, int DV, const float* alpha, float* acc, const uint32_t* wb,
                   const float* zs, int ldw, int ng, int cpg) {
+  static_assert(KIND == K_INT4 || KIND == K_INT2, "packed value codes only");
+  constexpr int row_bytes = KIND == K_INT4 ? 32 : 16;  // one row's bytes for 64 channels
   static const auto idx = [] {
     std::array<__m512i, 4> out;
     for (int k = 0; k < 4; ++k) {
       alignas(64) uint8_t b[64];
       for (int d = 0; d < 16; ++d)
         for (int r = 0; r < 2; ++r) {
-          const int ch = 16 * k + d;  // channel within the pass; row r's byte ch / 2, nibble ch & 1
-          b[4 * d + 2 * r] = uint8_t((ch & 1 ? 64 : 0) + 32 * r + ch / 2);
+          const int ch = 16 * k + d;  // channel within the pass
+          if constexpr (KIND == K_INT4) {  // row r's byte ch / 2, nibble ch & 1
+            b[4 * d + 2 * r] = uint8_t((ch & 1 ? 64 : 0) + 32 * r + ch / 2);
+          } else {  // row r's byte ch / 4, bits 2 * plane
+            const int plane = ch & 3;
+            b[4 * d + 2 * r] = uint8_t((plane >= 2 ? 64 : 0) + 32 * (plane & 1) + 16 * r + ch / 4);
+          }
           b[4 * d + 2 * r + 1] = 0x43;  // masked off: kept from the index
         }
       out[k] = _mm512_load_si512(b);
@@ -744,7 +751,6 @@ void value_pass64(const ValueRows<K_INT4>& rows, int nv, int DV, const float* al
     return out;
   }();
   const __mmask64 even = 0x5555555555555555ULL;
-  const __m512i low = _mm512_set1_epi8(15);
   const int64_t gs = int64_t(ng) * ldw;
   for (int c0 = 0; c0 < DV / 16; c0 += 4) {
     __m512 a[G][4];
@@ -763,89 +769,30 @@ void value_pass64(const ValueRows<K_INT4>& rows, int nv, int DV, const float* al
       p0[g] = w0 + g * gs;
       p1[g] = w1 + g * gs;
     }
-    const uint8_t* base = rows.base + 8 * c0;
+    const uint8_t* base = rows.base + (row_bytes / 4) * c0;
     const int64_t stride = rows.stride;
     for (int t = 0; t < nv; t += 2) {
       const uint8_t* r0 = base + t * stride;
       const uint8_t* r1 = t + 1 < nv ? r0 + stride : r0;  // its weight is zero
       const int i = t >> 1;
-      const __m512i x = _mm512_inserti64x4(
-          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0))),
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1)), 1);
-      const __m512i lo = _mm512_and_si512(x, low), hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), low);
-      __m512bh v[4];
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) v[k] = (__m512bh)_mm512_mask2_permutex2var_epi8(lo, idx[k], even, hi);
-#pragma GCC unroll 4
-      for (int g = 0; g < G; ++g) {
-        const __m512bh b0 = (__m512bh)_mm512_set1_epi32(int(p0[g][i]));
-        const __m512bh b1 = (__m512bh)_mm512_set1_epi32(int(p1[g][i]));
-        a[g][0] = _mm512_dpbf16_ps(a[g][0], v[0], b0);
-        a[g][1] = _mm512_dpbf16_ps(a[g][1], v[1], b0);
-        a[g][2] = _mm512_dpbf16_ps(a[g][2], v[2], b1);
-        a[g][3] = _mm512_dpbf16_ps(a[g][3], v[3], b1);
+      __m512i lo, hi;
+      if constexpr (KIND == K_INT4) {
+        const __m512i low = _mm512_set1_epi8(15);
+        const __m512i x = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0))),
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1)), 1);
+        lo = _mm512_and_si512(x, low);
+        hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), low);
+      } else {
+        const __m256i three = _mm256_set1_epi8(3);
+        const __m256i x = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r0))),
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(r1)), 1);
+        lo = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(x, three)),
+                                _mm256_and_si256(_mm256_srli_epi16(x, 2), three), 1);
+        hi = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(_mm256_srli_epi16(x, 4), three)),
+                                _mm256_and_si256(_mm256_srli_epi16(x, 6), three), 1);
       }
-    }
-#pragma GCC unroll 4
-    for (int g = 0; g < G; ++g)
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) _mm512_storeu_ps(acc + g * DV + 16 * (c0 + k), a[g][k]);
-  }
-}
-
-// The same 64-channel pass for INT2 values: two rows' 16 bytes in one register, the four 2-bit planes
-// split into two registers (plane 0 | plane 1, plane 2 | plane 3; each 16 bytes per row), and each of
-// the 4 chunks' bf16 pairs made by one byte permute from the two, as above.
-template <int G>
-void value_pass64_int2(const ValueRows<K_INT2>& rows, int nv, int DV, const float* alpha, float* acc,
-                       const uint32_t* wb, const float* zs, int ldw, int ng, int cpg) {
-  static const auto idx = [] {
-    std::array<__m512i, 4> out;
-    for (int k = 0; k < 4; ++k) {
-      alignas(64) uint8_t b[64];
-      for (int d = 0; d < 16; ++d)
-        for (int r = 0; r < 2; ++r) {
-          const int ch = 16 * k + d, plane = ch & 3;  // row r's byte ch / 4, bits 2 * plane
-          b[4 * d + 2 * r] = uint8_t((plane >= 2 ? 64 : 0) + 32 * (plane & 1) + 16 * r + ch / 4);
-          b[4 * d + 2 * r + 1] = 0x43;  // masked off: kept from the index
-        }
-      out[k] = _mm512_load_si512(b);
-    }
-    return out;
-  }();
-  const __mmask64 even = 0x5555555555555555ULL;
-  const __m256i three = _mm256_set1_epi8(3);
-  const int64_t gs = int64_t(ng) * ldw;
-  for (int c0 = 0; c0 < DV / 16; c0 += 4) {
-    __m512 a[G][4];
-    const uint32_t* w0 = wb + (c0 / cpg) * ldw;        // chunks c0, c0 + 1
-    const uint32_t* w1 = wb + ((c0 + 2) / cpg) * ldw;  // chunks c0 + 2, c0 + 3
-#pragma GCC unroll 4
-    for (int g = 0; g < G; ++g)
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k)
-        a[g][k] = _mm512_fmadd_ps(_mm512_loadu_ps(acc + g * DV + 16 * (c0 + k)), _mm512_set1_ps(alpha[g]),
-                                  _mm512_set1_ps(zs[g * ng + (c0 + k) / cpg]));
-    const uint32_t* p0[G];
-    const uint32_t* p1[G];
-#pragma GCC unroll 4
-    for (int g = 0; g < G; ++g) {
-      p0[g] = w0 + g * gs;
-      p1[g] = w1 + g * gs;
-    }
-    const uint8_t* base = rows.base + 4 * c0;
-    const int64_t stride = rows.stride;
-    for (int t = 0; t < nv; t += 2) {
-      const uint8_t* r0 = base + t * stride;
-      const uint8_t* r1 = t + 1 < nv ? r0 + stride : r0;  // its weight is zero
-      const int i = t >> 1;
-      const __m256i x = _mm256_inserti128_si256(
-          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r0))),
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(r1)), 1);
-      const __m512i lo = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(x, three)),
-                                            _mm256_and_si256(_mm256_srli_epi16(x, 2), three), 1);
-      const __m512i hi = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(_mm256_srli_epi16(x, 4), three)),
-                                            _mm256_and_si256(_mm256_srli_epi16(x, 6), three), 1);
       __m512bh v[4];
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) v[k] = (__m512bh)_mm512_mask2_permutex2var_epi8(lo, idx[k], even, hi);
@@ -867,7 +814,7 @@ void value_pass64_int2(const ValueRows<K_INT2>& rows, int nv, int DV, const floa
 }
 
 // INT4 values (DV % 32 == 0), or INT2 values with G <= 4, DV % 64 == 0 and groups of whole chunk pairs
-// (value_pass64_int2; the caller checks).
+// (value_pass64; the caller checks).
 template <int G, int KIND>
 void value_accumulate_bf16(const ValueRows<KIND>& rows, int nv, int DV, const float* P, int ldP, const float* alpha,
                            float* acc, float* w) {
@@ -905,7 +852,7 @@ void value_accumulate_bf16(const ValueRows<KIND>& rows, int nv, int DV, const fl
   float old[8 * MAX_OUT];
   save_outliers<G>(rows, DV, acc, old);
   if constexpr (KIND == K_INT2) {
-    if constexpr (G <= 4) value_pass64_int2<G>(rows, nv, DV, alpha, acc, wb, zs, ldw, ng, cpg);
+    if constexpr (G <= 4) value_pass64<G, K_INT2>(rows, nv, DV, alpha, acc, wb, zs, ldw, ng, cpg);
     patch_outliers<G>(rows, nv, DV, P, ldP, alpha, acc, old);
     return;
   } else {
@@ -929,7 +876,7 @@ void value_accumulate_bf16(const ValueRows<KIND>& rows, int nv, int DV, const fl
   const __m256i low = _mm256_set1_epi8(15);
   if constexpr (G <= 4) {
     if (C % 4 == 0 && cpg % 2 == 0) {  // 64 channels (4 chunks, 2 per group) per pass, all G heads
-      value_pass64<G>(rows, nv, DV, alpha, acc, wb, zs, ldw, ng, cpg);
+      value_pass64<G, K_INT4>(rows, nv, DV, alpha, acc, wb, zs, ldw, ng, cpg);
       patch_outliers<G>(rows, nv, DV, P, ldP, alpha, acc, old);
       return;
     }
