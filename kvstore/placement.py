@@ -316,27 +316,23 @@ class TierPlacement:
         """``use(data)`` of a block, counted as a decode-step read like :meth:`read`. ``data`` is the slot
         itself (a uint8 tensor, valid only during the call) when a memory tier holds the block, so a
         staged block goes to attention without leaving its device; bytes from other tiers."""
+        return self._with_block(block_id, use, count=True)
+
+    def peek(self, block_id: str) -> bytes:
+        """The block's bytes without counting a read (saving a session is not a decode step)."""
+        return self._with_block(block_id, _as_bytes, count=False)
+
+    def _with_block(self, block_id: str, use: Callable[[torch.Tensor | bytes], T], count: bool) -> T:
         with self._lock:
             info = self.blocks.get(block_id)
             if info is None:
                 raise BlockNotFound(f"no block {block_id!r} in session {self.session!r}")
-            hit = info.tier == Tier.DEVICE
-            self._mode_changed(self.hits.record(hit))
+            if count:
+                self._mode_changed(self.hits.record(info.tier == Tier.DEVICE))
             store = self.tiers[info.tier]
             if isinstance(store, MemoryStore):
                 return use(store.get_tensor(self.session, block_id))
             return use(store.get(self.session, block_id))
-
-    def peek(self, block_id: str) -> bytes:
-        """The block's bytes without counting a read (saving a session is not a decode step)."""
-        with self._lock:
-            info = self.blocks.get(block_id)
-            if info is None:
-                raise BlockNotFound(f"no block {block_id!r} in session {self.session!r}")
-            store = self.tiers[info.tier]
-            if isinstance(store, MemoryStore):
-                return _as_bytes(store.get_tensor(self.session, block_id))
-            return store.get(self.session, block_id)
 
     def _mode_changed(self, change: str | None) -> None:
         if not change:
