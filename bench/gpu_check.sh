@@ -3,7 +3,13 @@
 #
 #   1. the Triton kernel tests (tests/test_kernels_triton.py, the slow ones too) compiled for the GPU,
 #      not interpreted: TRITON_INTERPRET is unset and the tests pick the CUDA device themselves;
-#   2. bench/decode_attention.py --device cuda: dense SDPA vs the Triton sparse + quantized decode.
+#   2. bench/decode_attention.py --device cuda: dense SDPA vs the Triton sparse + quantized decode;
+#   3. the KV tiers on the GPU: tests/test_kv_device.py (device and pinned host slabs, the prefetch
+#      worker's side stream, recall from a device slot, save/resume, CUDA vs CPU logits) and the CUDA
+#      slab test, then bench/tiers.py (host<->device bandwidth against raw copies, disk tiers); skipped
+#      with SKIP_TIERS=1. They need transformers, cryptography, google-crc32c and redis: when $PY lacks
+#      them, wheels from bench/out/gpu_wheels (made by bench/gpu_wheels.sh on a machine with the package
+#      index, carried with the tree) go into a venv over $PY's packages, without the index.
 #
 # Python: $PYTHON if set, else the first of .venv/bin/python, python3, python that has CUDA torch,
 # triton, pytest and hypothesis; failing that it builds /tmp/minutia-gpu-venv with pip (needs the package index).
@@ -21,6 +27,7 @@ export PYTHONUNBUFFERED=1
 export MINUTIA_KERNELS=auto
 TEST_LIMIT="${TEST_LIMIT:-200}"    # seconds
 BENCH_LIMIT="${BENCH_LIMIT:-180}"  # seconds (three warm formats: ~110 s on an H200)
+TIERS_LIMIT="${TIERS_LIMIT:-90}"   # seconds, tests and bench of step 3 each
 
 has_stack() {
   "$1" -c 'import torch, triton, pytest, hypothesis; assert torch.cuda.is_available()' >/dev/null 2>&1
@@ -63,5 +70,35 @@ timeout "$BENCH_LIMIT" "$PY" bench/decode_attention.py --device cuda --contexts 
 bench_rc=${PIPESTATUS[0]}
 echo "benchmark: exit $bench_rc in $(( $(date +%s) - start )) s" | tee -a "$RESULTS/env.txt"
 
-if [ "$tests_rc" -ne 0 ] || [ "$bench_rc" -ne 0 ]; then exit 1; fi
+# 3. The KV tiers on the GPU.
+tiers_rc=0
+if [ "${SKIP_TIERS:-0}" != 1 ]; then
+  KVPY="$PY"
+  kv_stack() { "$1" -c 'import transformers, cryptography, google_crc32c, redis, yaml' >/dev/null 2>&1; }
+  if ! kv_stack "$KVPY" && [ -d bench/out/gpu_wheels ]; then
+    if "$PY" -m venv --system-site-packages /tmp/minutia-gpu-kv >/dev/null 2>&1 \
+       && /tmp/minutia-gpu-kv/bin/python -m pip install -q --no-index --find-links bench/out/gpu_wheels \
+            transformers cryptography google-crc32c redis pyyaml; then
+      KVPY=/tmp/minutia-gpu-kv/bin/python
+    fi
+  fi
+  if kv_stack "$KVPY"; then
+    start=$(date +%s)
+    timeout "$TIERS_LIMIT" "$KVPY" -m pytest -q -p no:cacheprovider -rs tests/test_kv_device.py \
+      tests/test_kv_stores_fast.py::test_cuda_slot_reuse_waits_for_queued_copies \
+      --junitxml="$RESULTS/junit_tiers.xml" 2>&1 | tee "$RESULTS/pytest_tiers.log"
+    tiers_rc=${PIPESTATUS[0]}
+    echo "tier tests: exit $tiers_rc in $(( $(date +%s) - start )) s" | tee -a "$RESULTS/env.txt"
+    start=$(date +%s)
+    timeout "$TIERS_LIMIT" "$KVPY" bench/tiers.py --mib 64 --meetings 0 --repeat 3 --out "$RESULTS/tiers" \
+      2>&1 | tee "$RESULTS/tiers.log"
+    rc=${PIPESTATUS[0]}
+    echo "tier benchmark: exit $rc in $(( $(date +%s) - start )) s" | tee -a "$RESULTS/env.txt"
+    [ "$rc" -eq 0 ] || tiers_rc=$rc
+  else
+    echo "tier step skipped: no python with transformers, cryptography, google-crc32c, redis (run bench/gpu_wheels.sh and carry bench/out/gpu_wheels)" | tee -a "$RESULTS/env.txt"
+  fi
+fi
+
+if [ "$tests_rc" -ne 0 ] || [ "$bench_rc" -ne 0 ] || [ "$tiers_rc" -ne 0 ]; then exit 1; fi
 exit 0
