@@ -136,6 +136,13 @@ def raw_bandwidth(blocks: list[torch.Tensor], payloads: list[bytes], folder: Pat
     # the segment store's check: CRC32C (SSE4.2), several times cheaper than zlib's CRC32
     out["file_read_crc32c"] = _gbps(nbytes, _timed(lambda: [google_crc32c.value(os.pread(fd, block, i * block))
                                                             for i in range(n)]))
+    # lent reads (BlockStore.read_with, what the app's recall and resume use): into one reused buffer
+    scratch = memoryview(bytearray(block))
+    scratch_array = np.frombuffer(scratch, dtype=np.uint8)  # google-crc32c takes no writable memoryview
+    out["file_read_into_crc"] = _gbps(nbytes, _timed(lambda: [(os.preadv(fd, [scratch], i * block), zlib.crc32(scratch))
+                                                              for i in range(n)]))
+    out["file_read_into_crc32c"] = _gbps(nbytes, _timed(lambda: [(os.preadv(fd, [scratch], i * block),
+                                                                  google_crc32c.value(scratch_array)) for i in range(n)]))
     os.close(fd)
     path.unlink()
     # for reference: the same write plus the CRC32C per block that every segment record stores
@@ -202,6 +209,9 @@ BASELINES = {
     "host->segment (no fsync)": ("file_write", "one file, written block by block, page cache"),
     "segment->host": ("file_read_crc32c", "pread per block into a new bytes object (page cache) + the CRC32C "
                                           "the segment store checks on every plain read"),
+    "disk->host (lent)": ("file_read_into_crc", "pread per block into one reused buffer (page cache) + CRC32"),
+    "segment->host (lent)": ("file_read_into_crc32c", "pread per block into one reused buffer (page cache) + "
+                                                      "CRC32C"),
     "host->redis": ("redis_set", "redis-py SET per block in one pipeline"),
     "redis->host": ("redis_get", "redis-py GET per block"),
 }
@@ -286,6 +296,9 @@ def tier_pairs(blocks: list[torch.Tensor], payloads: list[bytes], folder: Path, 
             results.setdefault(f"host->{name}", {})[key] = _gbps(nbytes, time.perf_counter() - start)
             read = _timed(lambda: consume(store.get("s", f"b{i}") for i in range(n)))
             results.setdefault(f"{name}->host", {})[key] = _gbps(nbytes, read)
+            if name in ("disk", "segment"):  # lent: a view valid during the call (the app copies what it keeps)
+                lent = _timed(lambda: [store.read_with("s", f"b{i}", len) for i in range(n)])
+                results.setdefault(f"{name}->host (lent)", {})[key] = _gbps(nbytes, lent)
             store.delete_session("s")
             store.close()
 

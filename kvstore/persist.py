@@ -255,7 +255,7 @@ def load_session(store: BlockStore, session: str, config: PreTrainedConfig,
 
     def read(block_id: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         try:
-            return unpack_block(store.get(session, block_id))
+            return store.read_with(session, block_id, unpack_block)  # a lent view: unpack copies out what it keeps
         except BlockNotFound:
             raise CorruptBlock(f"session {session!r}: block {block_id!r} named by the manifest is missing") from None
 

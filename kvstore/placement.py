@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def _as_bytes(data: torch.Tensor | bytes) -> bytes:
+def _as_bytes(data: torch.Tensor | memoryview) -> bytes:
     return data.cpu().numpy().tobytes() if isinstance(data, torch.Tensor) else bytes(data)
 
 
@@ -312,17 +312,18 @@ class TierPlacement:
         """The block's bytes; a read of a block not on the device is a prefetch miss (then promoted)."""
         return self.read_with(block_id, _as_bytes)
 
-    def read_with(self, block_id: str, use: Callable[[torch.Tensor | bytes], T]) -> T:
-        """``use(data)`` of a block, counted as a decode-step read like :meth:`read`. ``data`` is the slot
-        itself (a uint8 tensor, valid only during the call) when a memory tier holds the block, so a
-        staged block goes to attention without leaving its device; bytes from other tiers."""
+    def read_with(self, block_id: str, use: Callable[[torch.Tensor | memoryview], T]) -> T:
+        """``use(data)`` of a block, counted as a decode-step read like :meth:`read`. ``data`` is valid only
+        during the call: the slot itself (a uint8 tensor) when a memory tier holds the block, so a staged
+        block goes to attention without leaving its device; a view the store lends from other tiers
+        (:meth:`BlockStore.read_with`: for a sealed segment its mapping, decrypted into a reused buffer)."""
         return self._with_block(block_id, use, count=True)
 
     def peek(self, block_id: str) -> bytes:
         """The block's bytes without counting a read (saving a session is not a decode step)."""
         return self._with_block(block_id, _as_bytes, count=False)
 
-    def _with_block(self, block_id: str, use: Callable[[torch.Tensor | bytes], T], count: bool) -> T:
+    def _with_block(self, block_id: str, use: Callable[[torch.Tensor | memoryview], T], count: bool) -> T:
         with self._lock:
             info = self.blocks.get(block_id)
             if info is None:
@@ -332,7 +333,7 @@ class TierPlacement:
             store = self.tiers[info.tier]
             if isinstance(store, MemoryStore):
                 return use(store.get_tensor(self.session, block_id))
-            return use(store.get(self.session, block_id))
+            return store.read_with(self.session, block_id, use)
 
     def _mode_changed(self, change: str | None) -> None:
         if not change:

@@ -382,6 +382,38 @@ def test_read_unverified_lends_views_from_queue_current_and_sealed_segments(tmp_
     store.close()
 
 
+@pytest.mark.parametrize("encrypted", [False, True])
+def test_read_with_checks_what_it_lends_from_every_place_a_block_can_be(tmp_path: Path, encrypted: bool) -> None:
+    """Verified lending: queued, current segment (preadv into a reused buffer), sealed segment (mapping);
+    a flipped payload byte is a CorruptBlock (CRC) or TamperedBlock (GCM), never wrong bytes."""
+    inner = SegmentStore(tmp_path, segment_bytes=4000)  # about one record per segment
+    store = EncryptedStore(inner, MasterKey(os.urandom(32))) if encrypted else inner
+    for i in range(3):
+        store.put("s", f"b{i}", _data(i))
+        if i < 2:
+            store.flush()
+    for _ in range(2):  # the second pass reuses the lent buffers
+        for i in range(3):
+            assert store.read_with("s", f"b{i}", bytes) == _data(i)
+            assert store.read_with("s", f"b{i}", lambda view: type(view)) is memoryview
+
+    def nested(view: memoryview) -> bytes:  # a read inside a read gets another buffer
+        assert store.read_with("s", "b1", bytes) == _data(1)
+        return bytes(view)
+    assert store.read_with("s", "b0", nested) == _data(0)
+    store.flush()
+    for i in (0, 2):  # b0 in a sealed segment, b2 in the current one
+        seg_no, offset, hlen, length = inner._locs[("s", f"b{i}")]
+        fd = os.open(inner._segments[seg_no].path, os.O_RDWR)
+        byte = os.pread(fd, 1, offset + hlen + length // 2)
+        os.pwrite(fd, bytes([byte[0] ^ 0x40]), offset + hlen + length // 2)
+        os.close(fd)
+        with pytest.raises(TamperedBlock if encrypted else CorruptBlock, match=f"b{i}"):
+            store.read_with("s", f"b{i}", bytes)
+    assert store.read_with("s", "b1", bytes) == _data(1)  # the rest is unaffected
+    store.close()
+
+
 def test_a_view_in_use_survives_compaction_and_later_writes(tmp_path: Path) -> None:
     store = SegmentStore(tmp_path, segment_bytes=7000)  # two records per segment
     for i in range(4):

@@ -79,6 +79,10 @@ def test_store_contract(store) -> None:
     assert store.sessions() == ["meeting-1", "meeting-2"]
     assert store.contains("meeting-1", "L0/b3") and not store.contains("meeting-2", "L0/b3")
     assert unpack_block(store.get("meeting-1", "L0/b3"))[0]["k"][0, 0].item() == 3.0
+    assert store.read_with("meeting-1", "L0/b3", unpack_block)[0]["k"][0, 0].item() == 3.0  # a lent view
+    assert store.read_with("meeting-1", "L0/b2", bytes) == blocks["L0/b2"]
+    with pytest.raises(BlockNotFound):
+        store.read_with("meeting-1", "nope", bytes)
     assert store.nbytes() == sum(map(len, blocks.values())) + 10
     store.put("meeting-1", "L0/b3", b"new")  # overwrite
     assert store.get("meeting-1", "L0/b3") == b"new"
@@ -138,7 +142,10 @@ def test_disk_reopen_and_damaged_files(tmp_path: Path) -> None:
     assert store.list("s/1") == ["b.1", "b.2", "b.3"]
     with pytest.raises(CorruptBlock, match="checksum"):
         store.get("s/1", "b.1")
+    with pytest.raises(CorruptBlock, match="checksum"):
+        store.read_with("s/1", "b.1", bytes)
     assert store.get("s/1", "b.2") == b"\x02" * 1000 and store.get("other", "x") == b"fine"
+    assert store.read_with("s/1", "b.2", bytes) == b"\x02" * 1000
     store.close()
 
 

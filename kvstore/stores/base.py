@@ -64,6 +64,12 @@ class BlockStore(abc.ABC):
         a store may skip its own checksum then; its structural checks (names, lengths) still apply."""
         return self.get(session, block_id)
 
+    def read_with(self, session: str, block_id: str, use: Callable[[memoryview], T]) -> T:
+        """``use(view)`` of the block's bytes, checked as :meth:`get` checks them; the view is valid only
+        during the call. Why: a reader that copies what it needs out of a block (:func:`unpack_block`) need
+        not own a block-sized buffer, so a store may lend a reused one, or a mapping, and skip a copy."""
+        return use(memoryview(self.get(session, block_id)))
+
     def read_unverified(self, session: str, block_id: str, use: Callable[[memoryview], T]) -> T:
         """``use(view)`` of the block's bytes as :meth:`get_unverified` has them; the view is valid only
         during the call. Why: a store may lend a reused read buffer, so a read that the caller turns into
@@ -110,21 +116,25 @@ class BlockStore(abc.ABC):
 
 _CONTROL = re.compile(r"[\x00-\x1f]")
 _SCRATCH = threading.local()
-SCRATCH_KEEP = 16 << 20  # a thread keeps its read buffer up to this size
+SCRATCH_KEEP = 16 << 20  # a thread keeps read buffers up to this size
+SCRATCH_DEPTH = 4  # and this many of them (a decrypting read nests in the inner store's read)
 
 
 def lend_scratch(nbytes: int, use: Callable[[memoryview], T]) -> T:
-    """``use(view)`` of a reused per-thread buffer of ``nbytes`` (for :meth:`BlockStore.read_unverified`).
-    The buffer is taken out while lent, so a nested read gets its own and never overwrites this one."""
-    buf: bytearray | None = getattr(_SCRATCH, "buf", None)
-    _SCRATCH.buf = None
+    """``use(view)`` of a reused per-thread buffer of ``nbytes`` (for :meth:`BlockStore.read_with` and
+    :meth:`BlockStore.read_unverified`). A buffer is taken out while lent, so a nested read (the plaintext
+    of a decrypting read inside its store's lent ciphertext) gets another one, also reused."""
+    free: list[bytearray] | None = getattr(_SCRATCH, "free", None)
+    if free is None:
+        free = _SCRATCH.free = []
+    buf = free.pop() if free else None
     if buf is None or len(buf) < nbytes:
         buf = bytearray(nbytes)
     try:
         return use(memoryview(buf)[:nbytes])
     finally:
-        if len(buf) <= SCRATCH_KEEP:
-            _SCRATCH.buf = buf
+        if len(buf) <= SCRATCH_KEEP and len(free) < SCRATCH_DEPTH:
+            free.append(buf)
 
 
 def check_name(kind: str, name: str) -> str:

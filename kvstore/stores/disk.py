@@ -215,9 +215,16 @@ class DiskStore(IndexedStore):
         fails there, e.g. as :class:`kvstore.crypto.TamperedBlock`)."""
         return self._get(session, block_id, verify=False)
 
+    def read_with(self, session: str, block_id: str, use: Callable[[memoryview], T]) -> T:
+        """``use(view)`` of the checked payload, read as :meth:`read_unverified` reads it (no new buffer)."""
+        return self._lend(session, block_id, use, verify=True)
+
     def read_unverified(self, session: str, block_id: str, use: Callable[[memoryview], T]) -> T:
         """``use(view)`` of the payload without the CRC pass, the whole file read (one ``preadv``) into this
         thread's reused buffer: a decrypting caller makes one new buffer per block, not two."""
+        return self._lend(session, block_id, use, verify=False)
+
+    def _lend(self, session: str, block_id: str, use: Callable[[memoryview], T], verify: bool) -> T:
         key = (session, block_id)
         with self._lock:
             pending = self._pending.get(key)
@@ -238,7 +245,9 @@ class DiskStore(IndexedStore):
                     raise CorruptBlock(f"block {block_id!r} of session {session!r}: unreadable ({exc})") from None
                 if got != size:
                     raise CorruptBlock(f"{path.name}: torn file (read {got} of {size} bytes)")
-                start = self._check_head(buf, size, path, session, block_id)[2]
+                _, crc, start = self._check_head(buf, size, path, session, block_id)
+                if verify and zlib.crc32(buf[start:]) != crc:
+                    raise CorruptBlock(f"block {block_id!r} of session {session!r}: checksum mismatch ({path})")
                 return use(buf[start:])
             return lend_scratch(size, read)
         finally:

@@ -372,11 +372,18 @@ class SegmentStore(IndexedStore):
         AES-GCM); the header is still checked against the index."""
         return self._get(session, block_id, verify=False)
 
+    def read_with(self, session: str, block_id: str, use: Callable[[memoryview], T]) -> T:
+        """``use(view)`` of the CRC-checked payload, lent as :meth:`read_unverified` lends it (no copy)."""
+        return self._lend(session, block_id, use, verify=True)
+
     def read_unverified(self, session: str, block_id: str, use: Callable[[memoryview], T]) -> T:
         """``use(view)`` of the payload without the CRC pass: a view of the segment's mapping when the
         segment is sealed (no copy at all: the caller's decrypt reads the page cache), else read (header and
         payload in one ``preadv``) into this thread's reused buffer. Either way a decrypting caller makes
         one new buffer per block, the plaintext, where ``get_unverified`` + decrypt made two."""
+        return self._lend(session, block_id, use, verify=False)
+
+    def _lend(self, session: str, block_id: str, use: Callable[[memoryview], T], verify: bool) -> T:
         key = (session, block_id)
         seg, loc, entry = self._locate(key)
         if entry is not None:
@@ -389,14 +396,11 @@ class SegmentStore(IndexedStore):
         if mapped is None:
             def read(buf: memoryview) -> T:
                 self._read_at(seg, loc, key, [buf])
-                self._check_head(seg, loc, key, buf[:hlen])
-                return use(buf[hlen:])
+                return use(self._checked(seg, loc, key, buf, verify))
             return lend_scratch(hlen + length, read)
         try:
             with memoryview(mapped) as whole:
-                record = whole[loc[1]:loc[1] + hlen + length]
-                self._check_head(seg, loc, key, record[:hlen])
-                return use(record[hlen:])
+                return use(self._checked(seg, loc, key, whole[loc[1]:loc[1] + hlen + length], verify))
         finally:
             self._release_reader(seg)
 
@@ -460,6 +464,16 @@ class SegmentStore(IndexedStore):
                 or head[_HEAD.size:] != names:
             raise CorruptBlock(f"{self._where(seg, loc, key)}: the record header does not match the index")
         return crc
+
+    def _checked(self, seg: _Segment, loc: Loc, key: Key, record: memoryview, verify: bool) -> memoryview:
+        """The payload of a whole record read or mapped at ``loc``, once its header (and with ``verify``
+        its CRC) checks."""
+        hlen = loc[2]
+        crc = self._check_head(seg, loc, key, record[:hlen])
+        payload = record[hlen:]
+        if verify and _crc(payload, _crc(record[_HEAD.size:hlen], _crc(record[:_PRE.size]))) != crc:
+            raise CorruptBlock(f"{self._where(seg, loc, key)}: checksum mismatch")
+        return payload
 
     @staticmethod
     def _where(seg: _Segment, loc: Loc, key: Key) -> str:
