@@ -1,10 +1,11 @@
-"""Triton kernel: group-wise quantization and INT4 packing, bit-identical to :func:`kernels.reference.quantize`.
+"""Triton kernel: group-wise quantization and INT4 / INT2 packing, bit-identical to :func:`kernels.reference.quantize`.
 
 ``x`` (contiguous) is viewed as ``[A, L, C]`` around the quantized axis (length ``L``); each group of
 ``g`` consecutive elements along ``L`` gets one scale (and a zero point for the integer formats).
-A program quantizes ``BLOCK_G`` groups; a group is loaded as its even and odd elements, so INT4
-codes pack two per byte (even element in the low nibble) without a second pass, exactly as
-:func:`kernels.reference.pack_int4` lays them out. Outlier channels (per head of the second-to-last
+A program quantizes ``BLOCK_G`` groups; a group is loaded as runs of the elements one packed byte
+holds (two; four for INT2), so INT4 codes pack two per byte and INT2 codes four per byte (the
+first element in the low bits) without a second pass, exactly as :func:`kernels.reference.pack_codes`
+lays them out. Outlier channels (per head of the second-to-last
 axis) are zeroed before the statistics, as in the reference; their values are gathered separately.
 
 Exactness: the reference rounds scales and zero points to ``param_dtype`` conservatively (zero
@@ -24,7 +25,7 @@ from kernels import reference as ref
 from kernels.reference import QuantizedTensor
 
 _PARAM_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
-_KINDS = {"int8": 1, "int4": 2, "fp8": 3}
+_KINDS = {"int8": 1, "int4": 2, "fp8": 3, "int2": 4}
 
 
 @triton.jit
@@ -85,10 +86,26 @@ def _to_param(value, PARAM: tl.constexpr, UP: tl.constexpr):
 
 
 @triton.jit
+def _load_part(x_ptr, mask_ptr, off, mask, HO: tl.constexpr, DL: tl.constexpr, HAS_OUT: tl.constexpr):
+    """Elements at ``off`` as fp32, outlier channels zeroed (they are kept apart at full precision)."""
+    v = tl.load(x_ptr + off, mask=mask, other=0.0).to(tl.float32)
+    if HAS_OUT:
+        m = tl.load(mask_ptr + ((off // DL) % HO) * DL + off % DL, mask=mask, other=0)
+        v = tl.where(m != 0, 0.0, v)
+    return v
+
+
+@triton.jit
+def _int_codes(v, zero_f, safe, levels):
+    c = _rint(tl.math.div_rn(v - zero_f[:, None], safe[:, None]))
+    return tl.minimum(tl.maximum(c, 0.0), levels).to(tl.uint8)
+
+
+@triton.jit
 def _quantize_kernel(
     x_ptr,  # [A, L, C] contiguous, any float dtype
     mask_ptr,  # [HO, DL] uint8 outlier channels (only with HAS_OUT)
-    codes_ptr,  # [A, L or L/2, C] uint8
+    codes_ptr,  # [A, L / codes per byte, C] uint8
     scale_ptr,  # [A, L/G, C] param dtype
     zero_ptr,  # [A, L/G, C] param dtype (integer kinds)
     n_rows,  # A * (L / G) * C groups
@@ -100,62 +117,68 @@ def _quantize_kernel(
     KIND: tl.constexpr,
     PARAM: tl.constexpr,
     HAS_OUT: tl.constexpr,
+    PER: tl.constexpr,  # elements loaded per run: 4 for INT2 (one packed byte), else 2
     BLOCK_G: tl.constexpr,
     BLOCK_J: tl.constexpr,
 ):
     NG: tl.constexpr = L // G
-    HALF: tl.constexpr = G // 2
+    SUB: tl.constexpr = G // PER
     rows = tl.program_id(0).to(tl.int64) * BLOCK_G + tl.arange(0, BLOCK_G)
     row_mask = rows < n_rows
     c = rows % C
     gi = (rows // C) % NG
     a = rows // (C * NG)
     j = tl.arange(0, BLOCK_J)
-    j_mask = j < HALF
-    mask = row_mask[:, None] & j_mask[None, :]
-    pos_even = gi[:, None] * G + 2 * j[None, :]  # position along L
-    off_even = (a[:, None] * L + pos_even) * C + c[:, None]
-    off_odd = off_even + C
-    xe = tl.load(x_ptr + off_even, mask=mask, other=0.0).to(tl.float32)
-    xo = tl.load(x_ptr + off_odd, mask=mask, other=0.0).to(tl.float32)
-    if HAS_OUT:
-        me = tl.load(mask_ptr + ((off_even // DL) % HO) * DL + off_even % DL, mask=mask, other=0)
-        mo = tl.load(mask_ptr + ((off_odd // DL) % HO) * DL + off_odd % DL, mask=mask, other=0)
-        xe = tl.where(me != 0, 0.0, xe)
-        xo = tl.where(mo != 0, 0.0, xo)
+    mask = row_mask[:, None] & (j < SUB)[None, :]
+    off0 = (a[:, None] * L + gi[:, None] * G + PER * j[None, :]) * C + c[:, None]  # first element of each run
+    x0 = _load_part(x_ptr, mask_ptr, off0, mask, HO, DL, HAS_OUT)
+    x1 = _load_part(x_ptr, mask_ptr, off0 + C, mask, HO, DL, HAS_OUT)
+    if PER == 4:
+        x2 = _load_part(x_ptr, mask_ptr, off0 + 2 * C, mask, HO, DL, HAS_OUT)
+        x3 = _load_part(x_ptr, mask_ptr, off0 + 3 * C, mask, HO, DL, HAS_OUT)
+    else:  # repeats: the group statistics below stay the same
+        x2 = x0
+        x3 = x1
     if KIND == 3:
-        absmax = tl.maximum(tl.max(tl.where(mask, tl.abs(xe), 0.0), 1), tl.max(tl.where(mask, tl.abs(xo), 0.0), 1))
+        absmax = tl.maximum(tl.max(tl.where(mask, tl.abs(x0), 0.0), 1), tl.max(tl.where(mask, tl.abs(x1), 0.0), 1))
         scale_f, scale_s = _to_param(tl.math.div_rn(absmax, tl.full(absmax.shape, 448.0, tl.float32)), PARAM, True)
         safe = tl.where(scale_f > 0, scale_f, 1.0)
-        ye = tl.minimum(tl.maximum(tl.math.div_rn(xe, safe[:, None]), -448.0), 448.0)
-        yo = tl.minimum(tl.maximum(tl.math.div_rn(xo, safe[:, None]), -448.0), 448.0)
-        ce = _f32_to_fp8e4m3(ye)
-        co = _f32_to_fp8e4m3(yo)
+        c0 = _f32_to_fp8e4m3(tl.minimum(tl.maximum(tl.math.div_rn(x0, safe[:, None]), -448.0), 448.0))
+        c1 = _f32_to_fp8e4m3(tl.minimum(tl.maximum(tl.math.div_rn(x1, safe[:, None]), -448.0), 448.0))
+        tl.store(codes_ptr + off0, c0, mask=mask)
+        tl.store(codes_ptr + off0 + C, c1, mask=mask)
     else:
-        if KIND == 2:
+        if KIND == 4:
+            levels = 3.0
+        elif KIND == 2:
             levels = 15.0
         else:
             levels = 255.0
-        lo = tl.minimum(tl.min(tl.where(mask, xe, float("inf")), 1), tl.min(tl.where(mask, xo, float("inf")), 1))
-        hi = tl.maximum(tl.max(tl.where(mask, xe, float("-inf")), 1), tl.max(tl.where(mask, xo, float("-inf")), 1))
+        lo = tl.minimum(tl.minimum(tl.min(tl.where(mask, x0, float("inf")), 1), tl.min(tl.where(mask, x1, float("inf")), 1)),
+                        tl.minimum(tl.min(tl.where(mask, x2, float("inf")), 1), tl.min(tl.where(mask, x3, float("inf")), 1)))
+        hi = tl.maximum(tl.maximum(tl.max(tl.where(mask, x0, float("-inf")), 1), tl.max(tl.where(mask, x1, float("-inf")), 1)),
+                        tl.maximum(tl.max(tl.where(mask, x2, float("-inf")), 1), tl.max(tl.where(mask, x3, float("-inf")), 1)))
         lo = tl.where(row_mask, lo, 0.0)  # rows past the end: keep the arithmetic finite
         hi = tl.where(row_mask, hi, 0.0)
         zero_f, zero_s = _to_param(lo, PARAM, False)
         scale_f, scale_s = _to_param(tl.math.div_rn(hi - zero_f, tl.full(hi.shape, levels, tl.float32)), PARAM, True)
         safe = tl.where(scale_f > 0, scale_f, 1.0)
-        ce = _rint(tl.math.div_rn(xe - zero_f[:, None], safe[:, None]))
-        co = _rint(tl.math.div_rn(xo - zero_f[:, None], safe[:, None]))
-        ce = tl.minimum(tl.maximum(ce, 0.0), levels).to(tl.uint8)
-        co = tl.minimum(tl.maximum(co, 0.0), levels).to(tl.uint8)
+        c0 = _int_codes(x0, zero_f, safe, levels)
+        c1 = _int_codes(x1, zero_f, safe, levels)
         tl.store(zero_ptr + rows, zero_s, mask=row_mask)
+        if KIND == 1:
+            tl.store(codes_ptr + off0, c0, mask=mask)
+            tl.store(codes_ptr + off0 + C, c1, mask=mask)
+        else:  # packed: the first code of each run in the low bits, as kernels.reference.pack_codes lays them out
+            off_packed = (a[:, None] * (L // PER) + gi[:, None] * SUB + j[None, :]) * C + c[:, None]
+            if KIND == 4:
+                c2 = _int_codes(x2, zero_f, safe, levels)
+                c3 = _int_codes(x3, zero_f, safe, levels)
+                packed = c0 | (c1 << 2) | (c2 << 4) | (c3 << 6)
+            else:
+                packed = (c0 & 15) | ((c1 & 15) << 4)
+            tl.store(codes_ptr + off_packed, packed, mask=mask)
     tl.store(scale_ptr + rows, scale_s, mask=row_mask)
-    if KIND == 2:
-        packed = (ce & 15) | ((co & 15) << 4)
-        off_packed = (a[:, None] * (L // 2) + gi[:, None] * HALF + j[None, :]) * C + c[:, None]
-        tl.store(codes_ptr + off_packed, packed, mask=mask)
-    else:
-        tl.store(codes_ptr + off_even, ce, mask=mask)
-        tl.store(codes_ptr + off_odd, co, mask=mask)
 
 
 def quantize(
@@ -181,8 +204,9 @@ def quantize(
     length = x.shape[axis]
     if group_size <= 0 or length % group_size:
         raise ValueError(f"group_size {group_size} must divide the axis length {length}")
-    if group_size % 2:
-        raise NotImplementedError("the kernel loads groups as even/odd pairs: group size must be even")
+    per = 4 if kind == "int2" else 2
+    if group_size % per:
+        raise NotImplementedError(f"the kernel loads groups in runs of {per}: group size must be a multiple of {per}")
     device = x.device
     xc = x.contiguous()
     outer = 1
@@ -208,7 +232,7 @@ def quantize(
         mask.scatter_(1, per_head.long(), 1)
         idx = outlier_idx.to(device).expand(*x.shape[:-1], n_out)
         outlier_values = torch.gather(x, -1, idx)
-    packed_len = length // 2 if kind == "int4" else length
+    packed_len = length // ref.codes_per_byte(kind)
     code_shape = list(x.shape)
     code_shape[axis] = packed_len
     param_shape = list(x.shape)
@@ -217,7 +241,7 @@ def quantize(
     scale = torch.empty(param_shape, dtype=param_dtype, device=device)
     zero = None if kind == "fp8" else torch.empty(param_shape, dtype=param_dtype, device=device)
     if n_rows:
-        block_j = max(1, 1 << (group_size // 2 - 1).bit_length())
+        block_j = max(1, 1 << (group_size // per - 1).bit_length())
         block_g = max(1, min(128, 4096 // block_j))
         _quantize_kernel[(triton.cdiv(n_rows, block_g),)](
             xc,
@@ -234,6 +258,7 @@ def quantize(
             KIND=_KINDS[kind],
             PARAM=_PARAM_CODES[param_dtype],
             HAS_OUT=outlier_idx is not None,
+            PER=per,
             BLOCK_G=block_g,
             BLOCK_J=block_j,
         )

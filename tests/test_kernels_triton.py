@@ -445,7 +445,7 @@ def _assert_same_quantized(got: ref.QuantizedTensor, exp: ref.QuantizedTensor) -
         assert torch.equal(a.cpu(), b.cpu()), f"{name} differs in {(a.cpu() != b.cpu()).sum().item()} places"
 
 
-@pytest.mark.parametrize("kind", ["int8", "int4", "fp8"])
+@pytest.mark.parametrize("kind", ["int8", "int4", "int2", "fp8"])
 @pytest.mark.parametrize("axis", [1, 3])
 def test_quantize_kernel_is_bit_identical(kind: str, axis: int) -> None:
     gen = torch.Generator().manual_seed(31)
@@ -460,7 +460,7 @@ def test_quantize_kernel_is_bit_identical(kind: str, axis: int) -> None:
 
 @FEW
 @given(
-    kind=st.sampled_from(["int8", "int4", "fp8"]),
+    kind=st.sampled_from(["int8", "int4", "int2", "fp8"]),
     blocks=st.integers(1, 3),
     group=st.sampled_from([2, 4, 8, 32]),
     group_count=st.integers(1, 2),
@@ -469,6 +469,8 @@ def test_quantize_kernel_is_bit_identical(kind: str, axis: int) -> None:
     seed=st.integers(0, 2**16),
 )
 def test_quantize_kernel_hypothesis(kind, blocks, group, group_count, heads, along_tokens, seed) -> None:
+    if kind == "int2" and group % 4:
+        group *= 2  # INT2 packs four codes per byte: its groups are multiples of 4
     gen = torch.Generator().manual_seed(seed)
     tokens = group * group_count if along_tokens else 4
     dim = 8 if along_tokens else group * group_count
@@ -532,14 +534,15 @@ def test_dispatch_calls_give_reference_results_on_both_backends(monkeypatch) -> 
     monkeypatch.setenv("MINUTIA_KERNELS", "auto")
     x = torch.randn(2, 3, 1, 6)
     _assert_same_quantized(dispatch.quantize(_to(x), "int8", 1, 3), ref.quantize(_to(x), "int8", 1, 3))
-    # INT2 has no Triton quantize kernel (quantizing is off the decode path): the reference serves.
-    y = torch.randn(2, 16, 1, 8)
-    _assert_same_quantized(dispatch.quantize(_to(y), "int2", 1, 8), ref.quantize(_to(y), "int2", 1, 8))
+    # INT2 groups must hold whole packed bytes (4 codes) for the kernel; a group of 6 falls back too.
+    y = torch.randn(2, 12, 1, 8)
+    _assert_same_quantized(dispatch.quantize(_to(y), "int2", 1, 6), ref.quantize(_to(y), "int2", 1, 6))
     monkeypatch.setenv("MINUTIA_KERNELS", "triton")
     with pytest.raises(NotImplementedError):
         dispatch.quantize(_to(x), "int8", 1, 3)
     with pytest.raises(NotImplementedError):
-        dispatch.quantize(_to(y), "int2", 1, 8)
+        dispatch.quantize(_to(y), "int2", 1, 6)
+    _assert_same_quantized(dispatch.quantize(_to(y), "int2", 1, 4), ref.quantize(_to(y), "int2", 1, 4))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -592,11 +595,12 @@ _COMPILE_SCRIPT = textwrap.dedent(
         ref.PagedSource(k, v, table, seq),
         ref.PagedSource(ref.quantize(k, "int4", 1, 32, idx, torch.float16), ref.quantize(v, "int4", 3, 32, idx, torch.float16), table, seq),
         ref.PagedSource(ref.quantize(k, "int8", 1, 32), ref.quantize(v, "fp8", 3, 32), table, seq),
+        ref.PagedSource(ref.quantize(k, "int2", 1, 32), ref.quantize(v, "int2", 3, 32), table, seq),
     ]
     td._compiled_for = lambda device: True  # CPU tensors stand in for CUDA ones: compile the GPU variant
     td.mixed_sparse_attention(q, sources, softcap=30.0)
     td.quest_scores(q, k.amin(1), k.amax(1), table)
-    for kind in ("int8", "int4", "fp8"):
+    for kind in ("int8", "int4", "int2", "fp8"):
         tq.quantize(k, kind, 1, 32, idx, torch.float16)
         tq.quantize(v, kind, 3, 32, None, torch.bfloat16)
     assert done and all(ok for _, ok in done), done
