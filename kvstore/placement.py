@@ -7,8 +7,9 @@ the lowest tier (disk, or Redis). A :class:`WatermarkController` sets the device
 bytes sit at a target share (85%) of a hard cap, with a hysteresis band; no move ever crosses the cap.
 
 Before a decode step the app asks :class:`Prefetcher` to bring up the blocks the current query's
-block scores predict for the next step; a worker thread copies them (on CUDA: on a second stream
-into pinned double buffers) while the step computes. Each read of a block counts as a hit if the
+block scores predict for the next step; a worker thread copies them while the step computes (on
+CUDA on a second stream, asynchronously: from the host tier's pinned slab, or from disk and Redis
+through pinned double buffers, :class:`PinnedStaging`). Each read of a block counts as a hit if the
 block was already on the device. When the hit rate over a window stays below 50%, placement falls
 back to "L1/L2-only" mode (nothing below the host tier; logged and reported in the stats) and
 retries normal mode after a cool-down.
@@ -26,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, TypeVar
 
+import numpy as np
 import torch
 
 from kvstore.annotations import Modality
@@ -171,6 +173,7 @@ class TierPlacement:
         self.hits = window or HitRateWindow()
         self.blocks: dict[str, BlockInfo] = {}
         self.transfers: dict[tuple[Tier, Tier], TransferCounter] = collections.defaultdict(TransferCounter)
+        self._staging: PinnedStaging | None = None  # made on the first move from disk / Redis to a CUDA slab
         self._lock = threading.RLock()
 
     # -------------------------------------------------------------------------------------------
@@ -284,6 +287,8 @@ class TierPlacement:
             src_store, dst_store = self.tiers[source], self.tiers[tier]
             if isinstance(src_store, MemoryStore) and isinstance(dst_store, MemoryStore):
                 dst_store.put_tensor(self.session, block_id, src_store.get_tensor(self.session, block_id))
+            elif isinstance(dst_store, MemoryStore):  # up from disk / Redis: the store lends the bytes
+                src_store.read_with(self.session, block_id, lambda view: self._put_lent(dst_store, block_id, view))
             else:
                 dst_store.put(self.session, block_id, src_store.get(self.session, block_id))
             src_store.delete(self.session, block_id)
@@ -293,6 +298,17 @@ class TierPlacement:
             counter.seconds += time.perf_counter() - start
             counter.count += 1
             return True
+
+    def _put_lent(self, store: MemoryStore, block_id: str, view: memoryview) -> None:
+        """Copy a lent block into a memory tier: straight into the slot on the CPU; to a CUDA slab
+        through a pinned staging buffer, so the copy to the device is asynchronous (on the caller's
+        stream: the prefetch worker's side stream) and the next block is read meanwhile."""
+        if store.device.type != "cuda":
+            store.put(self.session, block_id, view)
+            return
+        if self._staging is None:
+            self._staging = PinnedStaging()
+        self._staging.put(store, self.session, block_id, view)
 
     def rebalance(self) -> int:
         """Apply the watermark controller's budget (demotions first, so the cap is never crossed)."""
@@ -363,6 +379,33 @@ class TierPlacement:
                 "device_target_bytes": self.controller.target_bytes,
                 "peak_device_bytes": self.controller.peak_bytes,
             }
+
+
+class PinnedStaging:
+    """Pinned host buffers that blocks read from disk or Redis pass through on their way to a CUDA slab
+    (double buffering): the copy of one block to the device runs while the next block is read into the
+    other buffer, and a buffer is refilled only once its last copy has finished (a CUDA event)."""
+
+    def __init__(self, count: int = 2) -> None:
+        self._buffers: list[torch.Tensor | None] = [None] * count
+        self._copied: list[torch.cuda.Event | None] = [None] * count
+        self._next = 0
+
+    def put(self, store: MemoryStore, session: str, block_id: str, view: memoryview) -> None:
+        i = self._next
+        self._next = (i + 1) % len(self._buffers)
+        if self._copied[i] is not None:
+            self._copied[i].synchronize()  # type: ignore[union-attr]
+        n = len(view)
+        buffer = self._buffers[i]
+        if buffer is None or buffer.numel() < n:
+            buffer = self._buffers[i] = torch.empty(max(n, 1 << 16), dtype=torch.uint8, pin_memory=True)
+        staged = buffer[:n]
+        staged.numpy()[:] = np.frombuffer(view, dtype=np.uint8)
+        store.put_tensor(session, block_id, staged)  # pinned -> device: non-blocking, on the current stream
+        event = torch.cuda.Event()
+        event.record()
+        self._copied[i] = event
 
 
 class Prefetcher:
