@@ -310,6 +310,9 @@ class Room:
         self.mix_task: asyncio.Task | None = None
         self.wakeup = asyncio.Event()  # new audio, or a lane that ended
         self.finished = False  # the session was finished: new audio continues the meeting in a new session
+        # Held by a question while it reads the session and by a continuation while it swaps sessions: the
+        # swap closes the old session, which must not happen under a question (nor a question reach a closed one).
+        self.session_lock = asyncio.Lock()
         self.unsubscribe: Any = None
         self.recent_words: collections.deque = collections.deque(maxlen=400)  # committed words with labels
         self.held_lines: list[Any] = []  # closed lines waiting for their last words' labels
@@ -560,12 +563,14 @@ class RoomBot:
             log.warning("finishing the room's session failed", extra={"room": room.name, "error": str(exc)})
 
     async def _continue_room(self, room: Room) -> None:
-        """New audio in a finished room: the meeting goes on in a new session (questions still see all of it)."""
-        old = room.session
-        session = await asyncio.get_running_loop().run_in_executor(None, self._next_session, room.name, old)
-        if room.unsubscribe is not None:
-            room.unsubscribe()
-        room.session, room.finished = session, False
+        """New audio in a finished room: the meeting goes on in a new session (questions still see all of it).
+        Questions in flight finish on the old session first; those asked meanwhile wait for the new one."""
+        async with room.session_lock:
+            old = room.session
+            session = await asyncio.get_running_loop().run_in_executor(None, self._next_session, room.name, old)
+            if room.unsubscribe is not None:
+                room.unsubscribe()
+            room.session, room.finished = session, False
         self._listen(room)
         log.info("room continues in a new session", extra={"room": room.name, "session": session.session_id})
 
@@ -631,8 +636,13 @@ class RoomBot:
 
         started = time.perf_counter()
         loop = asyncio.get_running_loop()
+        room = peer.room
         try:
-            answer = await loop.run_in_executor(self._ask_pool, peer.room.session.ask, question)
+            async with room.session_lock:  # never the session a continuation is closing
+                session = room.session
+                answer = await loop.run_in_executor(self._ask_pool, session.ask, question)
+                elapsed = time.perf_counter() - started
+                snapshot = await loop.run_in_executor(None, session.snapshot)
         except InputError as exc:
             self.metrics.questions.labels("refused").inc()
             peer.send({"type": "error", "message": str(exc), "question": question})
@@ -644,10 +654,9 @@ class RoomBot:
             return
         finally:
             peer.asking = False
-        elapsed = time.perf_counter() - started
         self.metrics.questions.labels("answered").inc()
         self.metrics.question_seconds.observe(elapsed)
-        ttft = _float_or_none((await loop.run_in_executor(None, peer.room.session.snapshot)).kv.get("question_ttft"))
+        ttft = _float_or_none(snapshot.kv.get("question_ttft"))
         self.metrics.question_ttft.observe(ttft if ttft is not None else elapsed)
         peer.send(answer_message(answer, elapsed))
 

@@ -84,7 +84,8 @@ def test_end_of_stream_commits_the_last_words_saves_and_keeps_the_room(server):
 def test_two_speakers_in_one_room_are_both_heard(server):
     """Peer A sends Alice and Bob (0-13 s); peer B is silent for 12.5 s, then sends Alice and Carol (12.9-22.7 s),
     so the two overlap and the mixer sums them; A's track ends first and must not stall B. After both end, a
-    third peer speaks in the finished room: the meeting goes on in the saved session, resumed from the store."""
+    third peer speaks in the finished room: the meeting goes on in the saved session, resumed from the store, and
+    a question asked as it joins is answered (never by the session the continuation closes)."""
 
     async def run() -> dict:
         a = RoomClient(server.url, "duo", ROOMS["duo"],
@@ -98,9 +99,12 @@ def test_two_speakers_in_one_room_are_both_heard(server):
         c = RoomClient(server.url, "duo", ROOMS["duo"],
                        [FileAudioTrack(AUDIO, speed=SPEED, start=24.7, seconds=3.0, tail_seconds=TAIL)])
         await c.join()
+        a.send("ask: What did they say about the budget?")  # around the continuation: never a closed session
         pilot = await c.wait_for(lambda m: m["type"] == "caption" and "pilot" in m["text"].lower(), 120)
+        answer = await a.wait_for(lambda m: m["type"] in ("answer", "error"), 120)
         second = server.bot.rooms["duo"].session
         result = {"a": list(a.messages), "b": list(b.messages), "first": first, "second": second, "pilot": pilot,
+                  "answer": answer,
                   "transcript": " ".join(t.text for t in second.transcript().turns)}
         await asyncio.gather(a.close(), b.close(), c.close())
         return result
@@ -115,6 +119,7 @@ def test_two_speakers_in_one_room_are_both_heard(server):
     assert len(lines) >= 3 and all(m["speaker"] and m["text"] and m["end"] >= m["start"] for m in lines), lines
     assert any(m["name"] in ("Alice", "Bob", "Carol") for m in lines), lines
     assert result["second"] is not result["first"] and result["second"].session_id == result["first"].session_id
+    assert result["answer"]["type"] == "answer", result["answer"]
     assert result["pilot"]["start"] > 20.0, result["pilot"]  # the resumed meeting's clock goes on
     transcript = result["transcript"].lower()
     assert "login" in transcript and "pilot" in transcript, transcript
