@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU check of the KV kernels, for a CUDA machine (target: under 5 minutes on one H100/H200-class GPU).
 #
-#   1. the Triton kernel tests (tests/test_kernels_triton.py, the slow ones too) compiled for the GPU,
+#   1. the Triton kernel tests (tests/test_kernels_triton*.py, the slow ones too) compiled for the GPU,
 #      not interpreted: TRITON_INTERPRET is unset and the tests pick the CUDA device themselves;
 #   2. bench/decode_attention.py --device cuda: dense SDPA vs the Triton sparse + quantized decode;
 #   3. the KV tiers on the GPU: tests/test_kv_device.py (device and pinned host slabs, the prefetch
@@ -58,7 +58,7 @@ fi
 XDIST=()
 if "$PY" -c 'import xdist' >/dev/null 2>&1; then XDIST=(-n 8); fi
 start=$(date +%s)
-timeout "$TEST_LIMIT" "$PY" -m pytest -q -p no:cacheprovider "${XDIST[@]}" tests/test_kernels_triton.py \
+timeout "$TEST_LIMIT" "$PY" -m pytest -q -p no:cacheprovider "${XDIST[@]}" tests/test_kernels_triton.py tests/test_kernels_triton_select.py \
   --junitxml="$RESULTS/junit.xml" --durations=10 2>&1 | tee "$RESULTS/pytest.log"
 tests_rc=${PIPESTATUS[0]}
 echo "kernel tests: exit $tests_rc in $(( $(date +%s) - start )) s" | tee -a "$RESULTS/env.txt"

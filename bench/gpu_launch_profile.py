@@ -2,7 +2,9 @@
 
 At small active sets the Triton decode's wall time on an H200 is ~0.55 ms whatever it reads (docs/
 benchmarks.md, GPU): this prints the host-side ops and device kernels of one call so the launch
-overhead can be cut where it is. Run on a CUDA machine: ``python bench/gpu_launch_profile.py``.
+overhead can be cut where it is. The ``decode_attention`` and ``quest_top_k`` rows are the two
+halves of a step; ``_select_kernel`` in the CUDA table is the fused block selection (one launch).
+Run on a CUDA machine: ``python bench/gpu_launch_profile.py``.
 """
 
 from __future__ import annotations
@@ -44,8 +46,12 @@ def main() -> int:
     activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=activities) as prof:
         for _ in range(10):
-            step()
-            dispatch.quest_top_k(cache.q, cache.kmin, cache.kmax, all_warm, k_warm)
+            with torch.profiler.record_function("decode_attention"):
+                step()
+            # Block selection: one fused launch (kernels/triton_select.py _select_kernel) when the table
+            # fits it, else Triton bounds + torch top-k (dispatch.quest_top_k's fallback).
+            with torch.profiler.record_function("quest_top_k"):
+                dispatch.quest_top_k(cache.q, cache.kmin, cache.kmax, all_warm, k_warm)
         torch.cuda.synchronize()
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
     print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=12))

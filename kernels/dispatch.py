@@ -282,12 +282,23 @@ def quest_top_k(
 ) -> torch.Tensor:
     """Quest scores then top-k selection: the ``[B, Hkv, min(k, M)]`` table of kept blocks.
 
-    On the CPU backend one fused C++ pass per (batch, KV head) (:func:`kernels.cpu_decode.quest_top_k`;
-    ties between equal scores go to the lower column, which torch.topk leaves unspecified)."""
-    if q.device.type == "cpu" and backend_for(q.device, decode=True) == "cpu":
+    Fused, one pass per (batch, KV head), on the CPU backend (:func:`kernels.cpu_decode.quest_top_k`)
+    and on Triton (:func:`kernels.triton_select.quest_top_k`: one launch instead of the bounds kernel
+    plus torch top-k ops); both give ties between equal scores to the lower column, which torch.topk
+    leaves unspecified. Shapes a fused kernel does not take (e.g. more than
+    ``triton_select.MAX_BLOCKS`` columns) run the two-step path: bounds, then the reference top-k."""
+    backend = backend_for(q.device, decode=q.device.type == "cpu")
+    if backend == "cpu":
         table = _call_cpu_select("quest_top_k", q, kmin, kmax, block_table, k, always)
         if table is not None:
             return table
+    elif backend == "triton":
+        fused = _triton_module("triton_select")
+        if fused is not None:
+            try:
+                return fused.quest_top_k(q, kmin, kmax, block_table, k, always)
+            except NotImplementedError:
+                pass  # the two-step path below (Triton bounds) takes it
     return reference.select_top_k_blocks(quest_scores(q, kmin, kmax, block_table), block_table, k, always)
 
 

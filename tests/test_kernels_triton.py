@@ -558,7 +558,7 @@ _COMPILE_SCRIPT = textwrap.dedent(
     from triton.backends.compiler import BaseBackend, GPUTarget
     from triton.compiler import ASTSource, make_backend
     from triton._C.libtriton import native_specialize_impl
-    from kernels import reference as ref, triton_decode as td, triton_quant as tq
+    from kernels import reference as ref, triton_decode as td, triton_quant as tq, triton_select as ts
 
     target = GPUTarget("cuda", int(sys.argv[2]), 32)
     backend = make_backend(target)
@@ -580,7 +580,8 @@ _COMPILE_SCRIPT = textwrap.dedent(
                 done.append((k.fn.__name__, "cubin" in compiled.asm))
             return run
 
-    for mod, names in ((td, ("_decode_stage1", "_decode_stage2", "_quest_kernel")), (tq, ("_quantize_kernel",))):
+    for mod, names in ((td, ("_decode_stage1", "_decode_stage2", "_quest_kernel")), (tq, ("_quantize_kernel",)),
+                       (ts, ("_select_kernel",))):
         for name in names:
             setattr(mod, name, Compile(getattr(mod, name)))
     td._default_splits = lambda n, p, d: 4
@@ -603,6 +604,9 @@ _COMPILE_SCRIPT = textwrap.dedent(
     for kind in ("int8", "int4", "int2", "fp8"):
         tq.quantize(k, kind, 1, 32, idx, torch.float16)
         tq.quantize(v, kind, 3, 32, None, torch.bfloat16)
+    wide = torch.randint(0, 8, (1, 2, 4096))  # the fused selection at its widest table (8 warps), then a small one
+    ts.quest_top_k(q.bfloat16(), k.amin(1), k.amax(1), wide, 300, torch.zeros(1, 2, 4096, dtype=torch.bool))
+    ts.quest_top_k(q.view(1, 8, 1, 128), k.amin(1).half(), k.amax(1).half(), wide[..., :40].int(), 7)
     assert done and all(ok for _, ok in done), done
     print(len(done), "kernels compiled to cubin for sm_" + sys.argv[2])
     """
