@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kernels import dispatch  # noqa: E402
 from kernels import reference as ref  # noqa: E402
+from kvstore.blocks import HEAD_MAJOR, with_layout  # noqa: E402
 
 MODELS = {
     # name: (query heads, KV heads, head dim)
@@ -153,7 +154,8 @@ def nbytes(t: torch.Tensor | None) -> int:
 
 
 def quantize_chunked(pages: torch.Tensor, kind: str, is_key: bool, device: torch.device) -> ref.QuantizedTensor:
-    """Quantize a page pool ``[P, 64, H, D]`` in chunks (bounded temporaries), KIVI layout."""
+    """Quantize a page pool ``[P, 64, H, D]`` in chunks (bounded temporaries), KIVI layout; value
+    scales/zeros head-major, as the KV store's pools hold them (``kvstore.blocks.HEAD_MAJOR``)."""
     parts = []
     step = max(1, (1 << 24) // max(1, pages[0].numel()))
     for start in range(0, pages.shape[0], step):
@@ -163,10 +165,11 @@ def quantize_chunked(pages: torch.Tensor, kind: str, is_key: bool, device: torch
         else:
             parts.append(dispatch.quantize_values(chunk, kind, GROUP, param_dtype=torch.float16))
     first = parts[0]
+    layout = None if is_key else HEAD_MAJOR
     return ref.QuantizedTensor(
         data=torch.cat([p.data.view(torch.uint8) for p in parts]).view(first.data.dtype),
-        scale=torch.cat([p.scale for p in parts]),
-        zero=None if first.zero is None else torch.cat([p.zero for p in parts]),
+        scale=with_layout(torch.cat([p.scale for p in parts]), layout),
+        zero=None if first.zero is None else with_layout(torch.cat([p.zero for p in parts]), layout),
         kind=first.kind,
         axis=first.axis,
         group_size=first.group_size,

@@ -167,7 +167,7 @@ def _contiguous(t: torch.Tensor) -> torch.Tensor:
 def _operand(
     source: torch.Tensor | QuantizedTensor, n_kv: int, dim: int, is_key: bool, keep: list[torch.Tensor]
 ) -> tuple[list[int], int]:
-    """The 10 integers describing one K or V storage to the kernel, and its block size."""
+    """The 13 integers describing one K or V storage to the kernel, and its block size."""
     if not isinstance(source, QuantizedTensor):
         if source.ndim != 4 or source.device.type != "cpu" or source.dtype not in _FULL_KINDS:
             raise NotImplementedError("full-precision pages must be [P, block_size, H, D] fp32/bf16/fp16 on the CPU")
@@ -175,7 +175,7 @@ def _operand(
             raise NotImplementedError("pages disagree with the block table or queries on heads or head dim")
         pages = _contiguous(source)
         keep.append(pages)
-        return [_FULL_KINDS[source.dtype], pages.data_ptr(), 0, 0, 0, 1, 0, 0, 0, 0], int(source.shape[1])
+        return [_FULL_KINDS[source.dtype], pages.data_ptr(), 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0], int(source.shape[1])
     if len(source.shape) != 4 or source.kind not in _QUANT_KINDS or source.axis != (1 if is_key else 3):
         raise NotImplementedError("the kernel reads keys quantized along tokens and values along channels")
     n_pages, block_size, heads, width = source.shape
@@ -192,14 +192,19 @@ def _operand(
     if data.dtype != torch.uint8 or list(data.shape) != expected:
         raise NotImplementedError(f"unexpected code tensor {tuple(data.shape)} {data.dtype}")
     param_shape = [n_pages, block_size // group, heads, width] if is_key else [n_pages, block_size, heads, width // group]
-    scale = _contiguous(source.scale)
+    scale, zero = source.scale, None
     if scale.dtype not in _PARAM_DTYPES or list(scale.shape) != param_shape:
         raise NotImplementedError("unexpected scale tensor")
-    zero = None
     if source.kind != "fp8":
-        if source.zero is None or source.zero.dtype != scale.dtype or list(source.zero.shape) != param_shape:
+        zero = source.zero
+        if zero is None or zero.dtype != scale.dtype or list(zero.shape) != param_shape:
             raise NotImplementedError("unexpected zero-point tensor")
-        zero = _contiguous(source.zero)
+    # Value params are read through their strides (head-major pools: kvstore.blocks.HEAD_MAJOR) when
+    # groups are contiguous and zero matches scale; anything else, and key params, as contiguous copies.
+    strided = not is_key and scale.stride(3) == 1 and (zero is None or zero.stride() == scale.stride())
+    if not strided:
+        scale = _contiguous(scale)
+        zero = None if zero is None else _contiguous(zero)
     data = _contiguous(data)
     keep.extend([data, scale] + ([zero] if zero is not None else []))
     oidx_ptr = oval_ptr = odtype = n_out = 0
@@ -226,6 +231,7 @@ def _operand(
         oval_ptr,
         odtype,
         n_out,
+        *scale.stride()[:3],
     ]
     return args, int(block_size)
 
@@ -233,7 +239,7 @@ def _operand(
 # Validated operand descriptions, so a decode step does not re-check the same pools at every layer and
 # token. A pool is the same when its tensors are the same objects (held weakly: a freed pool drops out)
 # at the same storage address (catches in-place set_ / reallocating resize_) and the description's
-# other inputs (format, axis, group size, logical shape, heads, head dim) are equal. Only descriptions
+# other inputs (format, axis, group size, logical shape, scale strides, heads, head dim) are equal. Only descriptions
 # that needed no copies are kept; pools with outlier channels are checked at each call (callers
 # rebuild their outlier index every step).
 _OPERANDS: dict[tuple, tuple] = {}
@@ -248,7 +254,8 @@ def _operand_cached(
         if source.outlier_idx is not None:  # rebuilt by callers at each step: not worth caching
             return _operand(source, n_kv, dim, is_key, keep)
         parts = (source.data, source.scale, source.zero)
-        key = (id(parts[0]), id(parts[1]), id(parts[2]), source.kind, source.axis, source.group_size, tuple(source.shape), n_kv, dim, is_key)
+        key = (id(parts[0]), id(parts[1]), id(parts[2]), source.kind, source.axis, source.group_size, tuple(source.shape),
+               source.scale.stride(), n_kv, dim, is_key)
     else:
         parts = (source,)
         key = (id(source), n_kv, dim, is_key)

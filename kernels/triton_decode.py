@@ -72,11 +72,12 @@ def _fp8e4m3_to_f32(byte):
 def _load_tile(op, slot, h, offs_t, offs_d, t_mask, d_mask, H: tl.constexpr, BS: tl.constexpr, D: tl.constexpr):
     """One block's ``[BLOCK_T, BLOCK_D]`` tile of K or V for KV head ``h``, dequantized to fp32.
 
-    ``op`` = (data, scale, zero, outlier_idx, outlier_values, KIND, ALONG_T, GROUP, N_OUT). Layouts
-    (all contiguous): full ``[P, BS, H, D]``; codes ``[P, BS, H, D]`` (INT4 packed along the group
-    axis: ``[P, BS/2, H, D]`` or ``[P, BS, H, D/2]``); scale/zero ``[P, BS/GROUP, H, D]`` when groups
-    run along tokens (keys), ``[P, BS, H, D/GROUP]`` along channels (values); outlier values
-    ``[P, BS, H, N_OUT]``, outlier indices ``[H, N_OUT]``.
+    ``op`` = (data, scale, zero, outlier_idx, outlier_values, KIND, ALONG_T, GROUP, N_OUT, and the
+    scale/zero strides of their first three dims). Layouts (contiguous): full ``[P, BS, H, D]``; codes
+    ``[P, BS, H, D]`` (INT4 packed along the group axis: ``[P, BS/2, H, D]`` or ``[P, BS, H, D/2]``);
+    outlier values ``[P, BS, H, N_OUT]``, outlier indices ``[H, N_OUT]``. Scale/zero (read through the
+    strides, last dim contiguous: head-major value pools are read in place) ``[P, BS/GROUP, H, D]``
+    when groups run along tokens (keys), ``[P, BS, H, D/GROUP]`` along channels (values).
     """
     data = op[0]
     scale = op[1]
@@ -87,6 +88,9 @@ def _load_tile(op, slot, h, offs_t, offs_d, t_mask, d_mask, H: tl.constexpr, BS:
     ALONG_T: tl.constexpr = op[6]
     GROUP: tl.constexpr = op[7]
     N_OUT: tl.constexpr = op[8]
+    sp = op[9]
+    st = op[10]
+    sh = op[11]
     row = slot.to(tl.int64) * BS + offs_t  # token row in [P * BS]
     mask = t_mask[:, None] & d_mask[None, :]
     if KIND == 0:
@@ -116,10 +120,9 @@ def _load_tile(op, slot, h, offs_t, offs_d, t_mask, d_mask, H: tl.constexpr, BS:
             byte = tl.load(data + (row[:, None] * H + h) * D + offs_d[None, :], mask=mask, other=0)
             code = _fp8e4m3_to_f32(byte)
         if ALONG_T:
-            prow = slot.to(tl.int64) * (BS // GROUP) + offs_t // GROUP
-            poff = (prow[:, None] * H + h) * D + offs_d[None, :]
+            poff = slot.to(tl.int64) * sp + (offs_t // GROUP)[:, None] * st + h * sh + offs_d[None, :]
         else:
-            poff = (row[:, None] * H + h) * (D // GROUP) + offs_d[None, :] // GROUP
+            poff = slot.to(tl.int64) * sp + offs_t[:, None] * st + h * sh + (offs_d // GROUP)[None, :]
         s = tl.load(scale + poff, mask=mask, other=0.0).to(tl.float32)
         if KIND == 3:
             x = code * s
@@ -344,7 +347,7 @@ def _operand(source: torch.Tensor | QuantizedTensor, device: torch.device) -> tu
             raise NotImplementedError("paged storage must be [P, block_size, H, D]")
         pages = source.contiguous()
         dummy = _dummy(device)
-        return (pages, dummy, dummy, dummy, dummy, cx(KIND_FULL), cx(True), cx(1), cx(0)), tuple(pages.shape)
+        return (pages, dummy, dummy, dummy, dummy, cx(KIND_FULL), cx(True), cx(1), cx(0), 0, 0, 0), tuple(pages.shape)
     if len(source.shape) != 4 or source.axis not in (1, 3) or source.kind not in _KIND_CODES:
         raise NotImplementedError("quantized storage must be paged [P, block_size, H, D], quantized along axis 1 or 3")
     n_pages, block_size, n_heads, dim = source.shape
@@ -366,8 +369,13 @@ def _operand(source: torch.Tensor | QuantizedTensor, device: torch.device) -> tu
     if list(data.shape) != expected:
         raise NotImplementedError(f"unexpected code shape {tuple(data.shape)}, wanted {tuple(expected)}")
     dummy = _dummy(device)
-    scale = source.scale.contiguous()
-    zero = dummy if source.zero is None else source.zero.contiguous()
+    # Params are read through their strides (no copy of head-major value pools) when the last dim is
+    # contiguous and zero's strides match scale's.
+    scale, zero = source.scale, source.zero
+    if scale.stride(3) != 1 or (zero is not None and zero.stride() != scale.stride()):
+        scale = scale.contiguous()
+        zero = None if zero is None else zero.contiguous()
+    zero = dummy if zero is None else zero
     n_out, oidx, oval = 0, dummy, dummy
     if source.outlier_idx is not None and source.outlier_values is not None:
         idx = source.outlier_idx
@@ -377,7 +385,8 @@ def _operand(source: torch.Tensor | QuantizedTensor, device: torch.device) -> tu
             raise NotImplementedError("outlier indices must be per KV head")
         oidx = rows.expand(n_heads, n_out).to(device=device, dtype=torch.int32).contiguous()
         oval = source.outlier_values.contiguous()
-    op = (data.contiguous(), scale, zero, oidx, oval, cx(kind), cx(along_tokens), cx(group), cx(n_out))
+    strides = scale.stride()[:3]
+    op = (data.contiguous(), scale, zero, oidx, oval, cx(kind), cx(along_tokens), cx(group), cx(n_out), *strides)
     return op, (n_pages, block_size, n_heads, dim)
 
 

@@ -108,10 +108,32 @@ class SlabAllocator:
 
 @dataclass(frozen=True)
 class SlotSpec:
-    """Shape (without the slot axis) and dtype of one tensor of a pool."""
+    """Shape (without the slot axis) and dtype of one tensor of a pool.
+
+    ``layout``: the storage order of the non-slot dims (None: as ``shape``). The pool's tensor keeps
+    the logical shape as a permuted view, so only kernels that read raw memory see the difference.
+    """
 
     shape: tuple[int, ...]
     dtype: torch.dtype
+    layout: tuple[int, ...] | None = None
+
+
+HEAD_MAJOR = (1, 0, 2)
+"""Layout of value scales/zeros ``[block_size, H, groups]``: stored ``[H, block_size, groups]``, so one
+(block, head)'s params are one run for the decode kernels instead of a cache line per token each."""
+
+
+def with_layout(t: torch.Tensor, layout: tuple[int, ...] | None) -> torch.Tensor:
+    """``t`` (``[slots, *shape]``) in storage order ``layout``, seen with its own shape (copies if needed)."""
+    if layout is None:
+        return t.contiguous()
+    order = (0, *(1 + i for i in layout))
+    return t.permute(order).contiguous().permute(_inverse(order))
+
+
+def _inverse(order: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(order.index(i) for i in range(len(order)))
 
 
 def _raw(t: torch.Tensor) -> torch.Tensor:
@@ -144,8 +166,11 @@ class BlockPool:
         }
 
     def _empty(self, capacity: int, spec: SlotSpec) -> torch.Tensor:
-        t = torch.zeros((capacity, *spec.shape), dtype=spec.dtype, device=self.device)
-        return t.pin_memory() if self.pin_memory and self.device.type == "cpu" and torch.cuda.is_available() else t
+        layout = spec.layout or tuple(range(len(spec.shape)))
+        t = torch.zeros([capacity, *(spec.shape[i] for i in layout)], dtype=spec.dtype, device=self.device)
+        if self.pin_memory and self.device.type == "cpu" and torch.cuda.is_available():
+            t = t.pin_memory()
+        return t.permute(_inverse((0, *(1 + i for i in layout))))
 
     @property
     def capacity(self) -> int:

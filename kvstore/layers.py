@@ -12,7 +12,7 @@ from transformers.cache_utils import CacheLayerMixin, DynamicSlidingWindowLayer
 from kernels import dispatch as ops  # Triton on CUDA, the torch reference elsewhere
 from kernels.reference import GlobalSummary, PagedSource, QuantizedTensor
 from kvstore.annotations import Modality
-from kvstore.blocks import BlockFormat, BlockPool, PageTable, SlotSpec
+from kvstore.blocks import HEAD_MAJOR, BlockFormat, BlockPool, PageTable, SlotSpec
 from kvstore.config import TieredCacheConfig
 from kvstore.quant import get_quantizer
 from kvstore.scoring import DROP, BlockScoringInputs, CombinedScorer, PositionScorer, TierOption, fewest_drops, plan_tiers
@@ -143,10 +143,12 @@ class TieredLayer(CacheLayerMixin):
             probe = torch.zeros(1, self.block_size, self.n_heads, width, dtype=self.dtype)
             idx = self._outlier_probe(width)
             qt = quantizer.quantize(probe, None if idx is None else ops.outlier_index_for(idx, 4, 2))
+            # Per-token value params head-major: the decode kernels read a (block, head)'s params as one run.
+            layout = HEAD_MAJOR if prefix == "v" and quantizer.axis % 4 == 3 else None
             specs[f"{prefix}_data"] = SlotSpec(tuple(qt.data.shape[1:]), qt.data.dtype)
-            specs[f"{prefix}_scale"] = SlotSpec(tuple(qt.scale.shape[1:]), qt.scale.dtype)
+            specs[f"{prefix}_scale"] = SlotSpec(tuple(qt.scale.shape[1:]), qt.scale.dtype, layout)
             if qt.zero is not None:
-                specs[f"{prefix}_zero"] = SlotSpec(tuple(qt.zero.shape[1:]), qt.zero.dtype)
+                specs[f"{prefix}_zero"] = SlotSpec(tuple(qt.zero.shape[1:]), qt.zero.dtype, layout)
             if qt.outlier_values is not None:
                 specs[f"{prefix}_outliers"] = SlotSpec(tuple(qt.outlier_values.shape[1:]), qt.outlier_values.dtype)
         return specs

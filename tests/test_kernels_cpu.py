@@ -18,6 +18,7 @@ import torch
 from kernels import cpu_decode as cd
 from kernels import dispatch
 from kernels import reference as ref
+from kvstore.blocks import HEAD_MAJOR, with_layout
 
 TOL = dict(atol=2e-5, rtol=2e-5)
 
@@ -607,3 +608,39 @@ def test_fast_mode_int2_values(monkeypatch, groups: int, v_group: int) -> None:
     out_tol, lse_tol = _fast_bound(q, kq, vq, ref.dequantize(vq), dim**-0.5)
     err, lse_err = (out - exp_out).abs().max().item(), (lse - exp_lse).abs().max().item()
     assert err <= out_tol and lse_err <= lse_tol, (err, out_tol, lse_err, lse_tol)
+
+
+def _head_major(qt: ref.QuantizedTensor) -> ref.QuantizedTensor:
+    """``qt`` with scale/zero stored head-major (same logical shape), as kvstore's value pools hold them."""
+    fields = dict(vars(qt))
+    for name in ("scale", "zero"):
+        if fields[name] is not None:
+            fields[name] = with_layout(fields[name], HEAD_MAJOR)
+    return ref.QuantizedTensor(**fields)
+
+
+@pytest.mark.parametrize("mode", ["exact", "fast"])
+@pytest.mark.parametrize("v_kind", ["int8", "int4", "int2", "fp8"])
+@pytest.mark.parametrize(
+    "dim,v_group,groups,block_size",  # params per token 4 (one load), 8 (gather), 2 (scalar), 8 narrow groups
+    [(128, 32, 4, 64), (64, 16, 8, 16), (256, 32, 1, 64), (128, 64, 2, 16), (64, 8, 4, 64)],
+)
+def test_head_major_value_params_are_read_in_place(monkeypatch, mode, v_kind, dim, v_group, groups, block_size) -> None:
+    """Head-major value scales/zeros give the same bits as token-major ones, read without a copy."""
+    monkeypatch.setenv("MINUTIA_CPU_DECODE", mode)
+    lengths = [[3 * block_size - 5, block_size + 3, 7]]  # partial blocks, one under 16 tokens
+    q, k, v, table, seq = _problem(dim + v_group + groups, 1, 3, groups, dim, block_size, lengths)
+    kq = _quantized(k, "int4", True, 16)
+    for n_out in (0, 2):
+        vq = _quantized(v, v_kind, False, v_group, n_out)
+        hm = _head_major(vq)
+        assert not hm.scale.is_contiguous() and torch.equal(hm.scale, vq.scale)
+        out, lse = cd.sparse_decode_attention(q, kq, hm, table, seq)
+        exp_out, exp_lse = cd.sparse_decode_attention(q, kq, vq, table, seq)
+        assert torch.equal(out, exp_out) and torch.equal(lse, exp_lse)
+        if mode == "exact":
+            ref_out, ref_lse = ref.sparse_decode_attention(q, kq, hm, table, seq)
+            torch.testing.assert_close(out, ref_out, **TOL)
+            torch.testing.assert_close(lse, ref_lse, **TOL)
+        if not n_out:  # remembered descriptions are the ones that needed no copy
+            assert any(key[1] == id(hm.scale) and key[-1] is False for key in cd._OPERANDS if len(key) > 4)

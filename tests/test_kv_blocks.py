@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvstore.blocks import BlockFormat, BlockPool, PageTable, SlabAllocator, SlotSpec
+from kvstore.blocks import HEAD_MAJOR, BlockFormat, BlockPool, PageTable, SlabAllocator, SlotSpec
 
 
 def test_allocator_reuses_lowest_slots_and_rejects_double_free() -> None:
@@ -37,6 +37,37 @@ def test_pool_grows_compacts_and_measures_bytes() -> None:
     moved = [mapping.get(int(s), int(s)) for s in slots[3:]]
     assert sorted(moved) == [0, 1]
     assert pool.read("k", torch.tensor(moved))[:, 0, 0].tolist() == [3.0, 4.0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float8_e4m3fn])
+def test_pool_layout_survives_growth_writes_reads_and_compaction(dtype) -> None:
+    """A head-major spec is stored [slot, H, tokens, groups] at every step, seen as [slot, tokens, H, groups]."""
+    pool = BlockPool({"s": SlotSpec((4, 3, 2), dtype, HEAD_MAJOR), "k": SlotSpec((2,), torch.float32)}, min_growth=2)
+
+    def head_major() -> bool:
+        t = pool.tensors["s"]
+        return tuple(t.shape) == (pool.capacity, 4, 3, 2) and t.permute(0, 2, 1, 3).is_contiguous()
+
+    assert head_major()
+    data = torch.randn(7, 4, 3, 2).to(dtype)
+    first = pool.alloc(2)
+    pool.write(first, s=data[:2], k=torch.zeros(2, 2))
+    rest = pool.alloc(5)  # grows: the old blocks are copied into the new storage
+    assert pool.capacity >= 7 and head_major()
+    pool.write(rest, s=data[2:], k=torch.zeros(5, 2))
+    slots = torch.cat([first, rest])
+    picked = pool.read("s", slots)
+    assert picked.is_contiguous() and torch.equal(picked.view(torch.uint8), data.view(torch.uint8))
+    assert pool.slot_bytes == 4 * 3 * 2 * dtype.itemsize + 2 * 4
+    pool.free(slots[:3])
+    mapping = pool.compact()
+    assert pool.capacity == 4 and head_major()
+    assert pool.reserved_bytes() == 4 * pool.slot_bytes
+    moved = torch.tensor([mapping.get(int(s), int(s)) for s in slots[3:]])
+    assert torch.equal(pool.read("s", moved).view(torch.uint8), data[3:].view(torch.uint8))
+    # the raw storage is head-major: block, head, token, group
+    raw = torch.empty(0, dtype=dtype).set_(pool.tensors["s"].untyped_storage()).view(4, 3, 4, 2)
+    assert torch.equal(raw[moved].transpose(1, 2).view(torch.uint8), data[3:].view(torch.uint8))
 
 
 OPS = st.lists(

@@ -241,6 +241,9 @@ struct Operand {
   const void* oval = nullptr;     // [P, BS, H, n_out]
   int odtype = P_F32;
   int n_out = 0;
+  // Value params' strides (page, token, head), in params; the group axis is contiguous. Head-major
+  // storage makes one (block, head)'s params one run instead of a cache line per token.
+  int64_t ps_page = 0, ps_tok = 0, ps_head = 0;
 };
 
 struct Source {
@@ -1118,9 +1121,14 @@ void params_cols16(const void* p, int64_t first, int64_t stride, int n, int widt
     const char* b0 = base + 2 * int64_t(t0) * stride;
     const char* b1 = b0 + 16 * stride;
     for (int q = 0; q < width; q += 4) {
-      const __m512i a = _mm512_mask_i64gather_epi64(_mm512_setzero_si512(), m0, rows, b0 + 2 * q, 1);
-      const __m512i b = m1 ? _mm512_mask_i64gather_epi64(_mm512_setzero_si512(), m1, rows, b1 + 2 * q, 1)
-                           : _mm512_setzero_si512();
+      __m512i a, b;
+      if (stride == 4) {  // rows of 4 params back to back (head-major values): the runs are one load
+        a = _mm512_maskz_loadu_epi64(m0, b0);
+        b = _mm512_maskz_loadu_epi64(m1, b1);
+      } else {
+        a = _mm512_mask_i64gather_epi64(_mm512_setzero_si512(), m0, rows, b0 + 2 * q, 1);
+        b = m1 ? _mm512_mask_i64gather_epi64(_mm512_setzero_si512(), m1, rows, b1 + 2 * q, 1) : _mm512_setzero_si512();
+      }
 #pragma GCC unroll 4
       for (int j = 0; j < 4; ++j) {
         const __m256i h = _mm512_castsi512_si256(_mm512_permutex2var_epi16(a, pick[j], b));
@@ -1192,9 +1200,11 @@ void prefetch_block(const Operand& k, const Operand& v, int64_t H, int64_t DK, i
   }
   if (v.kind >= K_INT8) {
     const int ps = param_size(v.pdtype);
-    const int64_t ng = DV / v.group, first = ((slot * bs) * H + h) * ng * ps;
-    prefetch_rows(static_cast<const char*>(v.scale) + first, H * ng * ps, nv, ng * ps);
-    if (v.zero) prefetch_rows(static_cast<const char*>(v.zero) + first, H * ng * ps, nv, ng * ps);
+    const int64_t ng = DV / v.group, first = (slot * v.ps_page + h * v.ps_head) * ps;
+    const bool run = v.ps_tok == ng;  // head-major: the block's params are one run
+    const int64_t stride = run ? 0 : v.ps_tok * ps, bytes = run ? nv * ng * ps : ng * ps;
+    prefetch_rows(static_cast<const char*>(v.scale) + first, stride, run ? 1 : nv, bytes);
+    if (v.zero) prefetch_rows(static_cast<const char*>(v.zero) + first, stride, run ? 1 : nv, bytes);
   }
 }
 
@@ -1216,13 +1226,13 @@ void value_block(const Operand& op, const Dims& d, int64_t h, int64_t slot, int 
   if constexpr (KIND >= K_INT8) {
     if (g0 == 0) {  // once per block: this block's params as fp32
       const int ng = int(D / op.group);
-      const int64_t first = ((slot * bs) * H + h) * ng;
+      const int64_t first = slot * op.ps_page + h * op.ps_head, ts = op.ps_tok;
       if (op.group % 16 == 0) {  // folded path: [ng][ldS]
-        params_to_float_t(op.scale, op.pdtype, first, H * ng, nv, ng, st.ldS, st.vscale.data());
-        if (op.zero) params_to_float_t(op.zero, op.pdtype, first, H * ng, nv, ng, st.ldS, st.vzero.data());
+        params_to_float_t(op.scale, op.pdtype, first, ts, nv, ng, st.ldS, st.vscale.data());
+        if (op.zero) params_to_float_t(op.zero, op.pdtype, first, ts, nv, ng, st.ldS, st.vzero.data());
       } else {
-        params_to_float(op.scale, op.pdtype, first, H * ng, nv, ng, st.vscale.data());
-        if (op.zero) params_to_float(op.zero, op.pdtype, first, H * ng, nv, ng, st.vzero.data());
+        params_to_float(op.scale, op.pdtype, first, ts, nv, ng, st.vscale.data());
+        if (op.zero) params_to_float(op.zero, op.pdtype, first, ts, nv, ng, st.vzero.data());
       }
       if (op.group % 16) {  // groups narrower than a chunk: expand to one param per channel
         for (int t = nv - 1; t >= 0; --t)
@@ -1333,6 +1343,9 @@ Operand operand_from(const std::vector<int64_t>& v, size_t at) {
   op.oval = reinterpret_cast<const void*>(v[at + 7]);
   op.odtype = int(v[at + 8]);
   op.n_out = int(v[at + 9]);
+  op.ps_page = v[at + 10];
+  op.ps_tok = v[at + 11];
+  op.ps_head = v[at + 12];
   return op;
 }
 
@@ -1386,14 +1399,14 @@ void decode(int64_t q_ptr, int64_t out_ptr, int64_t lse_ptr, int64_t mass_ptr, i
   std::vector<int64_t> col_start{0};
   int max_bs = 16;
   for (const auto& a : source_args) {
-    if (a.size() != 24) throw std::invalid_argument("bad source description");
+    if (a.size() != 30) throw std::invalid_argument("bad source description");
     Source s;
     s.table = reinterpret_cast<const int64_t*>(a[0]);
     s.seq = reinterpret_cast<const int64_t*>(a[1]);
     s.width = a[2];
     s.bs = int(a[3]);
     s.k = operand_from(a, 4);
-    s.v = operand_from(a, 14);
+    s.v = operand_from(a, 17);
     max_bs = std::max(max_bs, s.bs);
     sources.push_back(s);
     col_start.push_back(col_start.back() + s.width);
