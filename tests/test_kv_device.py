@@ -136,10 +136,17 @@ def test_a_meeting_saved_on_the_device_resumes_with_the_same_logits(tmp_path: Pa
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_the_cuda_cache_decodes_like_the_cpu_one(tmp_path: Path) -> None:
-    """Same meeting, same budget decisions: Triton over device pools against the CPU kernels."""
-    logits = {}
+def test_the_cuda_cache_decodes_like_the_cpu_one(tmp_path: Path, monkeypatch) -> None:
+    """Same meeting: Triton over device pools (TF32 dots) against the torch reference on the CPU (fp32).
+    The budget decisions come from attention scores, so they are compared first: a near-tie decided
+    differently on the two devices shows up as such, not as a vague logit difference."""
+    logits, tables = {}, {}
     for device in ("cpu", "cuda"):
+        monkeypatch.setenv("MINUTIA_KERNELS", "reference" if device == "cpu" else "auto")
         model, cache, _ = _meeting(tmp_path / device, device)
+        tables[device] = [layer.table.block_index.cpu() for layer in cache.tiered_layers]
         logits[device] = _probe(model, cache, token_ids(5, seed=7).to(device))
-    assert (logits["cpu"] - logits["cuda"]).abs().max().item() <= 1e-3 * max(1.0, logits["cpu"].abs().max().item())
+    for layer, (a, b) in enumerate(zip(tables["cpu"], tables["cuda"])):
+        assert torch.equal(a, b), f"layer {layer}: the devices kept different blocks"
+    scale = max(1.0, logits["cpu"].abs().max().item())
+    assert (logits["cpu"] - logits["cuda"]).abs().max().item() <= 1e-2 * scale
