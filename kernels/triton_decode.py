@@ -245,51 +245,101 @@ def _decode_stage1(
 
 
 @triton.jit
+def _merge_in(m, total, acc, lse_i, out_i):
+    """Fold one normalised partial ``(lse_i, out_i)`` into a running log-sum-exp merge ``(m, total, acc)``
+    (``acc / total`` is the merged output, ``m + log(total)`` its lse); empty partials have lse -inf."""
+    m_new = tl.maximum(m, lse_i)
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp(m - m_safe)
+    w = tl.exp(lse_i - m_safe)
+    return m_new, total * alpha + w, acc * alpha[:, None] + w[:, None] * out_i
+
+
+@triton.jit
 def _decode_stage2(
-    o_part_ptr,
-    lse_part_ptr,
+    o_part_ptr,  # [B*H, S, R, DV] fp32
+    lse_part_ptr,  # [B*H, S, R] fp32
     out_ptr,  # [B*H, R, DV] fp32
     lse_ptr,  # [B*H, R] fp32
+    q_ptr,  # [B*H, R, DK] fp32 (HAS_SUMMARY)
+    key_sum_ptr,  # [B*H, DK] fp32 (HAS_SUMMARY)
+    value_sum_ptr,  # [B*H, DV] fp32 (HAS_SUMMARY)
+    count_ptr,  # [B*H] fp32 (HAS_SUMMARY)
+    extras,  # tuple of (out [B*H, R, DV] fp32, lse [B*H, R] fp32), NE of them
+    blk_lse_ptr,  # [B*H, R, M] fp32 (WRITE_MASS)
+    mass_ptr,  # [B*H, M] fp32 (WRITE_MASS)
     R,
     n_splits,
+    M,
+    sm_scale,
+    softcap,
+    DK: tl.constexpr,
     DV: tl.constexpr,
     BLOCK_R: tl.constexpr,
+    BLOCK_DK: tl.constexpr,
     BLOCK_DV: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    NE: tl.constexpr,
+    HAS_SUMMARY: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    WRITE_MASS: tl.constexpr,
 ):
-    """Merge the splits of one (batch, KV head, row tile) by log-sum-exp."""
+    """Merge the splits of one (batch, KV head, row tile) by log-sum-exp, then the Global Summary
+    Vector's virtual token and the ``extras`` (e.g. the current chunk's own attention), and with
+    ``WRITE_MASS`` (one row tile holds every row) each listed block's share of the merged softmax summed
+    over the rows. Why here: as torch ops on the host these were ~30 small launches per decode step, more
+    than both kernels' GPU time (docs/benchmarks.md, GPU)."""
     bh = tl.program_id(0)
     rt = tl.program_id(1)
     offs_r = rt * BLOCK_R + tl.arange(0, BLOCK_R)
     r_mask = offs_r < R
     offs_dv = tl.arange(0, BLOCK_DV)
     dv_mask = offs_dv < DV
+    rd_mask = r_mask[:, None] & dv_mask[None, :]
     m = tl.full([BLOCK_R], float("-inf"), tl.float32)
-    for s in range(n_splits):
-        lse_s = tl.load(lse_part_ptr + (bh.to(tl.int64) * n_splits + s) * R + offs_r, mask=r_mask, other=float("-inf"))
-        m = tl.maximum(m, lse_s)
-    m_safe = tl.where(m == float("-inf"), 0.0, m)
     total = tl.zeros([BLOCK_R], tl.float32)
     acc = tl.zeros([BLOCK_R, BLOCK_DV], tl.float32)
     for s in range(n_splits):
         base = bh.to(tl.int64) * n_splits + s
         lse_s = tl.load(lse_part_ptr + base * R + offs_r, mask=r_mask, other=float("-inf"))
-        w = tl.exp(lse_s - m_safe)
-        o = tl.load(
-            o_part_ptr + (base * R + offs_r[:, None]) * DV + offs_dv[None, :],
-            mask=r_mask[:, None] & dv_mask[None, :],
-            other=0.0,
-        )
-        total += w
-        acc += w[:, None] * o
+        o = tl.load(o_part_ptr + (base * R + offs_r[:, None]) * DV + offs_dv[None, :], mask=rd_mask, other=0.0)
+        m, total, acc = _merge_in(m, total, acc, lse_s, o)
+    if HAS_SUMMARY:
+        # The dropped tokens as one virtual token: mean key and value, logit + log(count) (reference.summary_partial).
+        offs_dk = tl.arange(0, BLOCK_DK)
+        dk_mask = offs_dk < DK
+        count = tl.load(count_ptr + bh)
+        safe = tl.maximum(count, 1.0)
+        mean_k = tl.load(key_sum_ptr + bh.to(tl.int64) * DK + offs_dk, mask=dk_mask, other=0.0) / safe
+        mean_v = tl.load(value_sum_ptr + bh.to(tl.int64) * DV + offs_dv, mask=dv_mask, other=0.0) / safe
+        q = tl.load(q_ptr + (bh.to(tl.int64) * R + offs_r[:, None]) * DK + offs_dk[None, :],
+                    mask=r_mask[:, None] & dk_mask[None, :], other=0.0)
+        logit = tl.sum(q * mean_k[None, :], 1) * sm_scale
+        if HAS_SOFTCAP:
+            logit = softcap * (1.0 - 2.0 / (tl.exp(2.0 * (logit / softcap)) + 1.0))
+        lse_g = tl.where(count > 0, logit + tl.log(safe), float("-inf"))
+        m, total, acc = _merge_in(m, total, acc, lse_g, tl.zeros([BLOCK_R, BLOCK_DV], tl.float32) + mean_v[None, :])
+    for i in tl.static_range(NE):
+        lse_e = tl.load(extras[i][1] + bh.to(tl.int64) * R + offs_r, mask=r_mask, other=float("-inf"))
+        o_e = tl.load(extras[i][0] + (bh.to(tl.int64) * R + offs_r[:, None]) * DV + offs_dv[None, :],
+                      mask=rd_mask, other=0.0)
+        m, total, acc = _merge_in(m, total, acc, lse_e, o_e)
     has = total > 0
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
     out = acc / tl.where(has, total, 1.0)[:, None]
     lse = tl.where(has, m_safe + tl.log(tl.where(has, total, 1.0)), float("-inf"))
-    tl.store(
-        out_ptr + (bh.to(tl.int64) * R + offs_r[:, None]) * DV + offs_dv[None, :],
-        out,
-        mask=r_mask[:, None] & dv_mask[None, :],
-    )
+    tl.store(out_ptr + (bh.to(tl.int64) * R + offs_r[:, None]) * DV + offs_dv[None, :], out, mask=rd_mask)
     tl.store(lse_ptr + bh.to(tl.int64) * R + offs_r, lse, mask=r_mask)
+    if WRITE_MASS:
+        finite = has & r_mask
+        lse_safe = tl.where(finite, lse, 0.0)
+        for m0 in range(0, M, BLOCK_M):
+            offs_m = m0 + tl.arange(0, BLOCK_M)
+            m_mask = offs_m < M
+            blk = tl.load(blk_lse_ptr + (bh.to(tl.int64) * R + offs_r[:, None]) * M + offs_m[None, :],
+                          mask=finite[:, None] & m_mask[None, :], other=float("-inf"))
+            share = tl.where(finite[:, None], tl.exp(blk - lse_safe[:, None]), 0.0)
+            tl.store(mass_ptr + bh.to(tl.int64) * M + offs_m, tl.sum(share, 0), mask=m_mask)
 
 
 @triton.jit
@@ -416,6 +466,9 @@ def _default_splits(n_entries: int, programs: int, device: torch.device) -> int:
     return max(1, min(n_entries, 3))
 
 
+MAX_EXTRAS = 2  # extra partials merged inside stage 2; more are merged on the host
+
+
 def _launch(
     q: torch.Tensor,
     sources: Sequence[PagedSource],
@@ -423,11 +476,17 @@ def _launch(
     softcap: float | None,
     want_block_lse: bool,
     num_splits: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, list[int]]:
-    """Run both stages over all sources in one launch each.
+    summary: GlobalSummary | None = None,
+    extras: Sequence[AttentionPartial] = (),
+    want_mass: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, list[int], torch.Tensor | None]:
+    """Run both stages over all sources in one launch each; stage 2 also merges ``summary`` and
+    ``extras`` (at most :data:`MAX_EXTRAS`) and, with ``want_mass``, sums each block's share of the
+    merged softmax over the rows when one row tile holds them all.
 
     Returns out ``[B, Hq, Q, DV]`` fp32, lse ``[B, Hq, Q]``, per-block LSE ``[B, Hkv, R, M]`` (or
-    None) and the column offsets of the sources in the concatenated table.
+    None), the column offsets of the sources in the concatenated table, and the block masses
+    ``[B, Hkv, M]`` (None when not asked for or not computed in the kernel).
     """
     if not sources:
         raise ValueError("no sources")
@@ -466,12 +525,16 @@ def _launch(
         ops.append((k_op, v_op, table.contiguous(), seq_lens, width, offsets[-1]))
         offsets.append(offsets[-1] + width)
     total = offsets[-1]
-    blk_lse = None
-    if want_block_lse:
-        blk_lse = torch.full((batch, n_kv, rows, total), -math.inf, dtype=torch.float32, device=device)
+    if len(extras) > MAX_EXTRAS:
+        raise NotImplementedError(f"at most {MAX_EXTRAS} extra partials per launch")
     if total == 0:
+        if summary is not None or extras:
+            raise NotImplementedError("nothing listed: the caller merges the summary and extras")
         out = torch.zeros(batch, n_q, n_queries, dv, dtype=torch.float32, device=device)
-        return out, torch.full((batch, n_q, n_queries), -math.inf, device=device), blk_lse, offsets
+        blk_lse = torch.zeros(batch, n_kv, rows, 0, device=device) if want_block_lse else None
+        return out, torch.full((batch, n_q, n_queries), -math.inf, device=device), blk_lse, offsets, None
+    # stage 1 writes every (row, column) of the block LSEs: no pre-fill
+    blk_lse = torch.empty(batch, n_kv, rows, total, dtype=torch.float32, device=device) if want_block_lse else None
     out = torch.empty(batch, n_kv, rows, dv, dtype=torch.float32, device=device)  # stage 2 writes every row
     lse = torch.empty(batch, n_kv, rows, dtype=torch.float32, device=device)
     qf = q4.float().reshape(batch, n_kv, rows, dk).contiguous()
@@ -519,10 +582,48 @@ def _launch(
         PRECISION="tf32" if on_gpu else "ieee",
         num_warps=num_warps,
     )
-    _decode_stage2[(batch * n_kv, row_tiles)](
-        o_part, lse_part, out, lse, rows, n_splits, DV=dv, BLOCK_R=block_r, BLOCK_DV=block_dv, num_warps=4
+    fused_mass = want_mass and blk_lse is not None and row_tiles == 1
+    mass = torch.empty(batch, n_kv, total, dtype=torch.float32, device=device) if fused_mass else None
+    extra_ops = tuple(
+        (e.out.reshape(batch * n_kv, rows, dv).float().contiguous(), e.lse.reshape(batch * n_kv, rows).float().contiguous())
+        for e in extras
     )
-    return out.view(batch, n_q, n_queries, dv), lse.view(batch, n_q, n_queries), blk_lse, offsets
+    if summary is not None:
+        key_sum = summary.key_sum.reshape(batch * n_kv, dk).float().contiguous()
+        value_sum = summary.value_sum.reshape(batch * n_kv, dv).float().contiguous()
+        count = summary.count.reshape(batch * n_kv).float().contiguous()
+    else:
+        key_sum = value_sum = count = lse_part
+    _decode_stage2[(batch * n_kv, row_tiles)](
+        o_part,
+        lse_part,
+        out,
+        lse,
+        qf,
+        key_sum,
+        value_sum,
+        count,
+        extra_ops,
+        blk_lse if fused_mass else lse_part,
+        mass if fused_mass else lse_part,
+        rows,
+        n_splits,
+        total,
+        float(scale),
+        float(softcap) if softcap is not None else 1.0,
+        DK=dk,
+        DV=dv,
+        BLOCK_R=block_r,
+        BLOCK_DK=block_dk,
+        BLOCK_DV=block_dv,
+        BLOCK_M=64,
+        NE=len(extra_ops),
+        HAS_SUMMARY=summary is not None,
+        HAS_SOFTCAP=softcap is not None,
+        WRITE_MASS=fused_mass,
+        num_warps=4,
+    )
+    return out.view(batch, n_q, n_queries, dv), lse.view(batch, n_q, n_queries), blk_lse, offsets, mass
 
 
 def paged_attention_partial(
@@ -538,7 +639,7 @@ def paged_attention_partial(
 ) -> tuple[AttentionPartial, torch.Tensor | None]:
     """Triton version of :func:`kernels.reference.paged_attention_partial` (same outputs)."""
     source = PagedSource(k_source, v_source, block_table, seq_lens)
-    out, lse, blk_lse, _ = _launch(q, [source], scale, softcap, return_block_mass, num_splits)
+    out, lse, blk_lse, _, _ = _launch(q, [source], scale, softcap, return_block_mass, num_splits)
     mass = None
     if return_block_mass:
         batch, n_kv, rows, width = blk_lse.shape
@@ -564,8 +665,10 @@ def sparse_decode_attention(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton version of :func:`kernels.reference.sparse_decode_attention`: ``(output, lse)``."""
     scale = scale if scale is not None else q.shape[-1] ** -0.5
-    out, lse, _, _ = _launch(q, [PagedSource(k_pages, v_pages, block_table, seq_lens)], scale, softcap, False, num_splits)
-    return ref.finish_decode(q, AttentionPartial(out=out, lse=lse), scale, summary, softcap)
+    fused = summary if block_table.shape[2] else None  # stage 2 merges the summary when there is a launch
+    out, lse, _, _, _ = _launch(q, [PagedSource(k_pages, v_pages, block_table, seq_lens)], scale, softcap, False,
+                                num_splits, fused)
+    return ref.finish_decode(q, AttentionPartial(out=out, lse=lse), scale, None if fused else summary, softcap)
 
 
 def mixed_sparse_attention(
@@ -584,13 +687,21 @@ def mixed_sparse_attention(
     """
     scale = scale if scale is not None else q.shape[-1] ** -0.5
     sources = list(sources)
-    partials: list[AttentionPartial] = []
-    blk_lse = None
-    offsets = [0]
-    if sources:
-        out, lse, blk_lse, offsets = _launch(q, sources, scale, softcap, True, num_splits)
-        partials.append(AttentionPartial(out=out, lse=lse))
-    _, merged = ref.merge_with_extras(q, partials, scale, summary, softcap, extra)
+    extra = list(extra)
+    if sources and sum(s.block_table.shape[2] for s in sources) and len(extra) <= MAX_EXTRAS:
+        # the common decode step: everything, summary, extras and block masses included, in two launches
+        out, lse, blk_lse, offsets, mass = _launch(q, sources, scale, softcap, True, num_splits, summary, extra, True)
+        merged = AttentionPartial(out=out, lse=lse)
+        if mass is not None:
+            return merged, [mass[..., offsets[i] : offsets[i + 1]] for i in range(len(sources))]
+    else:
+        partials: list[AttentionPartial] = []
+        blk_lse = None
+        offsets = [0]
+        if sources:
+            out, lse, blk_lse, offsets, _ = _launch(q, sources, scale, softcap, True, num_splits)
+            partials.append(AttentionPartial(out=out, lse=lse))
+        _, merged = ref.merge_with_extras(q, partials, scale, summary, softcap, extra)
     masses: list[torch.Tensor] = []
     if sources:
         batch, n_kv, rows, _ = blk_lse.shape

@@ -266,6 +266,57 @@ def test_mixed_tiers_in_one_launch_with_summary_and_extra_partial() -> None:
     _check_mixed(q, sources, summary=summary, extra=[chunk], num_splits=3)
 
 
+@pytest.mark.parametrize("n_queries,n_extra", [(1, 2), (20, 1), (2, 3)])
+def test_stage_two_merges_summary_extras_and_masses(n_queries: int, n_extra: int) -> None:
+    """Stage 2 merges the summary (softcapped logit, a head with nothing dropped) and up to two extra
+    partials and sums the block masses; 80 rows (two row tiles) and a third extra take the host path."""
+    q, k, v, table, seq = _problem(15, 1, 2, 4, 64, 16, [[70, 33]], n_queries=n_queries)
+    kq = _quantized(k, "int4", True, 8)
+    sources = [ref.PagedSource(kq, v, table, seq)]
+    summary = ref.GlobalSummary.empty(1, 2, 64).absorb(torch.randn(1, 2, 4, 64), torch.randn(1, 2, 4, 64))
+    summary.count[0, 1] = 0.0  # nothing dropped from the second head: its virtual token is absent
+    extra = []
+    for i in range(n_extra):
+        ke, ve = torch.randn(1, 2, 3 + i, 64), torch.randn(1, 2, 3 + i, 64)
+        extra.append(ref.dense_attention_partial(q, ke, ve, 64**-0.5)[0])
+    _check_mixed(q, sources, summary=summary, extra=extra, softcap=3.0, num_splits=2)
+
+
+@pytest.mark.skipif(ON_GPU, reason="compares interpreted Triton with the CPU reference")
+def test_a_compressed_cache_decodes_through_triton_like_through_the_reference(monkeypatch) -> None:
+    """The whole decode path of a TieredCache (quantized and dropped blocks, the summary, the current
+    token's own attention as an extra partial, block masses feeding the scores) on the Triton backend."""
+    try:
+        from kv_helpers import feed, tiny_model, token_ids
+    except ImportError:
+        from tests.kv_helpers import feed, tiny_model, token_ids
+    from kvstore.attention import MINUTIA_ATTENTION
+    from kvstore.cache import TieredCache
+
+    from kernels import dispatch
+
+    model = tiny_model("llama", attn=MINUTIA_ATTENTION, sharpen=4.0)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    module = dispatch._triton_module("triton_decode")
+    calls = []
+    fused = module.mixed_sparse_attention
+    monkeypatch.setattr(module, "mixed_sparse_attention", lambda *a, **kw: calls.append(1) or fused(*a, **kw))
+    logits, scores = {}, {}
+    for mode in ("reference", "triton"):
+        monkeypatch.setenv("MINUTIA_KERNELS", mode)
+        cache = TieredCache(config=model.config, block_size=16, compress=True, budget_ratio=0.3, recent_tokens=16,
+                            warm_kinds=("int8", "int4"), sink_tokens=4, allow_drop=True)
+        feed(model, cache, token_ids(160), chunk=32)
+        steps = [feed(model, cache, token_ids(1, seed=9 + i))[0, -1] for i in range(3)]
+        assert float(cache.tiered_layers[0].summary.count.max()) > 0, "the budget must have dropped tokens"
+        logits[mode] = torch.stack(steps)
+        scores[mode] = [layer.table.block_index.clone() for layer in cache.tiered_layers]
+    assert calls, "the Triton backend served the decode steps"
+    for a, b in zip(scores["reference"], scores["triton"]):
+        assert torch.equal(a, b)
+    _close(logits["triton"], logits["reference"], atol=1e-4, rtol=1e-4)
+
+
 def test_block_mass_of_a_partial_matches_reference() -> None:
     q, k, v, table, seq = _problem(13, 1, 2, 2, 64, 16, [[40, 64]], n_queries=3)
     kq = _quantized(k, "int8", True, 16)
@@ -600,6 +651,9 @@ _COMPILE_SCRIPT = textwrap.dedent(
     ]
     td._compiled_for = lambda device: True  # CPU tensors stand in for CUDA ones: compile the GPU variant
     td.mixed_sparse_attention(q, sources, softcap=30.0)
+    summary = ref.GlobalSummary.empty(1, 2, 128).absorb(torch.randn(1, 2, 3, 128), torch.randn(1, 2, 3, 128))
+    chunk, _ = ref.dense_attention_partial(q, torch.randn(1, 2, 2, 128), torch.randn(1, 2, 2, 128), 128**-0.5)
+    td.mixed_sparse_attention(q, sources, summary=summary, extra=[chunk])  # stage 2 with the summary and an extra
     td.quest_scores(q, k.amin(1), k.amax(1), table)
     for kind in ("int8", "int4", "int2", "fp8"):
         tq.quantize(k, kind, 1, 32, idx, torch.float16)
