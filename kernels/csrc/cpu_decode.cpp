@@ -570,26 +570,35 @@ void quantize_query(const float* qe, int D, int Dp, float mid, int8_t* qi, float
   }
 }
 
-// The fold and quantize_query in one pass per head, from the group's key scales and zero points as
-// fp32 (sv, zv): bias[g] = q.z + mid * sum_d r_d, with sum_d r_d = sum_d x_d - sq * sum_d qi_d, and the
-// int8 rows packed 64 channels at a time (two saturating packs and one dword permute).
+// The fold and quantize_query for the G heads together, from the group's key scales and zero points
+// as fp32 (sv, zv): bias[g] = q.z + mid * sum_d r_d, with sum_d r_d = sum_d x_d - sq * sum_d qi_d, and
+// the int8 rows packed 64 channels at a time (two saturating packs and one dword permute). The heads
+// go side by side so their horizontal max / sums (long latency chains) overlap, and the final sums of
+// all heads are one reduce16 instead of 2 G separate reductions.
 template <int G>
 void prep_query_i8(const float* qm, const float* sv, const float* zv, int D, int Dp, float mid, float* tmp,
                    int8_t* qi, float* sq, float* bias) {
+  static_assert(G <= 8, "one reduce16 for 2 G sums");
   const int C = D / 16;
   const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
   const __m512i ones = _mm512_set1_epi8(1);
-  for (int g = 0; g < G; ++g) {
-    const float* q = qm + g * D;
-    vf mx = vf{}, b = vf{}, sx = vf{};
-    for (int c = 0; c < C; ++c) {
-      const vf qv = loadv<vf>(q + 16 * c), x = qv * loadv<vf>(sv + 16 * c);
-      storev(tmp + 16 * c, x);
-      mx = vmax(mx, vmax(x, -x));
-      sx += x;
-      b += qv * loadv<vf>(zv + 16 * c);
+  vf mx[G], b[G];  // per head: max |x|, sum q z + mid x
+#pragma GCC unroll 8
+  for (int g = 0; g < G; ++g) mx[g] = b[g] = vf{};
+  for (int c = 0; c < C; ++c) {
+    const vf s = loadv<vf>(sv + 16 * c), z = loadv<vf>(zv + 16 * c);
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) {
+      const vf qv = loadv<vf>(qm + g * D + 16 * c), x = qv * s;
+      storev(tmp + g * D + 16 * c, x);
+      mx[g] = vmax(mx[g], (vf)((vu)x & 0x7FFFFFFFu));
+      b[g] += qv * z + mid * x;
     }
-    const float amax = hmax(mx);
+  }
+  vf part[16];
+#pragma GCC unroll 8
+  for (int g = 0; g < G; ++g) {
+    const float amax = hmax(mx[g]);
     sq[g] = amax / 127.0f;
     const __m512 inv = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
     __m512i ns = _mm512_setzero_si512();
@@ -597,15 +606,22 @@ void prep_query_i8(const float* qm, const float* sv, const float* zv, int D, int
       __m512i n[4];
 #pragma GCC unroll 4
       for (int m = 0; m < 4; ++m)
-        n[m] = c + m < C ? _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(tmp + 16 * (c + m)), inv)) : _mm512_setzero_si512();
+        n[m] = c + m < C ? _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(tmp + g * D + 16 * (c + m)), inv))
+                         : _mm512_setzero_si512();
       // dword 4L + m of the packed vector holds channels 16m + 4L .. +3: back to channel order.
       const __m512i p = _mm512_permutexvar_epi32(
           order, _mm512_packs_epi16(_mm512_packs_epi32(n[0], n[1]), _mm512_packs_epi32(n[2], n[3])));
       _mm512_storeu_si512(qi + g * Dp + 16 * c, p);
       ns = _mm512_dpbusd_epi32(ns, ones, p);
     }
-    bias[g] = hsum(b) + mid * (hsum(sx) - sq[g] * float(_mm512_reduce_add_epi32(ns)));
+    part[g] = b[g];
+    part[8 + g] = (vf)_mm512_cvtepi32_ps(ns);  // |sum| <= 127 D: exact in fp32
   }
+#pragma GCC unroll 8
+  for (int g = G; g < 8; ++g) part[g] = part[8 + g] = vf{};
+  const vf r = reduce16(part);
+#pragma GCC unroll 8
+  for (int g = 0; g < G; ++g) bias[g] = r[g] - mid * sq[g] * r[8 + g];
 }
 #endif
 
@@ -1349,39 +1365,54 @@ Operand operand_from(const std::vector<int64_t>& v, size_t at) {
   return op;
 }
 
-// Softcap, mask, online-softmax update for one block; leaves probabilities in S.
+// Softcap, mask, online-softmax update for one block; leaves probabilities in S. Heads go four at a
+// time, each phase for all four before the next, so their max / exp / sum chains overlap.
 void softmax_block(const Dims& d, int nv, State& st, float* bm, float* bl, int64_t mstride) {
   const int ldS = st.ldS;
   const int G = int(d.G);
-  for (int g = 0; g < G; ++g) {
-    float* s = st.S.data() + g * ldS;
-    vf mx = splat(NEG_INF);
-    for (int t = 0; t < nv; t += 16) {
-      vf x = loadv<vf>(s + t);
-      if (d.softcap > 0) {  // cap * tanh(x / cap), tanh(y) = 1 - 2 / (exp(2y) + 1)
-        vf e = vexp(x * (2.0f / d.softcap));
-        x = d.softcap * (1.0f - 2.0f / (e + 1.0f));
+  for (int g0 = 0; g0 < G; g0 += 4) {
+    const int n = std::min(4, G - g0);
+    float m_new[4], alpha[4];
+    vf mx[4], sum[4];
+    for (int k = 0; k < n; ++k) {
+      float* s = st.S.data() + (g0 + k) * ldS;
+      mx[k] = splat(NEG_INF);
+      for (int t = 0; t < nv; t += 16) {
+        vf x = loadv<vf>(s + t);
+        if (d.softcap > 0) {  // cap * tanh(x / cap), tanh(y) = 1 - 2 / (exp(2y) + 1)
+          vf e = vexp(x * (2.0f / d.softcap));
+          x = d.softcap * (1.0f - 2.0f / (e + 1.0f));
+        }
+        x = lane_index() + float(t) < float(nv) ? x : splat(NEG_INF);
+        storev(s + t, x);
+        mx[k] = vmax(mx[k], x);
       }
-      x = lane_index() + float(t) < float(nv) ? x : splat(NEG_INF);
-      storev(s + t, x);
-      mx = vmax(mx, x);
     }
-    const float m_new = std::max(st.m[g], hmax(mx));
-    const float alpha = st.m[g] == NEG_INF ? 0.0f : std::exp(st.m[g] - m_new);
-    vf sum = vf{};
-    for (int t = 0; t < nv; t += 16) {
-      vf p = vexp(loadv<vf>(s + t) - m_new);
-      p = lane_index() + float(t) < float(nv) ? p : vf{};
-      storev(s + t, p);
-      sum += p;
+    for (int k = 0; k < n; ++k) {
+      const float m_old = st.m[g0 + k];
+      m_new[k] = std::max(m_old, hmax(mx[k]));
+      alpha[k] = m_old == NEG_INF ? 0.0f : std::exp(m_old - m_new[k]);
     }
-    const float block_sum = hsum(sum);
-    st.l[g] = st.l[g] * alpha + block_sum;
-    st.m[g] = m_new;
-    st.alpha[g] = alpha;
-    if (bm) {
-      bm[g * mstride] = m_new;
-      bl[g * mstride] = block_sum;
+    for (int k = 0; k < n; ++k) {
+      float* s = st.S.data() + (g0 + k) * ldS;
+      sum[k] = vf{};
+      for (int t = 0; t < nv; t += 16) {
+        vf p = vexp(loadv<vf>(s + t) - m_new[k]);
+        p = lane_index() + float(t) < float(nv) ? p : vf{};
+        storev(s + t, p);
+        sum[k] += p;
+      }
+    }
+    for (int k = 0; k < n; ++k) {
+      const int g = g0 + k;
+      const float block_sum = hsum(sum[k]);
+      st.l[g] = st.l[g] * alpha[k] + block_sum;
+      st.m[g] = m_new[k];
+      st.alpha[g] = alpha[k];
+      if (bm) {
+        bm[g * mstride] = m_new[k];
+        bl[g * mstride] = block_sum;
+      }
     }
   }
 }
