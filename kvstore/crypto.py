@@ -293,37 +293,27 @@ class EncryptedStore(BlockStore):
         """``use(view)`` of the authenticated plaintext, decrypted into a reused per-thread buffer
         (``decrypt_into``): no block-sized buffer is made, nor zero-filled, as ``decrypt`` does for
         :meth:`get`; the ciphertext is the inner store's lent view (a mapping of a sealed segment)."""
-        def open_blob(blob: memoryview) -> T:
-            key, nonce, sealed, aad = self._unseal_args(session, block_id, blob)
-            return lend_scratch(len(sealed) - _TAG, lambda out: use(self._decrypt(key, nonce, sealed, aad, out, session, block_id)))
-        return self.inner.read_unverified(session, block_id, open_blob)
+        return self.inner.read_unverified(session, block_id, lambda blob: self._open(session, block_id, blob, use))
 
-    def _unseal_args(self, session: str, block_id: str, blob: memoryview) -> tuple[AESGCM, memoryview, memoryview, bytes]:
-        """``(cipher, nonce, ciphertext + tag, aad)`` of a sealed blob (:class:`TamperedBlock` if malformed)."""
+    def _open(self, session: str, block_id: str, blob: memoryview, use: Callable[[memoryview], T] | None = None):
+        """Authenticate and decrypt a sealed blob (:class:`TamperedBlock` if it does not check): the
+        plaintext as new bytes, or ``use(view)`` of it decrypted into a lent buffer."""
         where = f"block {block_id!r} of session {session!r}"
         version, source, start = self._parse_head(blob, where)
         if len(blob) < start + _NONCE + _TAG:
             raise TamperedBlock(f"{where}: truncated ({len(blob)} bytes)")
         key = self._block_key(self._data_key(session, source, create=False), block_id, version)
-        return key, blob[start:start + _NONCE], blob[start + _NONCE:], self._aad(session, block_id, source, version)
-
-    @staticmethod
-    def _decrypt(key: AESGCM, nonce: memoryview, sealed: memoryview, aad: bytes, out: memoryview | None,
-                 session: str, block_id: str):
-        """The plaintext (into ``out`` when given, which is returned); :class:`TamperedBlock` if it does not check."""
+        nonce, sealed, aad = blob[start:start + _NONCE], blob[start + _NONCE:], self._aad(session, block_id, source, version)
         try:
-            if out is None:
+            if use is None:
                 return key.decrypt(nonce, sealed, aad)
-            key.decrypt_into(nonce, sealed, aad, out)
-            return out
-        except InvalidTag:
-            raise TamperedBlock(f"block {block_id!r} of session {session!r} failed authentication: it was "
-                                f"modified, truncated or moved") from None
 
-    def _open(self, session: str, block_id: str, blob: memoryview) -> bytes:
-        """Authenticate and decrypt a sealed blob (:class:`TamperedBlock` if it does not check)."""
-        key, nonce, sealed, aad = self._unseal_args(session, block_id, blob)
-        return self._decrypt(key, nonce, sealed, aad, None, session, block_id)
+            def decrypted(out: memoryview) -> T:
+                key.decrypt_into(nonce, sealed, aad, out)
+                return use(out)
+            return lend_scratch(len(sealed) - _TAG, decrypted)
+        except InvalidTag:
+            raise TamperedBlock(f"{where} failed authentication: it was modified, truncated or moved") from None
 
     def delete(self, session: str, block_id: str) -> bool:
         return self.inner.delete(session, block_id)
