@@ -323,11 +323,10 @@ def tier_pairs(blocks: list[torch.Tensor], payloads: list[bytes], folder: Path, 
     sealed = [aes.encrypt(nonce, p, b"aad") for p in payloads]
 
     def decrypt(part: list[bytes]) -> None:
-        out = bytearray(block_bytes)
+        out = bytearray(len(payloads[0]))
         for c in part:
             aes.decrypt_into(nonce, c, b"aad", out)
 
-    block_bytes = len(payloads[0])
     one = _timed(lambda: decrypt(sealed))
 
     def two() -> None:

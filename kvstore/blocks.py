@@ -128,8 +128,13 @@ def with_layout(t: torch.Tensor, layout: tuple[int, ...] | None) -> torch.Tensor
     """``t`` (``[slots, *shape]``) in storage order ``layout``, seen with its own shape (copies if needed)."""
     if layout is None:
         return t.contiguous()
-    order = (0, *(1 + i for i in layout))
+    order = _slot_order(layout)
     return t.permute(order).contiguous().permute(_inverse(order))
+
+
+def _slot_order(layout: tuple[int, ...]) -> tuple[int, ...]:
+    """The storage order of a pool tensor: the slot axis first, then ``layout`` over the other dims."""
+    return (0, *(1 + i for i in layout))
 
 
 def _inverse(order: tuple[int, ...]) -> tuple[int, ...]:
@@ -170,7 +175,7 @@ class BlockPool:
         t = torch.zeros([capacity, *(spec.shape[i] for i in layout)], dtype=spec.dtype, device=self.device)
         if self.pin_memory and self.device.type == "cpu" and torch.cuda.is_available():
             t = t.pin_memory()
-        return t.permute(_inverse((0, *(1 + i for i in layout))))
+        return t.permute(_inverse(_slot_order(layout)))
 
     @property
     def capacity(self) -> int:

@@ -46,7 +46,7 @@ def _meeting(tmp_path: Path, arch: str = "llama", cold: bool = True, length: int
 def _probe(model, cache, ids: torch.Tensor) -> torch.Tensor:
     checkpoint = cache.checkpoint()
     try:
-        return feed(model, cache, ids)[0, -1].float()
+        return feed(model, cache, ids)[0, -1].float().cpu()
     finally:
         cache.rollback(checkpoint)
 

@@ -26,15 +26,15 @@ from kvstore.stores.segment import SegmentStore
 
 try:
     from kv_helpers import feed, tiny_model, token_ids
+    from test_kv_cold import SETTINGS, _probe
 except ImportError:  # tests/ imported as a package
     from tests.kv_helpers import feed, tiny_model, token_ids
+    from tests.test_kv_cold import SETTINGS, _probe
 
 DEVICES = [
     "cpu",
     pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")),
 ]
-SETTINGS = dict(block_size=8, compress=True, budget_ratio=0.3, warm_kinds=("int4",), sink_tokens=4,
-                recent_tokens=16, allow_drop=True)
 
 
 def _cold_tier(tmp_path: Path, device: str) -> ColdTier:
@@ -52,14 +52,6 @@ def _meeting(tmp_path: Path, device: str, cold: bool = True):
     cache.attach_cold_tier(tier)
     feed(model, cache, token_ids(320).to(device), chunk=32)
     return model, cache, tier
-
-
-def _probe(model, cache, ids: torch.Tensor) -> torch.Tensor:
-    checkpoint = cache.checkpoint()
-    try:
-        return feed(model, cache, ids)[0, -1].float().cpu()
-    finally:
-        cache.rollback(checkpoint)
 
 
 @pytest.mark.parametrize("device", DEVICES)

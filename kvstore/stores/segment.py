@@ -91,6 +91,7 @@ _GROUP = 1 << 20  # bytes CRC'd then written per pwritev (stays in the CPU cache
 Buffer = bytes | bytearray | memoryview
 Key = tuple[str, str]
 T = TypeVar("T")
+B = TypeVar("B", bytes, memoryview)  # a payload as read (new bytes) or lent (a view)
 Loc = tuple[int, int, int, int]  # segment number, record offset, header + names length, payload length
 
 
@@ -396,11 +397,12 @@ class SegmentStore(IndexedStore):
         if mapped is None:
             def read(buf: memoryview) -> T:
                 self._read_at(seg, loc, key, [buf])
-                return use(self._checked(seg, loc, key, buf, verify))
+                return use(self._checked(seg, loc, key, buf[:hlen], buf[hlen:], verify))
             return lend_scratch(hlen + length, read)
         try:
             with memoryview(mapped) as whole:
-                return use(self._checked(seg, loc, key, whole[loc[1]:loc[1] + hlen + length], verify))
+                record = whole[loc[1]:loc[1] + hlen + length]
+                return use(self._checked(seg, loc, key, record[:hlen], record[hlen:], verify))
         finally:
             self._release_reader(seg)
 
@@ -465,13 +467,11 @@ class SegmentStore(IndexedStore):
             raise CorruptBlock(f"{self._where(seg, loc, key)}: the record header does not match the index")
         return crc
 
-    def _checked(self, seg: _Segment, loc: Loc, key: Key, record: memoryview, verify: bool) -> memoryview:
-        """The payload of a whole record read or mapped at ``loc``, once its header (and with ``verify``
-        its CRC) checks."""
-        hlen = loc[2]
-        crc = self._check_head(seg, loc, key, record[:hlen])
-        payload = record[hlen:]
-        if verify and _crc(payload, _crc(record[_HEAD.size:hlen], _crc(record[:_PRE.size]))) != crc:
+    def _checked(self, seg: _Segment, loc: Loc, key: Key, head: Buffer, payload: B, verify: bool) -> B:
+        """``payload`` of the record at ``loc``, once its ``head`` (header + names) and, with ``verify``,
+        its CRC check."""
+        crc = self._check_head(seg, loc, key, head)
+        if verify and _crc(payload, _crc(head[_HEAD.size:], _crc(head[:_PRE.size]))) != crc:
             raise CorruptBlock(f"{self._where(seg, loc, key)}: checksum mismatch")
         return payload
 
@@ -494,10 +494,7 @@ class SegmentStore(IndexedStore):
             self._release_reader(seg)
         if len(head) != hlen or len(payload) != length:
             raise CorruptBlock(f"{self._where(seg, loc, key)}: truncated segment")
-        crc = self._check_head(seg, loc, key, head)
-        if verify and _crc(payload, _crc(head[_HEAD.size:], _crc(head[:_PRE.size]))) != crc:
-            raise CorruptBlock(f"{self._where(seg, loc, key)}: checksum mismatch")
-        return payload
+        return self._checked(seg, loc, key, head, payload, verify)
 
     def delete(self, session: str, block_id: str) -> bool:
         key = (session, block_id)
