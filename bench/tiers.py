@@ -10,14 +10,16 @@ Usage (from the repository root)::
    policy as the tier they face (``BASELINES``): per-block copies into reused memory for the memory
    tiers (their slab reuses slots), one file written block by block with and without fsync for the
    disk tier (durable = put + flush, which fdatasyncs), pread per block plus the checksum the tier checks
-   for disk reads (page cache; CRC32 for the per-block files, CRC32C for the segment log), redis-py SET /
-   GET per block for Redis. Reads, raw and tier alike, let each block go before the next (as the app
-   does: a block read is unpacked, then dropped).
+   for disk reads (page cache; CRC32 for the per-block files, CRC32C for the segment log), the same from
+   the disk itself (page cache dropped: one file streamed, and a file per block read plainly), redis-py SET / GET per block for Redis. Reads, raw and tier alike, let each block go before
+   the next (as the app does: a block read is unpacked, then dropped).
 2. Tier pairs, whole blocks (``--block-kib``): device<->host (MemoryStore), host->disk / disk->host
    (DiskStore, a file per block, write-behind; timed until written and until flushed), host->segment /
    segment->host (SegmentStore, the log-structured disk tier, same timing), host->redis / redis->host (a
    redis-server the bench starts on a loopback port), disk and Redis with and without AES-256-GCM
-   (kvstore.crypto). Raw and tier runs are interleaved ``--repeat`` times; each figure is its best run.
+   (kvstore.crypto); cold reads (page cache dropped, store opened afresh, blocks hinted with
+   ``will_read`` as a resume does). Raw and tier runs are interleaved ``--repeat`` times; each figure is
+   its best run.
 3. QMSum replays (``--data``): each meeting's transcript is cut into blocks of ``--block-words``
    words; 25% of the blocks' bytes fit the device (watermark target 85% of that cap). For each
    specific query, decode step t reads the top ``--reads`` blocks by TF-IDF score against the query
@@ -58,6 +60,7 @@ from kvstore.crypto import EncryptedStore, MasterKey  # noqa: E402
 from kvstore.placement import HitRateWindow, PlacementPolicy, Prefetcher, Tier, TierPlacement, WatermarkController  # noqa: E402
 from kvstore.stores.disk import DiskStore  # noqa: E402
 from kvstore.stores.memory import MemoryStore  # noqa: E402
+from kvstore.stores.readahead import drop_cached  # noqa: E402
 from kvstore.stores.redis_store import RedisStore  # noqa: E402
 from kvstore.stores.segment import SegmentStore  # noqa: E402
 
@@ -144,6 +147,15 @@ def raw_bandwidth(blocks: list[torch.Tensor], payloads: list[bytes], folder: Pat
                                                               for i in range(n)]))
     out["file_read_into_crc32c"] = _gbps(nbytes, _timed(lambda: [(os.preadv(fd, [scratch], i * block),
                                                                   google_crc32c.value(scratch_array)) for i in range(n)]))
+    # from the disk itself (page cache dropped): the raw bandwidth the disk tiers face on a cold read (after a
+    # restart, or blocks spilled long ago); one file read in order, streamed by the kernel's read-ahead
+    # (a WILLNEED of the whole file first measured slower)
+    def read_cold() -> None:
+        for i in range(n):
+            os.preadv(fd, [scratch], i * block)
+            google_crc32c.value(scratch_array)
+    drop_cached([path])
+    out["file_read_cold_crc32c"] = _gbps(nbytes, _timed(read_cold))
     os.close(fd)
     path.unlink()
     # for reference: the same write plus the CRC32C per block that every segment record stores
@@ -171,8 +183,17 @@ def raw_bandwidth(blocks: list[torch.Tensor], payloads: list[bytes], folder: Pat
             fd = os.open(files, os.O_RDONLY)
             os.fsync(fd)
             os.close(fd)
+    def read_block_files() -> None:  # the per-block layout read plainly from the disk: open, pread, CRC32
+        for i in range(n):
+            fd = os.open(files / f"{i}.blk", os.O_RDONLY)
+            os.preadv(fd, [scratch], 0)
+            zlib.crc32(scratch)
+            os.close(fd)
     for sync in (False, True):
         out["block_files_fsync" if sync else "block_files"] = _gbps(nbytes, _timed(lambda: block_files(sync)))
+        if sync:
+            drop_cached([files])
+            out["block_files_read_cold_crc"] = _gbps(nbytes, _timed(read_block_files))
         shutil.rmtree(files)
         files.mkdir()
     files.rmdir()
@@ -213,6 +234,14 @@ BASELINES = {
     "disk->host (lent)": ("file_read_into_crc", "pread per block into one reused buffer (page cache) + CRC32"),
     "segment->host (lent)": ("file_read_into_crc32c", "pread per block into one reused buffer (page cache) + "
                                                       "CRC32C"),
+    "disk->host (cold)": ("file_read_cold_crc32c", "one file read block by block from the disk (page cache "
+                                                   "dropped) into one reused buffer + CRC32C: the disk streaming "
+                                                   "one file, read ahead by the kernel"),
+    "disk->host (cold, vs a file per block)": ("block_files_read_cold_crc", "a file per block opened and read from "
+                                                                           "the disk (page cache dropped) + CRC32, "
+                                                                           "in order, no hints"),
+    "segment->host (cold)": ("file_read_cold_crc32c", "one file read block by block from the disk (page cache "
+                                                      "dropped) into one reused buffer + CRC32C"),
     "host->redis": ("redis_set", "redis-py SET per block in one pipeline"),
     "redis->host": ("redis_get", "redis-py GET per block"),
 }
@@ -278,7 +307,7 @@ def tier_pairs(blocks: list[torch.Tensor], payloads: list[bytes], folder: Path, 
             pass
         return []
 
-    def store_pair(name: str, make) -> None:
+    def store_pair(name: str, make, reopen=None) -> None:
         for encrypted in (False, True):
             store = make()
             if encrypted:
@@ -300,15 +329,32 @@ def tier_pairs(blocks: list[torch.Tensor], payloads: list[bytes], folder: Path, 
             if name in ("disk", "segment"):  # lent: a view valid during the call (the app copies what it keeps)
                 lent = _timed(lambda: [store.read_with("s", f"b{i}", len) for i in range(n)])
                 results.setdefault(f"{name}->host (lent)", {})[key] = _gbps(nbytes, lent)
+            if reopen is not None:  # from the disk: a store opened afresh (nothing mapped), page cache dropped,
+                store.close()       # the blocks hinted (will_read) and read in order, as a resume reads them
+                store = reopen()
+                if encrypted:
+                    store = EncryptedStore(store, master)
+                    store.read_with("s", "b0", len)  # the data key: read once per source, not per block
+                drop_cached([folder / name])
+
+                def cold() -> None:
+                    ids = [f"b{i}" for i in range(n)]
+                    store.will_read("s", ids)
+                    for block_id in ids:
+                        store.read_with("s", block_id, len)
+                figure = _gbps(nbytes, _timed(cold))
+                results.setdefault(f"{name}->host (cold)", {})[key] = figure
+                if name == "disk":
+                    results.setdefault("disk->host (cold, vs a file per block)", {})[key] = figure
             store.delete_session("s")
             store.close()
 
-    store_pair("disk", lambda: DiskStore(folder / "disk"))
+    store_pair("disk", lambda: DiskStore(folder / "disk"), lambda: DiskStore(folder / "disk"))
 
     def fresh_segments() -> SegmentStore:  # an empty log each time (not timed): no dead segments carried over
         shutil.rmtree(folder / "segment", ignore_errors=True)
         return SegmentStore(folder / "segment")
-    store_pair("segment", fresh_segments)
+    store_pair("segment", fresh_segments, lambda: SegmentStore(folder / "segment"))
     if redis_url:
         store_pair("redis", lambda: RedisStore(redis_url))
     # pure AES-GCM throughput (one block key per block, as the store does)
@@ -335,7 +381,11 @@ def tier_pairs(blocks: list[torch.Tensor], payloads: list[bytes], folder: Path, 
             t.start()
         for t in threads:
             t.join()
-    results["aes-gcm decrypt_into"] = {"gbps": _gbps(nbytes, one), "two_threads_gbps": _gbps(nbytes, _timed(two))}
+    cpu_start, wall_start = time.process_time(), time.perf_counter()
+    split = _timed(two)
+    busy = (time.process_time() - cpu_start) / (time.perf_counter() - wall_start)
+    results["aes-gcm decrypt_into"] = {"gbps": _gbps(nbytes, one), "two_threads_gbps": _gbps(nbytes, split),
+                                       "two_threads_cpu_per_wall": busy}
     return results
 
 
@@ -504,9 +554,14 @@ def write_report(results: dict, out: Path) -> None:
                   "CRC32, the check the per-block files carry"]
     dec = results["pairs"].get("aes-gcm decrypt_into")
     if dec:
+        busy = dec.get("two_threads_cpu_per_wall")
+        parallel = busy is not None and busy > 1.5
         lines += [f"- AES-256-GCM decryption into a reused buffer: {dec['gbps']:.3f} GB/s on one thread, "
-                  f"{dec['two_threads_gbps']:.3f} GB/s split over two threads (cryptography holds the GIL while it "
-                  f"decrypts, so a second thread adds nothing: decrypting reads are bound by one core)"]
+                  f"{dec['two_threads_gbps']:.3f} GB/s split over two threads"
+                  + (f", which kept {busy:.2f} cores busy" if busy is not None else "")
+                  + (" (cryptography lets go of the GIL while it decrypts: one reader is bound by one core's AES, "
+                     "readers on two threads by two)" if parallel else
+                     " (the second thread did not run beside the first: the GIL, or a busy core)")]
     rp = results["replay"]
     lines += ["", "| QMSum replay | value |", "|---|---|",
               f"| meetings / block reads | {len(rp['meetings'])} / {rp['reads']} |",

@@ -40,7 +40,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable, Sequence, TypeVar
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -314,6 +314,9 @@ class EncryptedStore(BlockStore):
             return lend_scratch(len(sealed) - _TAG, decrypted)
         except InvalidTag:
             raise TamperedBlock(f"{where} failed authentication: it was modified, truncated or moved") from None
+
+    def will_read(self, session: str, block_ids: Sequence[str]) -> None:
+        self.inner.will_read(session, block_ids)
 
     def delete(self, session: str, block_id: str) -> bool:
         return self.inner.delete(session, block_id)

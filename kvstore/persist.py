@@ -259,6 +259,10 @@ def load_session(store: BlockStore, session: str, config: PreTrainedConfig,
         except BlockNotFound:
             raise CorruptBlock(f"session {session!r}: block {block_id!r} named by the manifest is missing") from None
 
+    order = [manifest["cache"]]  # the read order below: the disk can fetch ahead of it (cold after a restart)
+    for entry in manifest["layers"]:
+        order += [entry["state"], *entry.get("blocks", []), *(entry.get("cold", []) if cold_tier is not None else [])]
+    store.will_read(session, order)
     extras, _ = read(manifest["cache"])  # annotations first: the cold blocks are placed by modality
     cache.annotations.flags, cache.annotations.modality = extras["flags"], extras["modality"]
     for layer, entry in zip(cache.layers, manifest["layers"]):

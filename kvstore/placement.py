@@ -351,6 +351,18 @@ class TierPlacement:
                 return use(store.get_tensor(self.session, block_id))
             return store.read_with(self.session, block_id, use)
 
+    def will_read(self, block_ids: list[str]) -> None:
+        """Tell the stores below memory which of these blocks are read next (:meth:`BlockStore.will_read`):
+        those on disk start coming into the page cache while the ones before them are moved or read."""
+        by_tier: dict[Tier, list[str]] = {}
+        with self._lock:
+            for block_id in block_ids:
+                info = self.blocks.get(block_id)
+                if info is not None and not isinstance(self.tiers[info.tier], MemoryStore):
+                    by_tier.setdefault(info.tier, []).append(block_id)
+        for tier, ids in by_tier.items():
+            self.tiers[tier].will_read(self.session, ids)
+
     def _mode_changed(self, change: str | None) -> None:
         if not change:
             return
@@ -456,6 +468,7 @@ class Prefetcher:
     def _promote(self, ids: list[str]) -> None:
         placement = self.placement
         need = [b for b in ids if b in placement.blocks and placement.blocks[b].tier != Tier.DEVICE]
+        placement.will_read(need)
         for block_id in need:
             with placement._lock:
                 nbytes = placement.blocks[block_id].nbytes

@@ -81,6 +81,8 @@ def test_store_contract(store) -> None:
     assert unpack_block(store.get("meeting-1", "L0/b3"))[0]["k"][0, 0].item() == 3.0
     assert store.read_with("meeting-1", "L0/b3", unpack_block)[0]["k"][0, 0].item() == 3.0  # a lent view
     assert store.read_with("meeting-1", "L0/b2", bytes) == blocks["L0/b2"]
+    store.will_read("meeting-1", ["L0/b1", "nope", "L0/b4"])  # a hint: ids it lacks are skipped, nothing changes
+    assert store.read_with("meeting-1", "L0/b4", bytes) == blocks["L0/b4"]
     with pytest.raises(BlockNotFound):
         store.read_with("meeting-1", "nope", bytes)
     assert store.nbytes() == sum(map(len, blocks.values())) + 10

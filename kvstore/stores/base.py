@@ -13,7 +13,7 @@ import json
 import re
 import struct
 import threading
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, Iterator, Sequence, TypeVar
 
 import torch
 
@@ -76,6 +76,12 @@ class BlockStore(abc.ABC):
         new bytes anyway (AES-GCM decrypt) allocates one fresh block-sized buffer, not two -- two at once
         make glibc give the heap top back and fault it in again on every read."""
         return use(memoryview(self.get_unverified(session, block_id)))
+
+    def will_read(self, session: str, block_ids: Sequence[str]) -> None:
+        """A hint that these blocks are read soon, in this order: the per-block disk store starts bringing
+        their files into the page cache in the background (:mod:`kvstore.stores.readahead`), so cold reads
+        overlap instead of waiting for the disk one by one. Returns at once; ids a store does not hold are
+        skipped; the others (memory, Redis, the segment log, which the kernel reads ahead) ignore it."""
 
     @abc.abstractmethod
     def delete(self, session: str, block_id: str) -> bool:

@@ -34,9 +34,10 @@ import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable, Sequence, TypeVar
 from urllib.parse import quote
 
+from kvstore.stores import readahead
 from kvstore.stores.base import (BlockNotFound, CorruptBlock, IndexedStore, StoreError, StoreFull, check_name,
                                  lend_scratch)
 
@@ -223,6 +224,16 @@ class DiskStore(IndexedStore):
         """``use(view)`` of the payload without the CRC pass, the whole file read (one ``preadv``) into this
         thread's reused buffer: a decrypting caller makes one new buffer per block, not two."""
         return self._lend(session, block_id, use, verify=False)
+
+    def will_read(self, session: str, block_ids: Sequence[str]) -> None:
+        """Read-ahead of the block files on the read-ahead thread (a file per block: the kernel's own
+        read-ahead never crosses to the next one, so cold reads would wait for the disk one by one)."""
+        with self._lock:
+            held = self._index.get(session, {})
+            paths = [self._paths.get((session, b), self._path(session, b)) for b in block_ids
+                     if b in held and (session, b) not in self._pending]
+        if paths and readahead.available():
+            readahead.submit(lambda: readahead.advise_files(paths))
 
     def _lend(self, session: str, block_id: str, use: Callable[[memoryview], T], verify: bool) -> T:
         key = (session, block_id)
