@@ -3,7 +3,8 @@
 #
 #   1. the Triton kernel tests (tests/test_kernels_triton*.py, the slow ones too) compiled for the GPU,
 #      not interpreted: TRITON_INTERPRET is unset and the tests pick the CUDA device themselves;
-#   2. bench/decode_attention.py --device cuda: dense SDPA vs the Triton sparse + quantized decode;
+#   2. bench/decode_attention.py --device cuda: dense SDPA vs the Triton sparse + quantized decode, eager
+#      and captured as CUDA graphs (--cuda-graph: the GPU time without the host's launch overhead);
 #   3. the KV tiers on the GPU: tests/test_kv_device.py (device and pinned host slabs, the prefetch
 #      worker's side stream, recall from a device slot, save/resume, CUDA vs CPU logits) and the CUDA
 #      slab test, then bench/tiers.py (host<->device bandwidth against raw copies, disk tiers); skipped
@@ -66,7 +67,7 @@ echo "kernel tests: exit $tests_rc in $(( $(date +%s) - start )) s" | tee -a "$R
 # 2. The benchmark (all contexts and both model shapes; one GPU step is microseconds).
 start=$(date +%s)
 timeout "$BENCH_LIMIT" "$PY" bench/decode_attention.py --device cuda --contexts 8K,32K,128K \
-  --repeats 7 --out "$RESULTS/bench" 2>&1 | tee "$RESULTS/bench.log"
+  --fractions 1,0.125 --repeats 7 --cuda-graph --out "$RESULTS/bench" 2>&1 | tee "$RESULTS/bench.log"
 bench_rc=${PIPESTATUS[0]}
 echo "benchmark: exit $bench_rc in $(( $(date +%s) - start )) s" | tee -a "$RESULTS/env.txt"
 
