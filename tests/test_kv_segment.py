@@ -30,7 +30,8 @@ def _segments(root: Path) -> list[Path]:
     return sorted(root.glob("seg-*.log"))
 
 
-def test_contract_round_trip_overwrite_delete(tmp_path: Path) -> None:
+def test_owned_puts_queued_reads_and_dead_bytes(tmp_path: Path) -> None:
+    """What the segment log adds to the store contract (test_kv_stores.py runs that on it too)."""
     store = SegmentStore(tmp_path)
     assert store.tier == "disk"
     blocks = {f"L0/b{i}": _data(i) for i in range(5)}
@@ -39,20 +40,13 @@ def test_contract_round_trip_overwrite_delete(tmp_path: Path) -> None:
     store.put_owned("meeting-2", "only", bytearray(b"\x00" * 10))
     assert store.get("meeting-1", "L0/b3") == blocks["L0/b3"]  # served from the queue or the log
     store.flush()
-    assert store.list("meeting-1") == sorted(blocks) and store.sessions() == ["meeting-1", "meeting-2"]
-    assert store.contains("meeting-1", "L0/b3") and not store.contains("meeting-2", "L0/b3")
     assert store.get("meeting-2", "only") == b"\x00" * 10 and isinstance(store.get("meeting-2", "only"), bytes)
-    assert store.nbytes() == sum(map(len, blocks.values())) + 10
     store.put("meeting-1", "L0/b3", b"new")  # overwrite
-    assert store.get("meeting-1", "L0/b3") == b"new"
     store.flush()
     assert store.get("meeting-1", "L0/b3") == b"new"
-    assert store.delete("meeting-1", "L0/b3") and not store.delete("meeting-1", "L0/b3")
-    with pytest.raises(BlockNotFound, match="L0/b3"):
-        store.get("meeting-1", "L0/b3")
+    assert store.delete("meeting-1", "L0/b3")
     assert store.delete_session("meeting-2") == 1
     store.flush()
-    assert store.sessions() == ["meeting-1"]
     assert store.nbytes() == sum(len(d) for k, d in blocks.items() if k != "L0/b3")
     assert store.dead_bytes() > 3000  # the old b3, the overwrite, the deleted block, tombstones
     with pytest.raises(ValueError):

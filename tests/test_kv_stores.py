@@ -1,4 +1,4 @@
-"""Block stores (device/host memory, disk, Redis): same behaviour, one block format, crash safety."""
+"""Block stores (device/host memory, disk, segment log, Redis): same behaviour, one block format, crash safety."""
 
 from __future__ import annotations
 
@@ -18,9 +18,10 @@ from kvstore.stores import BlockNotFound, CorruptBlock, StoreFull, StoreUnavaila
 from kvstore.stores.disk import DiskStore
 from kvstore.stores.memory import MemoryStore
 from kvstore.stores.redis_store import RedisStore
+from kvstore.stores.segment import SegmentStore
 
 ROOT = Path(__file__).resolve().parent.parent
-BACKENDS = ("device", "host", "disk", "redis")
+BACKENDS = ("device", "host", "disk", "segment", "redis")
 
 
 @pytest.fixture(params=BACKENDS)
@@ -32,6 +33,8 @@ def store(request, tmp_path):
         s = MemoryStore("cpu", tier="host")
     elif kind == "disk":
         s = DiskStore(tmp_path / "disk")
+    elif kind == "segment":
+        s = SegmentStore(tmp_path / "segment")
     else:
         s = RedisStore(request.getfixturevalue("redis_server"), prefix=f"t{time.monotonic_ns()}")
     yield s
