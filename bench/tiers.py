@@ -9,17 +9,19 @@ Usage (from the repository root)::
 1. Raw baselines measured in the same run, with the same blocks and the same buffer and durability
    policy as the tier they face (``BASELINES``): per-block copies into reused memory for the memory
    tiers (their slab reuses slots), one file written block by block with and without fsync for the
-   disk tier (durable = put + flush, which fdatasyncs), pread per block plus the checksum the tier checks
-   for disk reads (page cache; CRC32 for the per-block files, CRC32C for the segment log), the same from
-   the disk itself (page cache dropped: one file streamed, and a file per block read plainly), redis-py SET / GET per block for Redis. Reads, raw and tier alike, let each block go before
-   the next (as the app does: a block read is unpacked, then dropped).
+   disk tier (durable = put + flush, which fdatasyncs), pread per block plus the checksum the tier
+   checks for disk reads (page cache; CRC32 for the per-block files, CRC32C for the segment log), the
+   same from the disk itself (page cache dropped: one file streamed, and a file per block read
+   plainly), redis-py SET / GET per block and MGET of ~1 MiB at a time for Redis (also on 16 KiB,
+   KV-block-sized blocks). Reads, raw and tier alike, let each block go before the next (as the app
+   does: a block read is unpacked, then dropped).
 2. Tier pairs, whole blocks (``--block-kib``): device<->host (MemoryStore), host->disk / disk->host
    (DiskStore, a file per block, write-behind; timed until written and until flushed), host->segment /
    segment->host (SegmentStore, the log-structured disk tier, same timing), host->redis / redis->host (a
    redis-server the bench starts on a loopback port), disk and Redis with and without AES-256-GCM
    (kvstore.crypto); cold reads (page cache dropped, store opened afresh, blocks hinted with
-   ``will_read`` as a resume does). Raw and tier runs are interleaved ``--repeat`` times; each figure is
-   its best run.
+   ``will_read`` as a resume does); Redis reads hinted with ``will_read`` (MGET batches). Raw and tier
+   runs are interleaved ``--repeat`` times; each figure is its best run.
 3. QMSum replays (``--data``): each meeting's transcript is cut into blocks of ``--block-words``
    words; 25% of the blocks' bytes fit the device (watermark target 85% of that cap). For each
    specific query, decode step t reads the top ``--reads`` blocks by TF-IDF score against the query
@@ -61,7 +63,7 @@ from kvstore.placement import HitRateWindow, PlacementPolicy, Prefetcher, Tier, 
 from kvstore.stores.disk import DiskStore  # noqa: E402
 from kvstore.stores.memory import MemoryStore  # noqa: E402
 from kvstore.stores.readahead import drop_cached  # noqa: E402
-from kvstore.stores.redis_store import RedisStore  # noqa: E402
+from kvstore.stores.redis_store import READ_AHEAD_BLOCKS, READ_AHEAD_BYTES, RedisStore  # noqa: E402
 from kvstore.stores.segment import SegmentStore  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "qmsum" / "val"
@@ -89,6 +91,21 @@ def _timed(fn, cold: bool = False) -> float:
     start = clock()
     fn()
     return clock() - start
+
+
+SMALL_BLOCK = 16 << 10  # about one INT4 KV block: 64 tokens of one 256-dim KV head (Gemma 3 270M), K and V
+SMALL_TOTAL = 8 << 20
+
+
+def _mget_batch(block: int) -> int:
+    """Blocks per MGET in the raw baselines: the batch RedisStore's read-ahead settles on."""
+    return max(1, min(READ_AHEAD_BLOCKS, READ_AHEAD_BYTES // block))
+
+
+def _small_blocks(payloads: list[bytes]) -> list[bytes]:
+    """KV-block-sized pieces (8 MiB of them) of the benchmark's payloads, for the Redis round-trip rows."""
+    data = b"".join(payloads)[:SMALL_TOTAL]
+    return [data[i:i + SMALL_BLOCK] for i in range(0, len(data), SMALL_BLOCK)]
 
 
 def raw_bandwidth(blocks: list[torch.Tensor], payloads: list[bytes], folder: Path, redis_url: str | None,
@@ -210,7 +227,21 @@ def raw_bandwidth(blocks: list[torch.Tensor], payloads: list[bytes], folder: Pat
             pipe.execute()
         out["redis_set"] = _gbps(nbytes, _timed(set_all))
         out["redis_get"] = _gbps(nbytes, _timed(lambda: [len(client.get(f"raw:{i}")) for i in range(n)]))
+        batch = _mget_batch(block)
+        out["redis_mget"] = _gbps(nbytes, _timed(lambda: [client.mget([f"raw:{j}" for j in range(i, min(n, i + batch))])
+                                                         for i in range(0, n, batch)]))
         client.delete(*[f"raw:{i}" for i in range(n)])
+        small = _small_blocks(payloads)  # KV-block sized: a round trip is most of a GET
+        pipe = client.pipeline(transaction=False)
+        for i, p in enumerate(small):
+            pipe.set(f"raw:s{i}", p)
+        pipe.execute()
+        small_bytes = sum(map(len, small))
+        out["redis_get_small"] = _gbps(small_bytes, _timed(lambda: [client.get(f"raw:s{i}") for i in range(len(small))]))
+        sb = _mget_batch(SMALL_BLOCK)
+        out["redis_mget_small"] = _gbps(small_bytes, _timed(lambda: [
+            client.mget([f"raw:s{j}" for j in range(i, min(len(small), i + sb))]) for i in range(0, len(small), sb)]))
+        client.delete(*[f"raw:s{i}" for i in range(len(small))])
         client.close()
     return out
 
@@ -244,6 +275,9 @@ BASELINES = {
                                                       "dropped) into one reused buffer + CRC32C"),
     "host->redis": ("redis_set", "redis-py SET per block in one pipeline"),
     "redis->host": ("redis_get", "redis-py GET per block"),
+    "redis->host (hinted)": ("redis_mget", "redis-py MGET of ~1 MiB of blocks at a time"),
+    "redis->host (16 KiB blocks)": ("redis_get_small", "redis-py GET per 16 KiB block"),
+    "redis->host (16 KiB blocks, hinted)": ("redis_mget_small", "redis-py MGET of 64 16 KiB blocks at a time"),
 }
 
 
@@ -326,6 +360,22 @@ def tier_pairs(blocks: list[torch.Tensor], payloads: list[bytes], folder: Path, 
             results.setdefault(f"host->{name}", {})[key] = _gbps(nbytes, time.perf_counter() - start)
             read = _timed(lambda: consume(store.get("s", f"b{i}") for i in range(n)))
             results.setdefault(f"{name}->host", {})[key] = _gbps(nbytes, read)
+            if name == "redis":  # reads after will_read (as a resume does): MGET batches
+                def hinted(ids: list[str]) -> None:
+                    store.will_read("s", ids)
+                    for block_id in ids:
+                        store.read_with("s", block_id, len)
+                ids = [f"b{i}" for i in range(n)]
+                results.setdefault("redis->host (hinted)", {})[key] = _gbps(nbytes, _timed(lambda: hinted(ids)))
+                small = _small_blocks(payloads)
+                for i, p in enumerate(small):
+                    store.put("s", f"s{i}", p)
+                store.flush()
+                small_ids, small_bytes = [f"s{i}" for i in range(len(small))], sum(map(len, small))
+                results.setdefault("redis->host (16 KiB blocks)", {})[key] = _gbps(
+                    small_bytes, _timed(lambda: [store.read_with("s", b, len) for b in small_ids]))
+                results.setdefault("redis->host (16 KiB blocks, hinted)", {})[key] = _gbps(
+                    small_bytes, _timed(lambda: hinted(small_ids)))
             if name in ("disk", "segment"):  # lent: a view valid during the call (the app copies what it keeps)
                 lent = _timed(lambda: [store.read_with("s", f"b{i}", len) for i in range(n)])
                 results.setdefault(f"{name}->host (lent)", {})[key] = _gbps(nbytes, lent)

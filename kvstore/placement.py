@@ -355,13 +355,13 @@ class TierPlacement:
         """Tell the stores below memory which of these blocks are read next (:meth:`BlockStore.will_read`):
         those on disk start coming into the page cache while the ones before them are moved or read."""
         by_tier: dict[Tier, list[str]] = {}
-        with self._lock:
+        with self._lock:  # held for the hints too: a store's reads and hints go one at a time (Redis)
             for block_id in block_ids:
                 info = self.blocks.get(block_id)
                 if info is not None and not isinstance(self.tiers[info.tier], MemoryStore):
                     by_tier.setdefault(info.tier, []).append(block_id)
-        for tier, ids in by_tier.items():
-            self.tiers[tier].will_read(self.session, ids)
+            for tier, ids in by_tier.items():
+                self.tiers[tier].will_read(self.session, ids)
 
     def _mode_changed(self, change: str | None) -> None:
         if not change:

@@ -255,6 +255,44 @@ def test_redis_key_layout_is_cluster_compatible(redis_server: str) -> None:
     store.close()
 
 
+def _commands(client: redis.Redis) -> dict[str, int]:
+    stats = client.info("commandstats")
+    return {name: stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("get", "mget")}
+
+
+def test_redis_hinted_reads_come_in_batches_and_never_stale(redis_server: str) -> None:
+    """A resume's reads (will_read, then get in order) cost one MGET per batch, not a GET per block,
+    counted by the real server; a block written or deleted after it was fetched ahead is read fresh."""
+    prefix = f"ahead{time.monotonic_ns()}"
+    writer = RedisStore(redis_server, prefix=prefix)
+    blocks = {f"L{i // 10}/b{i % 10}": os.urandom(4096 + i) for i in range(70)}
+    for block_id, data in blocks.items():
+        writer.put("m", block_id, data)
+    writer.close()
+    admin = redis.Redis.from_url(redis_server)
+    reader = RedisStore(redis_server, prefix=prefix)  # another process resuming: nothing cached
+    order = list(blocks)
+    reader.will_read("m", order + ["missing"])
+    before = _commands(admin)
+    for block_id in order[:40]:
+        assert reader.get("m", block_id) == blocks[block_id]
+    after = _commands(admin)
+    assert after["get"] == before["get"] and after["mget"] - before["mget"] == 2  # 8 first, then 64 (1 MiB of 4 KiB blocks, capped)
+    reader.put("m", order[41], b"rewritten")  # fetched ahead already: the new bytes win
+    reader.flush()
+    assert reader.get("m", order[41]) == b"rewritten"
+    assert reader.delete("m", order[42])
+    with pytest.raises(BlockNotFound):
+        reader.get("m", order[42])
+    for block_id in order[43:]:
+        assert reader.get("m", block_id) == blocks[block_id]
+    with pytest.raises(BlockNotFound):
+        reader.get("m", "missing")
+    assert reader.get("m", order[0]) == blocks[order[0]]  # read again: a plain GET
+    reader.delete_session("m")
+    reader.close()
+
+
 def test_unreachable_redis_is_a_clear_error() -> None:
     import socket
 

@@ -12,13 +12,20 @@ from __future__ import annotations
 
 import functools
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 import redis
 
 from kvstore.stores.base import BlockNotFound, BlockStore, StoreError, StoreFull, StoreUnavailable, check_name
 
 T = TypeVar("T")
+
+# Hinted blocks per MGET: about READ_AHEAD_BYTES (sized from the blocks fetched so far; the first batch
+# takes READ_AHEAD_FIRST), at most READ_AHEAD_BLOCKS. Measured on loopback: batches of 0.5-1 MiB read
+# fastest (3-7x GET per block for 16-64 KiB blocks); larger replies parse slower again.
+READ_AHEAD_FIRST = 8
+READ_AHEAD_BLOCKS = 64
+READ_AHEAD_BYTES = 1 << 20
 
 
 def _guard(method: Callable[..., T]) -> Callable[..., T]:
@@ -46,6 +53,11 @@ class RedisStore(BlockStore):
     thread and goes on (so sealing the next blocks overlaps the network); at most one batch is in
     flight. Every other operation first waits for it, so a delete never overtakes its put; a failed
     batch goes back into the buffer and its error is raised by that next operation.
+
+    Reads of blocks named by :meth:`will_read` come in batches: the first read of a hinted block
+    fetches it and the hinted blocks after it with one MGET (one slot: the session's hash tag), so a
+    resume pays one round trip per batch instead of one per block -- KV blocks are tens of KiB, where
+    the round trip is most of a GET. A put or delete of a fetched block drops the fetched copy.
     """
 
     tier = "redis"
@@ -63,6 +75,10 @@ class RedisStore(BlockStore):
         self._inflight: Future | None = None
         self._inflight_keys: dict[tuple[str, str], bytes | bytearray] = {}
         self._sender: ThreadPoolExecutor | None = None
+        self._hint_order: list[tuple[str, str]] = []  # will_read's blocks, in read order
+        self._hinted: dict[tuple[str, str], int] = {}  # hinted and not fetched yet -> position
+        self._ahead: dict[tuple[str, str], bytes] = {}  # fetched ahead, not read yet
+        self._ahead_blocks = READ_AHEAD_FIRST
 
     def _tag(self, session: str) -> str:
         return f"{self.prefix}:{{{session}}}"
@@ -87,6 +103,7 @@ class RedisStore(BlockStore):
         check_name("block id", block_id)
         if "{" in session or "}" in session:
             raise ValueError(f"session {session!r} may not contain braces (Redis hash tags)")
+        self._drop_ahead(session, block_id)
         old = self._buffered_keys.get((session, block_id))
         self._buffered += len(data) - (len(old) if old is not None else 0)
         self._buffered_keys[(session, block_id)] = data
@@ -131,18 +148,52 @@ class RedisStore(BlockStore):
 
     @_guard
     def get(self, session: str, block_id: str) -> bytes:
-        buffered = self._buffered_keys.get((session, block_id))
+        key = (session, block_id)
+        buffered = self._buffered_keys.get(key)
         if buffered is None:
-            buffered = self._inflight_keys.get((session, block_id))
+            buffered = self._inflight_keys.get(key)
         if buffered is not None:
             return buffered if isinstance(buffered, bytes) else bytes(buffered)
-        data = self.client.get(self._key(session, block_id))
+        data = self._ahead.pop(key, None)
+        if data is None and key in self._hinted:
+            data = self._fetch_ahead(key)
+        if data is None:
+            data = self.client.get(self._key(session, block_id))
         if data is None:
             raise BlockNotFound(f"no block {block_id!r} in session {session!r} (Redis {self.url})")
         return data
 
+    def will_read(self, session: str, block_ids: Sequence[str]) -> None:
+        """Remember the order: reads of these blocks then fetch them in batches (see the class)."""
+        self._hint_order = [(session, b) for b in block_ids]
+        self._hinted = {key: i for i, key in enumerate(self._hint_order)}
+        self._ahead.clear()
+
+    def _fetch_ahead(self, key: tuple[str, str]) -> bytes | None:
+        """Fetch ``key`` and the hinted blocks after it (one MGET); returns ``key``'s bytes or None."""
+        start = self._hinted[key]
+        batch = [k for k in self._hint_order[start:start + 4 * self._ahead_blocks]
+                 if k in self._hinted and k not in self._buffered_keys and k not in self._inflight_keys]
+        batch = batch[:self._ahead_blocks]
+        values = self.client.mget([self._key(*k) for k in batch])
+        self._ahead.clear()  # what is left was skipped by the reader
+        fetched = 0
+        for k, value in zip(batch, values):
+            del self._hinted[k]
+            if value is not None:
+                self._ahead[k] = value
+                fetched += len(value)
+        if fetched:  # about READ_AHEAD_BYTES per batch from now on
+            self._ahead_blocks = max(1, min(READ_AHEAD_BLOCKS, READ_AHEAD_BYTES * len(self._ahead) // fetched))
+        return self._ahead.pop(key, None)
+
+    def _drop_ahead(self, session: str, block_id: str) -> None:
+        self._ahead.pop((session, block_id), None)
+        self._hinted.pop((session, block_id), None)
+
     @_guard
     def delete(self, session: str, block_id: str) -> bool:
+        self._drop_ahead(session, block_id)
         self._wait_inflight()
         if self._buffered_keys.pop((session, block_id), None) is not None:
             self._buffered = sum(len(d) for d in self._buffered_keys.values())
