@@ -67,6 +67,12 @@ def _wait_cached(paths: list[Path], timeout: float = 10.0) -> bool:
     return False
 
 
+def _drop_or_skip(root: Path, files: list[Path]) -> None:
+    readahead.drop_cached([root])
+    if any(_cached(p) for p in files):
+        pytest.skip("this file system keeps dropped pages cached")
+
+
 def _open(root: Path, encrypted: bool, master: MasterKey):
     return EncryptedStore(DiskStore(root), master) if encrypted else DiskStore(root)
 
@@ -86,12 +92,10 @@ def test_will_read_brings_cold_blocks_into_the_page_cache(tmp_path: Path, encryp
     store.close()
     store = _open(root, encrypted, master)  # as after a restart: nothing read or mapped yet
     try:
-        readahead.drop_cached([root])
         inner = store.inner if encrypted else store
         # the blocks' own files (an encrypted store's data key is a block of its own, read once per source)
         files = [inner._paths[("m", b)] for b in blocks]
-        if any(_cached(p) for p in files):
-            pytest.skip("this file system keeps dropped pages cached")
+        _drop_or_skip(root, files)
         store.will_read("m", list(blocks))
         assert _wait_cached(files), "the hinted blocks did not come into the page cache"
         for block_id, data in blocks.items():
@@ -106,10 +110,10 @@ def test_will_read_fetches_only_the_blocks_named(tmp_path: Path) -> None:
         store.put("m", f"b{i}", os.urandom(BLOCK))
     store.put("other", "b0", os.urandom(BLOCK))
     store.flush()
-    readahead.drop_cached([tmp_path / "disk"])
+    paths = {b: store._paths[("m", b)] for b in (f"b{i}" for i in range(N))}
+    _drop_or_skip(tmp_path / "disk", [*paths.values(), store._paths[("other", "b0")]])
     wanted = {f"b{i}" for i in range(0, N, 3)}
     store.will_read("m", sorted(wanted) + ["missing"])
-    paths = {b: store._paths[("m", b)] for b in (f"b{i}" for i in range(N))}
     assert _wait_cached([paths[b] for b in wanted])
     assert not any(_cached(p) for b, p in paths.items() if b not in wanted)
     assert not _cached(store._paths[("other", "b0")])
