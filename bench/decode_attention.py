@@ -651,10 +651,12 @@ def main(argv: list[str] | None = None) -> int:
     backend = dispatch.backend_for(device, decode=True)
     print(f"{machine}; read bandwidth {bandwidth / 1e9:.1f} GB/s; backend {backend}", flush=True)
     rows: list[Row] = []
+    partial = out_dir / "results.partial.json"  # rows so far: what a run cut short by a time limit leaves
     with torch.inference_mode():
         for model in models:
             for context in contexts:
                 rows.extend(run_model(model, context, args, device, bandwidth))
+                partial.write_text(json.dumps({"rows": [asdict(r) for r in rows]}, indent=2))
     bandwidth_after = measure_read_bandwidth(device, args.bandwidth_mb)
     meta = {
         "command": " ".join(["python", "bench/decode_attention.py", *(argv if argv is not None else sys.argv[1:])]),
@@ -680,6 +682,7 @@ def main(argv: list[str] | None = None) -> int:
         r.limit_ratio = r.minutia_ms / r.limit_ms
     meta["targets"] = target_lines(rows, device, bandwidth)
     (out_dir / "results.json").write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=2))
+    partial.unlink(missing_ok=True)
     (out_dir / "results.md").write_text(markdown(rows, meta))
     plot(rows, out_dir / "results.png", meta)
     print(markdown(rows, meta))
