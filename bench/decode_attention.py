@@ -310,9 +310,12 @@ def run_model(model: str, context: int, args, device: torch.device, bandwidth: f
 
     dense = dense_step(cache, n_kv, groups)
     dense_best, dense_median = time_fn(dense, device, args.repeats)
-    dense_graph = None
+    dense_graph = dense_graph_error = None
     if args.cuda_graph:
-        dense_graph = time_graph(dense, args.repeats)[0]
+        try:
+            dense_graph = time_graph(dense, args.repeats)[0]
+        except Exception as exc:  # report it on the rows; the eager figures stand
+            dense_graph_error = f"dense: {type(exc).__name__}: {str(exc)[:200]}"
     dense_out = dense().reshape(1, n_q, dim).float()
     dense_bytes = nbytes(cache.k_dense) + nbytes(cache.v_dense)
     hot_source = ref.PagedSource(
@@ -367,7 +370,9 @@ def run_model(model: str, context: int, args, device: torch.device, bandwidth: f
                 ref_best, ref_median = time_fn(ref_step, device, args.repeats)
                 ref_err = (step()[0].out - ref_step()[0].out).abs().max().item()
             graph = {}
-            if args.cuda_graph:
+            if args.cuda_graph and dense_graph is None:
+                graph["graph_error"] = dense_graph_error
+            elif args.cuda_graph:
                 try:
                     graph["graph_ms"] = time_graph(step, args.repeats)[0] * 1e3
                     if k_warm < n_warm:
