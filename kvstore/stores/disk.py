@@ -232,8 +232,7 @@ class DiskStore(IndexedStore):
             held = self._index.get(session, {})
             paths = [self._paths.get((session, b), self._path(session, b)) for b in block_ids
                      if b in held and (session, b) not in self._pending]
-        if paths and readahead.available():
-            readahead.submit(lambda: readahead.advise_files(paths))
+        readahead.hint_files(paths)
 
     def _lend(self, session: str, block_id: str, use: Callable[[memoryview], T], verify: bool) -> T:
         key = (session, block_id)
