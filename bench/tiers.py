@@ -360,12 +360,13 @@ def tier_pairs(blocks: list[torch.Tensor], payloads: list[bytes], folder: Path, 
             results.setdefault(f"host->{name}", {})[key] = _gbps(nbytes, time.perf_counter() - start)
             read = _timed(lambda: consume(store.get("s", f"b{i}") for i in range(n)))
             results.setdefault(f"{name}->host", {})[key] = _gbps(nbytes, read)
-            if name == "redis":  # reads after will_read (as a resume does): MGET batches
-                def hinted(ids: list[str]) -> None:
-                    store.will_read("s", ids)
-                    for block_id in ids:
-                        store.read_with("s", block_id, len)
-                ids = [f"b{i}" for i in range(n)]
+            ids = [f"b{i}" for i in range(n)]
+
+            def hinted(ids: list[str]) -> None:  # read in order after will_read, as a resume reads
+                store.will_read("s", ids)
+                for block_id in ids:
+                    store.read_with("s", block_id, len)
+            if name == "redis":  # MGET batches
                 results.setdefault("redis->host (hinted)", {})[key] = _gbps(nbytes, _timed(lambda: hinted(ids)))
                 small = _small_blocks(payloads)
                 for i, p in enumerate(small):
@@ -386,13 +387,7 @@ def tier_pairs(blocks: list[torch.Tensor], payloads: list[bytes], folder: Path, 
                     store = EncryptedStore(store, master)
                     store.read_with("s", "b0", len)  # the data key: read once per source, not per block
                 drop_cached([folder / name])
-
-                def cold() -> None:
-                    ids = [f"b{i}" for i in range(n)]
-                    store.will_read("s", ids)
-                    for block_id in ids:
-                        store.read_with("s", block_id, len)
-                figure = _gbps(nbytes, _timed(cold))
+                figure = _gbps(nbytes, _timed(lambda: hinted(ids)))
                 results.setdefault(f"{name}->host (cold)", {})[key] = figure
                 if name == "disk":
                     results.setdefault("disk->host (cold, vs a file per block)", {})[key] = figure
