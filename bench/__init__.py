@@ -1,0 +1,1 @@
+"""Benchmarks; figures go to docs/benchmarks.md. A package so that `python -m bench.suites...` works."""
