@@ -12,23 +12,22 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from app.transcript import Transcript, Turn
+from app.entities import DATE, DAY, MONTH, NUMBER_WORD, WEEKDAY
+from app.sentences import Sentence, split_sentences
+from app.transcript import Transcript
 
-_WEEKDAY = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
-_MONTH = r"(?:january|february|march|april|may|june|july|august|september|october|november|december)"
-_DAY = r"(?:\d{1,2}(?:st|nd|rd|th)?|[a-z]+(?:st|nd|rd|th))"
-_DATE = (
-    rf"(?:(?:next |this )?{_WEEKDAY}(?:,? {_MONTH} {_DAY})?|{_MONTH} {_DAY}|tomorrow|tonight|today"
-    r"|(?:the )?end of (?:the |this |next )?(?:day|week|month|quarter|year)|next (?:week|month|quarter)"
-    r"|\d{4}-\d{2}-\d{2})"
-)
-_DUE = re.compile(rf"\b(?:by|before|on|until|no later than)\s+(?P<due>{_DATE})\b", re.IGNORECASE)
+_DUE = re.compile(rf"\b(?:by|before|on|until|no later than)\s+(?P<due>{DATE})\b", re.IGNORECASE)
 _SELF = re.compile(r"\b(?P<who>I|we)(?:'ll| will| shall| am going to| are going to)\s+(?P<task>[^.?!;]+)", re.IGNORECASE)
 _NAMED = re.compile(r"\b(?P<who>[A-Z][a-z]+)(?:'ll| will| is going to)\s+(?P<task>[^.?!;]+)")
 _ASKED = re.compile(
     r"\b(?P<who>[A-Z][a-z]+),\s+(?:can|could|would|will) you(?: please)?\s+(?P<task>[^.?!;]+)", re.IGNORECASE
 )
-_DECISION = re.compile(r"\b(?:we|they|you|I)\s+(?:have\s+)?(?:decided|agreed)\b[^.?!]*[.?!]?", re.IGNORECASE)
+# "We decided to...", "The decision is...", "Let's go with the city park.", "Fine, video calls it is."
+_DECISION = re.compile(
+    r"\b(?:we|they|you|I)\s+(?:have\s+)?(?:decided|agreed)\b[^.?!]*[.?!]?|\bthe (?:final )?decision is\b|\b(?:it's|it is|that's) settled\b"
+    r"|\blet's (?:go with|choose|pick|take|move|switch to)\b|\bwe(?:'ll| will) go with\b|,\s+[^,.?!]+ it is[.!]",
+    re.IGNORECASE,
+)
 _NOT_TASKS = re.compile(r"^(?:be|have|need|see|say|talk|do that|try)\b", re.IGNORECASE)
 _TASK_END = re.compile(r",?\s+(?:but|and then|so that|so|because|if)\s+", re.IGNORECASE)
 _NESTED = re.compile(r"\b(?:I|we|you)(?:'ll|'re| will)\b", re.IGNORECASE)
@@ -52,10 +51,6 @@ class Decision:
     start: float | None
 
 
-def _sentences(text: str) -> list[str]:
-    return [s.strip() for s in re.split(r"(?<=[.?!])\s+", text) if s.strip()]
-
-
 def _split_due(task: str) -> tuple[str, str | None]:
     match = _DUE.search(task)
     if not match:
@@ -65,16 +60,14 @@ def _split_due(task: str) -> tuple[str, str | None]:
     return re.sub(r"\s+", " ", task), due[0].upper() + due[1:]
 
 
-def _candidates(index: int, turn: Turn, speakers: set[str]) -> list[ActionItem]:
+def _candidates(sentence: Sentence, speakers: set[str]) -> list[ActionItem]:
     found: list[ActionItem] = []
-    for sentence in _sentences(turn.text):
-        if _DECISION.search(sentence):
-            continue
+    if not _DECISION.search(sentence.text):
         for pattern in (_ASKED, _SELF, _NAMED):
-            for match in pattern.finditer(sentence):
+            for match in pattern.finditer(sentence.text):
                 who = match["who"]
                 if pattern is _SELF:
-                    owner = turn.speaker if who.lower() == "i" else "the team"
+                    owner = sentence.speaker if who.lower() == "i" else "the team"
                 elif not who[0].isupper() or who in _PRONOUNS or (speakers and who not in speakers and pattern is _NAMED):
                     continue
                 else:
@@ -84,7 +77,7 @@ def _candidates(index: int, turn: Turn, speakers: set[str]) -> list[ActionItem]:
                     continue
                 if owner == "the team" and due is None:  # "we'll see", "we will start with": plans, not tasks
                     continue
-                found.append(ActionItem(owner, task, due, index, turn.start))
+                found.append(ActionItem(owner, task, due, sentence.turn_index, sentence.start))
     return found
 
 
@@ -98,8 +91,8 @@ def extract_action_items(transcript: Transcript) -> list[ActionItem]:
     more specific one wins)."""
     speakers = set(transcript.speakers)
     items: list[ActionItem] = []
-    for index, turn in enumerate(transcript.turns):
-        for item in _candidates(index, turn, speakers):
+    for sentence in split_sentences(transcript):
+        for item in _candidates(sentence, speakers):
             for j, kept in enumerate(items):
                 if _same_task(kept, item):
                     items[j] = ActionItem(item.owner, item.task, item.due or kept.due, item.turn_index, item.start)
@@ -110,12 +103,7 @@ def extract_action_items(transcript: Transcript) -> list[ActionItem]:
 
 
 def extract_decisions(transcript: Transcript) -> list[Decision]:
-    decisions = []
-    for index, turn in enumerate(transcript.turns):
-        for sentence in _sentences(turn.text):
-            if _DECISION.search(sentence):
-                decisions.append(Decision(sentence, turn.speaker, index, turn.start))
-    return decisions
+    return [Decision(s.text, s.speaker, s.turn_index, s.start) for s in split_sentences(transcript) if _DECISION.search(s.text)]
 
 
 @dataclass(frozen=True)
@@ -126,16 +114,11 @@ class KeyFact:
     start: float | None
 
 
-_NUMBER_WORD = (
-    r"(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen"
-    r"|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred|thousand|million"
-    r"|billion)"
-)
 # Amounts in digits ("12,000") or, as people transcribe speech, in words ("twelve thousand").
-_AMOUNT = rf"(?:\d[\d,.]*|\b{_NUMBER_WORD}(?:[\s-]+(?:and\s+)?{_NUMBER_WORD})*)"
+_AMOUNT = rf"(?:\d[\d,.]*|\b{NUMBER_WORD}(?:[\s-]+(?:and\s+)?{NUMBER_WORD})*)"
 _FACT = re.compile(
-    rf"(\$\s?\d|{_AMOUNT}\s*(?:%|percent|dollars|euros|users|people|weeks|days|months|hours)|{_MONTH}\s+{_DAY}"
-    rf"|\b{_WEEKDAY}\b)",
+    rf"(\$\s?\d|{_AMOUNT}\s*(?:%|percent|dollars|euros|users|people|weeks|days|months|hours)|{MONTH}\s+{DAY}"
+    rf"|\b{WEEKDAY}\b)",
     re.IGNORECASE,
 )
 
@@ -148,11 +131,10 @@ def _is_commitment(sentence: str) -> bool:
 
 def extract_key_facts(transcript: Transcript, limit: int = 8) -> list[KeyFact]:
     """Statements with amounts, counts and dates that are not already decisions or commitments."""
-    facts = []
-    for index, turn in enumerate(transcript.turns):
-        for sentence in _sentences(turn.text):
-            if sentence.endswith("?") or _DECISION.search(sentence) or _is_commitment(sentence):
-                continue
-            if _FACT.search(sentence):
-                facts.append(KeyFact(sentence, turn.speaker, index, turn.start))
+    facts: list[KeyFact] = []
+    for s in split_sentences(transcript):
+        if s.text.endswith("?") or _DECISION.search(s.text) or _is_commitment(s.text):
+            continue
+        if _FACT.search(s.text) and s.text not in {f.text for f in facts}:
+            facts.append(KeyFact(s.text, s.speaker, s.turn_index, s.start))
     return facts[:limit]

@@ -1,77 +1,26 @@
 """Questions, summaries and action items over a transcript.
 
 A transcript that fits the model's context goes in whole. A longer one is split into parts that
-fit (map) and the parts' results are combined (reduce); nothing is cut silently. Answers cite the
-turns they rest on, with their times.
+fit (map) and the parts' results are combined (reduce); nothing is cut silently. Questions are
+answered by app/answers.py, which cites the sentences each answer rests on, with their times.
 """
 
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import asdict, dataclass, field
+from typing import Sequence
 
-from app.actions import (
-    ActionItem,
-    Decision,
-    KeyFact,
-    extract_action_items,
-    extract_decisions,
-    extract_key_facts,
-)
+from app.answers import Answer, AnswerFinder, Citation  # noqa: F401  (Answer, Citation: the app's answer types)
 from app.llm import LLMEngine, join_example
-from app.transcript import Transcript, Turn, format_time, turn_label
+from app.retrieval import default_embedder
+from app.sentences import Sentence
+from app.summary import MeetingSummary, build_summary  # noqa: F401  (MeetingSummary: the app's summary type)
+from app.transcript import Transcript, Turn, turn_label
 from encoders.errors import InputError
-
-_STOPWORDS = set(
-    "a an the and or but if of to in on at by for with from as is are was were be been it this that these those "
-    "what which who whom when where why how do does did will would can could should i we you he she they them our "
-    "your his her its their me us my there here not no yes so about into than then too very just also".split()
-)
-
-
-@dataclass(frozen=True)
-class Citation:
-    turn_index: int
-    speaker: str
-    start: float | None
-    text: str
-
-    @property
-    def label(self) -> str:
-        return f"[{format_time(self.start)}]" if self.start is not None else f"[turn {self.turn_index + 1}]"
-
-
-@dataclass
-class Answer:
-    question: str
-    text: str
-    citations: list[Citation]
-    parts: int  # how many transcript parts were read (1 = the whole transcript in one pass)
-    confidence: float
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "citations": [{**asdict(c), "label": c.label} for c in self.citations]}
-
-
-@dataclass
-class MeetingSummary:
-    summary: str
-    decisions: list[Decision] = field(default_factory=list)
-    action_items: list[ActionItem] = field(default_factory=list)
-    key_facts: list[KeyFact] = field(default_factory=list)
-    parts: int = 1
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def render_turns(turns: list[Turn], offset: int = 0) -> str:
     return "\n".join(f"{turn_label(offset + i, t)} {t.speaker}: {t.text}" for i, t in enumerate(turns))
-
-
-def _content_words(text: str) -> set[str]:
-    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in _STOPWORDS and len(w) > 1}
 
 
 class Assistant:
@@ -104,7 +53,23 @@ class Assistant:
 
     # ------------------------------------------------------------------ questions
     def ask(self, transcript: Transcript, question: str) -> Answer:
-        question = " ".join(question.split())
+        """Answer from the meeting (app/answers.py); the model writes only free-form answers."""
+        question = self.check_question(question)
+        parts: list[int] = [1]
+
+        def generate(q: str, evidence: Sequence[Sentence]) -> tuple[str, float] | None:
+            found = self.model_answer(transcript, q, evidence)
+            if found is None:
+                return None
+            text, confidence, parts[0] = found
+            return text, confidence
+
+        answer = AnswerFinder(transcript, default_embedder(), generate).answer(question)
+        answer.parts = parts[0]
+        return answer
+
+    def check_question(self, question: str) -> str:
+        question = " ".join(str(question or "").split())
         if not question:
             raise InputError("the question is empty")
         q_tokens = self.engine.count_tokens(question)
@@ -112,55 +77,28 @@ class Assistant:
             raise InputError(
                 f"the question is {q_tokens} tokens long; keep it under {self.engine.context_tokens // 4} tokens"
             )
+        return question
+
+    def model_answer(self, transcript: Transcript, question: str, evidence: Sequence[Sentence]) -> tuple[str, float, int] | None:
+        """The model's answer (text, confidence, parts read): from the evidence's turns for a small model
+        (``answer_context_turns``), from the whole transcript (map-reduce past the context) otherwise."""
         template = join_example(self.prompts.example, self.prompts.answer.replace("{question}", question))
-        focus = self.engine.settings.answer_context_turns
-        if focus:
-            # Query-aware selection: every turn is scored against the question; the model reads the best
-            # few in time order. A small model answers far better from a short, relevant context.
-            chosen = self.relevant_turns(transcript, question, focus)
-            bodies = [template.replace("{transcript}", "\n".join(render_turns([t], i) for i, t in chosen))]
-            groups = [[turn for _, turn in chosen]]
-            offsets = [[index for index, _ in chosen]]
+        if self.engine.settings.answer_context_turns:
+            indices = sorted({s.turn_index for s in evidence})[: self.engine.settings.answer_context_turns]
+            bodies = [template.replace("{transcript}", "\n".join(render_turns([transcript.turns[i]], i) for i in indices))]
         else:
             chunks = self._parts(transcript, template, reserve=48)
             bodies = [template.replace("{transcript}", render_turns(turns, offset)) for offset, turns in chunks]
-            groups = [turns for _, turns in chunks]
-            offsets = [list(range(offset, offset + len(turns))) for offset, turns in chunks]
         candidates = []
-        for body, turns, indices in zip(bodies, groups, offsets):
+        for body in bodies:
             completion = self.engine.complete(self.engine.render(body), max_new_tokens=48, stop=("\n",))
             text = completion.text.strip()
             if text and self.prompts.not_found.lower() not in text.lower():
-                candidates.append((completion.mean_logprob, text, turns, indices))
+                candidates.append((completion.mean_logprob, text))
         if not candidates:
-            return Answer(question, self.prompts.not_found, [], len(bodies), 0.0)
-        logprob, text, turns, indices = max(candidates, key=lambda c: c[0])
-        citations = self.cite(question, text, turns, indices)
-        return Answer(question, text, citations, len(bodies), round(math.exp(logprob), 3))
-
-    def relevant_turns(self, transcript: Transcript, question: str, k: int) -> list[tuple[int, Turn]]:
-        """BM25-style ranking of turns by the question's content words; the top k, in time order."""
-        docs = [_content_words(turn.text) for turn in transcript.turns]
-        n = len(docs)
-        q = _content_words(question)
-        df = {w: sum(w in d for d in docs) for w in q}
-        idf = {w: math.log((n - df[w] + 0.5) / (df[w] + 0.5) + 1.0) for w in q}
-        scores = [sum(idf[w] for w in q & d) for d in docs]
-        best = sorted(range(n), key=lambda i: (-scores[i], i))[:k]
-        return [(i, transcript.turns[i]) for i in sorted(best)]
-
-    def cite(self, question: str, answer: str, turns: list[Turn], indices: list[int], top: int = 2) -> list[Citation]:
-        """The turns that share the most content words with the answer (then the question)."""
-        answer_words, question_words = _content_words(answer), _content_words(question)
-        scored = []
-        for i, turn in enumerate(turns):
-            words = _content_words(turn.text)
-            score = 2.0 * len(words & answer_words) + len(words & question_words)
-            if score > 0:
-                scored.append((score, i, turn))
-        scored.sort(key=lambda s: (-s[0], s[1]))
-        best = [s for s in scored[:top] if s[0] >= scored[0][0] / 2] if scored else []
-        return [Citation(indices[i], t.speaker, t.start, t.text) for _, i, t in sorted(best, key=lambda s: s[1])]
+            return None
+        logprob, text = max(candidates)
+        return text, round(math.exp(logprob), 3), len(bodies)
 
     # ------------------------------------------------------------------ summaries
     def summarize(self, transcript: Transcript) -> MeetingSummary:
@@ -170,14 +108,8 @@ class Assistant:
             self._complete_summary(template.replace("{transcript}", render_turns(turns, offset)))
             for offset, turns in parts
         ]
-        summary = notes[0] if len(notes) == 1 else self._reduce(notes)
-        return MeetingSummary(
-            summary,
-            decisions=extract_decisions(transcript),
-            action_items=extract_action_items(transcript),
-            key_facts=extract_key_facts(transcript),
-            parts=len(parts),
-        )
+        overview = notes[0] if len(notes) == 1 else self._reduce(notes)
+        return build_summary(transcript, overview, parts=len(parts))
 
     def _complete_summary(self, body: str) -> str:
         # A base model is asked to finish one sentence; a chat model writes the whole summary.

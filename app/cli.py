@@ -119,22 +119,9 @@ def _at(start: float | None, turn_index: int) -> str:
 
 
 def _summary_markdown(summary, source: str) -> str:
-    lines = [f"# Meeting summary: {source}", "", summary.summary, ""]
-    if summary.key_facts:
-        lines += ["## Key facts", ""]
-        lines += [f"- [{_at(f.start, f.turn_index)}] {f.speaker}: {f.text}" for f in summary.key_facts]
-        lines.append("")
-    if summary.decisions:
-        lines += ["## Decisions", ""]
-        lines += [f"- [{_at(d.start, d.turn_index)}] {d.speaker}: {d.text}" for d in summary.decisions]
-        lines.append("")
-    lines += ["## Action items", ""]
-    if summary.action_items:
-        lines += ["| Owner | Task | Due | Said at |", "|---|---|---|---|"]
-        lines += [f"| {a.owner} | {a.task} | {a.due or '-'} | {_at(a.start, a.turn_index)} |" for a in summary.action_items]
-    else:
-        lines.append("None found.")
-    return "\n".join(lines) + "\n"
+    from app.summary import render_markdown
+
+    return render_markdown(summary, heading=f"Meeting summary: {source}")
 
 
 @app.command()

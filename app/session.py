@@ -22,13 +22,18 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from app.actions import ActionItem, extract_action_items, extract_decisions, extract_key_facts
-from app.assistant import Answer, Assistant, Citation, MeetingSummary
+from app.actions import ActionItem, extract_action_items
+from app.answers import Answer, AnswerFinder
+from app.assistant import Assistant, MeetingSummary
+from app.summary import build_summary
 from app.context import ContextLine, MeetingContext, PlacedLine, confidence
+from app.retrieval import default_embedder
+from app.sentences import Sentence
 from app.speakers import rename_speakers, speaker_names
 from app.transcript import Transcript, TranscriptWord, Turn, join_words, realign_to_sentences, turns_from_words
 from encoders.audio import SAMPLE_RATE
@@ -444,46 +449,43 @@ class MeetingSession:
 
     # ------------------------------------------------------------------ questions
     def ask(self, question: str) -> Answer:
-        """Answer from the meeting so far; cites times and speakers. Safe while ingestion continues."""
+        """Answer from the meeting so far (app/answers.py); a free-form answer is generated from the
+        meeting's KV cache. Cites times and speakers. Safe while ingestion continues."""
         question = " ".join(str(question or "").split())
         if not question:
             raise InputError("the question is empty")
         if len(question) > 2000:
             raise InputError(f"the question is {len(question)} characters long; keep it under 2000")
-        engine = self.runtime.engine
-        assistant = Assistant(engine)
         transcript = self.transcript()
         lines = self._lines_for_retrieval(transcript)
         if not lines.turns:
             answer = Answer(question, "Nothing has been said yet.", [], 0, 0.0)
             self._emit(SessionEvent("answer", answer))
             return answer
-        k = self.settings.llm.answer_context_turns or 3
-        chosen = assistant.relevant_turns(lines, question, k)
+        answer = AnswerFinder(lines, default_embedder(), partial(self._model_answer, transcript)).answer(question)
+        self._emit(SessionEvent("answer", answer))
+        return answer
+
+    def _model_answer(self, transcript: Transcript, question: str, evidence: Sequence[Sentence]) -> tuple[str, float] | None:
+        """The model's answer from the meeting's KV cache, the evidence lines repeated after it."""
+        engine = self.runtime.engine
         context = self._wait_for_context()
-        excerpt = "\n".join(ContextLine("audio", t.start or 0.0, t.end or 0.0, t.speaker, t.text).render().rstrip()
-                            for _, t in chosen)
+        excerpt = "\n".join(ContextLine("audio", s.start or 0.0, s.end or s.start or 0.0, s.speaker, s.text).render().rstrip()
+                            for s in evidence)
         tail = self._prompts.answer_tail.replace("{question}", question)
         suffix = f"\nMost relevant lines:\n{excerpt}\n{tail}" if excerpt else tail
         try:
-            generation = context.generate(suffix, 48, stop=("\n",), focus=self._focus([t for _, t in chosen]))
+            generation = context.generate(suffix, 48, stop=("\n",), focus=self._focus(evidence))
         except InputError:  # the meeting outgrew the model's positions: read the transcript instead
-            answer = assistant.ask(transcript, question)
-            self._emit(SessionEvent("answer", answer))
-            return answer
-        text = generation.text.strip()
+            found = Assistant(engine).model_answer(transcript, question, evidence)
+            return None if found is None else found[:2]
         with self._lock:
             self._ttfts.append(generation.time_to_first_token)
             self._ttfts = self._ttfts[-200:]
-        not_found = engine.prompts.not_found
-        if not text or not_found.lower() in text.lower():
-            answer = Answer(question, not_found, [], 1, confidence(generation))
-        else:
-            turns = [turn for _, turn in chosen]
-            citations = assistant.cite(question, text, turns, [i for i, _ in chosen])
-            answer = Answer(question, text, citations, 1, confidence(generation))
-        self._emit(SessionEvent("answer", answer))
-        return answer
+        text = generation.text.strip()
+        if not text or engine.prompts.not_found.lower() in text.lower():
+            return None
+        return text, confidence(generation)
 
     def _lines_for_retrieval(self, transcript: Transcript) -> Transcript:
         """Spoken turns and slides, in time order, as one list of turns to rank against a question."""
@@ -493,12 +495,12 @@ class MeetingSession:
         turns.sort(key=lambda t: t.start or 0.0)
         return Transcript(turns=turns, source=transcript.source)
 
-    def _focus(self, turns: list[Turn]) -> list[tuple[int, int]]:
-        """Token ranges of the chosen lines' time windows (query-aware promotion, via the timeline)."""
+    def _focus(self, evidence: Sequence[Sentence]) -> list[tuple[int, int]]:
+        """Token ranges of the evidence lines' time windows (query-aware promotion, via the timeline)."""
         ranges: list[tuple[int, int]] = []
-        for turn in turns:
-            if turn.start is not None:
-                ranges.extend(self.timeline.tokens_in(turn.start, turn.end if turn.end is not None else turn.start))
+        for sentence in evidence:
+            if sentence.start is not None:
+                ranges.extend(self.timeline.tokens_in(sentence.start, sentence.end if sentence.end is not None else sentence.start))
         return ranges
 
     def summary(self) -> MeetingSummary:
@@ -511,12 +513,7 @@ class MeetingSession:
         generation = context.generate(self._prompts.summary_tail, engine.settings.max_new_tokens, stop=stop)
         prefix = engine.prompts.summary_prefix
         text = f"{prefix} {generation.text}".strip() if prefix else generation.text
-        return MeetingSummary(
-            text,
-            decisions=extract_decisions(transcript),
-            action_items=extract_action_items(transcript),
-            key_facts=extract_key_facts(transcript),
-        )
+        return build_summary(transcript, text)
 
     def action_items(self) -> list[ActionItem]:
         return extract_action_items(self.transcript())

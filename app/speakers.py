@@ -1,23 +1,64 @@
-"""Give diarized speakers (SPEAKER_00...) the names people call them in the meeting.
+"""Give diarized speakers (SPEAKER_00...) the names they have in the meeting.
 
-People address each other: "Bob, can you start?" is followed by Bob; "Thanks, Bob." follows him.
-Each such address is a vote for the name of the next or previous speaker; a label takes the name
-with the most votes, each name at most once. Labels with no votes keep their SPEAKER_xx name.
+Two kinds of evidence, each a weighted vote for a label's name:
+- a self-introduction ("I'm Priya", "My name is Fiona", "Marcus here from finance", "This is Diego
+  from engineering") names the speaker who says it; it is the strongest evidence;
+- an address names someone else: "Bob, can you start?" or "What do you think, Bob?" is followed by
+  Bob; "Thanks, Bob." follows him.
+A label takes the name with the most votes, each name at most once (strongest evidence first), and
+keeps it only when that name has most of the label's votes (its confidence). Labels with no votes
+keep their SPEAKER_xx name.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 
 from app.transcript import Transcript, Turn, TranscriptWord
 
-_NAME = r"(?P<name>[A-Z][a-z]{1,20})"
+_NAME = r"(?P<name>[A-Z][a-z]{1,20}(?:-[A-Z][a-z]+)?)"
 # An address that hands the floor to the next speaker.
-_TO_NEXT = re.compile(rf"\b{_NAME},\s+(?:can|could|would|will|do|did|what|how|any)\b[^.?!]*\?")
+_TO_NEXT = (
+    re.compile(rf"\b{_NAME},\s+(?:can|could|would|will|do|did|what|how|any|are|is|where|when)\b[^.?!]*\?"),
+    re.compile(rf"\b{_NAME},\s+(?i:go ahead|over to you|your turn|the floor is yours|you're next|you are next|you're up)\b"),
+    re.compile(rf"(?i:let's hear from|over to|handing over to|next up is|next is)\s+{_NAME}\b"),
+    re.compile(rf"(?i:over to you|your turn|go ahead|what do you think|what about you|anything from you|how about you),?\s+{_NAME}\s*[?.!]"),
+)
 # A reply that names the previous speaker.
-_TO_PREVIOUS = re.compile(rf"^(?:(?:Sure|Yes|Yeah|Okay|OK|Right|Thanks|Thank you|Great|Good),?\s+){_NAME}\b")
-_NOT_NAMES = {"I", "We", "You", "The", "This", "That", "Okay", "Right", "Sure", "Yes", "Thanks", "Great", "So", "And"}
+_TO_PREVIOUS = re.compile(
+    rf"^(?:(?:Sure|Yes|Yeah|Okay|OK|Right|Thanks|Thank you|Great|Good|Good point|Agreed|Exactly|Fair enough),?\s+){_NAME}\b"
+)
+# A speaker who introduces themself.
+_INTRODUCTION = (
+    re.compile(rf"\b(?i:I am|I'm|my name is|my name's|this is)\s+{_NAME}(?=\s*(?:[,.!?;]|$|\s+(?:from|with|and|here|in|on|of|at)\b))"),
+    re.compile(rf"(?:^|[.!?,]\s+){_NAME} (?:here|speaking)\b"),
+    re.compile(rf"^(?i:hi|hello|hey|morning|good morning|good afternoon)\b[^.?!]{{0,20}}?(?i:it's|it is)\s+{_NAME}\s*[.,!]"),
+)
+_INTRO_WEIGHT = 3.0  # a self-introduction outweighs a few (possibly misattributed) addresses
+_MIN_SHARE = 0.5  # a name must hold at least this share of its label's votes
+_NOT_NAMES = {
+    "I", "We", "You", "The", "This", "That", "Okay", "Right", "Sure", "Yes", "Thanks", "Great", "So", "And", "But",
+    "Well", "Good", "Now", "Then", "Here", "There", "Also", "Just", "Not", "Really", "Going", "Happy", "Glad",
+    "Sorry", "Done", "Ready", "Fine", "Back", "All", "Everyone", "Team", "Today", "Tomorrow", "Yesterday",
+    "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday", "January", "February", "March",
+    "April", "May", "June", "July", "August", "September", "October", "November", "December", "Hi", "Hello",
+    "Hey", "Thank", "Please", "Let", "What", "How", "Who", "When", "Where", "Why", "Which", "It", "Is", "Are",
+    "Our", "My", "Your", "Their", "His", "Her", "One", "Two", "Three", "Next", "Last", "First", "Finally",
+}
+# Words an introduction is followed by when the "name" is really an adjective ("I'm Glad to ...").
+_LOWER_NOT_NAMES = {n.lower() for n in _NOT_NAMES}
+
+
+@dataclass(frozen=True)
+class SpeakerName:
+    """A label's name, the evidence behind it, and its share of that label's votes (0-1)."""
+
+    label: str
+    name: str
+    confidence: float
+    evidence: str  # "introduction" or "address"
 
 
 def name_speakers(transcript: Transcript) -> Transcript:
@@ -25,25 +66,62 @@ def name_speakers(transcript: Transcript) -> Transcript:
 
 
 def speaker_names(transcript: Transcript) -> dict[str, str]:
-    """Label -> name for the labels people address by name (the others are left out)."""
+    """Label -> name for the labels the meeting names (the others are left out)."""
+    return {n.label: n.name for n in named_speakers(transcript)}
+
+
+def _is_name(name: str) -> bool:
+    return name not in _NOT_NAMES and name.lower() not in _LOWER_NOT_NAMES
+
+
+def _votes(turns: list[Turn]) -> tuple[dict[str, Counter[str]], dict[tuple[str, str], str]]:
+    """Weighted name votes per label, and which evidence gave each (label, name) its strongest vote."""
     votes: dict[str, Counter[str]] = defaultdict(Counter)
-    turns = transcript.turns
+    kinds: dict[tuple[str, str], str] = {}
+
+    def vote(label: str, name: str, weight: float, kind: str) -> None:
+        if _is_name(name):
+            votes[label][name] += weight
+            if kind == "introduction" or (label, name) not in kinds:
+                kinds[(label, name)] = kind
+
     for i, turn in enumerate(turns):
-        for match in _TO_NEXT.finditer(turn.text):
-            nxt = next((t for t in turns[i + 1:] if t.speaker != turn.speaker), None)
-            if nxt is not None and match["name"] not in _NOT_NAMES:
-                votes[nxt.speaker][match["name"]] += 1
+        for pattern in _INTRODUCTION:
+            for match in pattern.finditer(turn.text):
+                vote(turn.speaker, match["name"], _INTRO_WEIGHT, "introduction")
+        nxt = next((t for t in turns[i + 1:] if t.speaker != turn.speaker), None)
+        if nxt is not None:
+            for pattern in _TO_NEXT:
+                for match in pattern.finditer(turn.text):
+                    vote(nxt.speaker, match["name"], 1.0, "address")
         match = _TO_PREVIOUS.match(turn.text)
-        if match and i > 0 and turns[i - 1].speaker != turn.speaker and match["name"] not in _NOT_NAMES:
-            votes[turns[i - 1].speaker][match["name"]] += 1
-    mapping: dict[str, str] = {}
-    taken: set[str] = set()
-    ranked = sorted(((count, label, name) for label, c in votes.items() for name, count in c.items()), reverse=True)
+        if match and i > 0 and turns[i - 1].speaker != turn.speaker:
+            vote(turns[i - 1].speaker, match["name"], 1.0, "address")
+    return votes, kinds
+
+
+def named_speakers(transcript: Transcript) -> list[SpeakerName]:
+    """Names with their confidence; a name goes to one label only, strongest evidence first."""
+    votes, kinds = _votes(transcript.turns)
+    ranked = sorted(
+        ((count, label, name) for label, c in votes.items() for name, count in c.items()),
+        key=lambda r: (-r[0], r[1], r[2]),
+    )
+    names: list[SpeakerName] = []
+    done: set[str] = set()
+    taken: set[str] = set(transcript.speakers)  # never rename a label to another label's name
     for count, label, name in ranked:
-        if label not in mapping and name not in taken and name not in transcript.speakers:
-            mapping[label] = name
-            taken.add(name)
-    return mapping
+        if label in done or name in taken:
+            continue
+        share = count / sum(votes[label].values())
+        # A name that also speaks for itself elsewhere (an introduction by another label) is contested:
+        # the introduction wins, handled by the ordering; a weak minority name is not given at all.
+        if share < _MIN_SHARE:
+            continue
+        names.append(SpeakerName(label, name, round(share, 3), kinds[(label, name)]))
+        done.add(label)
+        taken.add(name)
+    return names
 
 
 def rename_speakers(transcript: Transcript, mapping: dict[str, str]) -> Transcript:

@@ -140,37 +140,42 @@ def test_bad_prompt_files_are_input_errors(tmp_path):
 
 
 def test_ask_whole_transcript_map_reduce(whole_engine, long_meeting):
+    """A free-form question is put to the model; without answer_context_turns it reads the whole transcript,
+    in parts past the context. The tiny random model's words are not in the meeting, so the best sentence stands."""
     budget_check = whole_engine.count_tokens(render_turns(long_meeting.turns))
     assert budget_check > whole_engine.context_tokens
-    answer = Assistant(whole_engine).ask(long_meeting, "How much will the pilot cost?")
+    answer = Assistant(whole_engine).ask(long_meeting, "What problem did the payment company cause?")
     assert answer.parts > 1
-    assert answer.question == "How much will the pilot cost?"
-    assert answer.text
+    assert answer.question == "What problem did the payment company cause?"
+    assert "contract" in answer.text
     assert 0.0 <= answer.confidence <= 1.0
     for c in answer.citations:
         assert 0 <= c.turn_index < len(long_meeting.turns)
-        assert long_meeting.turns[c.turn_index].text == c.text
+        assert c.text in long_meeting.turns[c.turn_index].text
     json.dumps(answer.to_dict())
 
 
-def test_ask_relevant_turns_reads_one_part(engine, standup):
+def test_ask_amount_is_grounded(engine, standup):
     answer = Assistant(engine).ask(standup, "  How much   will the pilot cost? ")
-    assert answer.parts == 1
+    assert answer.parts == 1 and answer.kind == "how_much"
     assert answer.question == "How much will the pilot cost?"
+    assert answer.text == "Twelve thousand dollars"
     assert answer.citations
     for c in answer.citations:
         turn = standup.turns[c.turn_index]
-        assert (c.speaker, c.start, c.text) == (turn.speaker, turn.start, turn.text)
+        assert (c.speaker, c.start) == (turn.speaker, turn.start) and c.text in turn.text
         assert c.label.startswith("[00:")
     data = answer.to_dict()
     assert data["citations"][0]["label"] == answer.citations[0].label
 
 
-def test_relevant_turns_are_the_matching_ones(engine, standup):
-    chosen = Assistant(engine).relevant_turns(standup, "How much will the pilot cost?", 3)
-    indices = [i for i, _ in chosen]
-    assert len(indices) == 3 and indices == sorted(indices)
-    assert 5 in indices  # "The pilot will cost twelve thousand dollars."
+def test_sentence_retrieval_finds_the_matching_one(standup):
+    from app.retrieval import SentenceIndex
+    from app.sentences import split_sentences
+
+    index = SentenceIndex(split_sentences(standup))
+    best = index.sentences[index.search("How much will the pilot cost?", 3)[0].index]
+    assert best.text == "The pilot will cost twelve thousand dollars." and best.turn_index == 5
 
 
 @pytest.mark.parametrize("question", ["", "   \n\t "])
@@ -195,7 +200,7 @@ def test_summarize_long_transcript_map_reduce(whole_engine, long_meeting):
     assert [(a.owner, a.due) for a in summary.action_items] == [
         ("Bob", "Thursday, March sixth"), ("Carol", "Friday, March seventh"), ("Alice", "Wednesday, March twelfth")
     ]
-    assert summary.decisions == extract_decisions(long_meeting) and len(summary.decisions) == 4
+    assert len(extract_decisions(long_meeting)) == 4 and len(summary.decisions) == 2  # each said twice, listed once
     assert any("pilot will cost" in f.text for f in summary.key_facts)
     json.dumps(summary.to_dict())
 

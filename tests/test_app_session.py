@@ -138,6 +138,9 @@ def test_question_mid_meeting_and_after(replayed):
     answer = session.ask("When is the release?")
     assert "april" in answer.text.lower() and "14" in answer.text, answer
     assert any("april" in c.text.lower() for c in answer.citations)
+    answer = session.ask("Who will send the new contract to the payment company?")
+    assert answer.text.startswith("Bob"), answer
+    assert session.ask("How much will the catering cost?").text == "The meeting does not say."
     assert any(e.kind == "answer" for e in events)
     # Rolled back: questions leave nothing in the meeting's cache.
     assert session.snapshot().kv["tokens"] == session._context.tokens == session._context.cache.get_seq_length()

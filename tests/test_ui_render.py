@@ -64,7 +64,9 @@ def test_summary_and_actions_markdown():
     summary = MeetingSummary("The team reviewed the website.", action_items=[item])
     md = render.summary_markdown(summary)
     assert md.startswith("# Meeting summary") and "## Action items" in md
-    assert "**Bob**: finish the payment page (due next Friday) [00:03]" in md
+    assert "| Bob | finish the payment page | next Friday | 00:03 |" in md
+    assert "The team reviewed the website." in md
+    assert "Action items" not in render.summary_markdown(summary, action_items=False)  # the page lists them once
     assert render.action_items_markdown([]) == "_No action items yet._"
 
 

@@ -114,7 +114,8 @@ class Tab:
     last_version: int = -1
     notice: str | None = None
     shown_notice: str | None = None
-    summary_md: str = "_No summary yet._"
+    summary_md: str = "_No summary yet._"  # shown: without action items, which have a panel of their own
+    summary_export: str = "_No summary yet._"  # exported: with them
     summary_version: int = 0
     shown_summary: int = -1
     summary_at: float = 0.0
@@ -131,6 +132,7 @@ class Tab:
         self.last_version = -1
         self.notice = self.shown_notice = None
         self.summary_md, self.summary_version, self.shown_summary, self.summary_at = "_No summary yet._", 0, -1, 0.0
+        self.summary_export = self.summary_md
 
     def end(self) -> None:
         """Stop the feed and close the session (the runtime forgets it)."""
@@ -366,9 +368,11 @@ class LivePage:
         if not tab.summary_busy.acquire(blocking=False):
             return
         try:
-            tab.summary_md = render.summary_markdown(session.summary())
+            summary = session.summary()
+            tab.summary_md = render.summary_markdown(summary, action_items=False)
+            tab.summary_export = render.summary_markdown(summary)
         except Exception as exc:
-            tab.summary_md = f"_summary failed: {exc}_"
+            tab.summary_md = tab.summary_export = f"_summary failed: {exc}_"
         finally:
             tab.summary_version += 1
             tab.summary_busy.release()
@@ -412,7 +416,7 @@ class LivePage:
             transcript = tab.session.transcript()
             folder = self.export_root / tab.session.session_id
             paths = [atomic_write(folder / f"transcript.{fmt}", writer(transcript)) for fmt, writer in WRITERS.items()]
-            paths.append(atomic_write(folder / "summary.md", tab.summary_md + "\n"))
+            paths.append(atomic_write(folder / "summary.md", tab.summary_export))
         except Exception as exc:
             self._fail(tab, exc)
             return None

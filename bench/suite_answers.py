@@ -1,0 +1,195 @@
+"""How well minutia understands meetings it was not tuned on: answers per question type, speaker names,
+speaker counts, on a folder of generated meetings (bench/suites).
+
+    .venv/bin/python -m bench.suite_answers SUITE_DIR [--source reference|batch|live] [--no-llm] [--out DIR]
+
+Sources:
+- reference: the script's own transcript (true speakers and words): answering alone;
+- batch: the recording through `minutia transcribe`'s path (Whisper, diarizer, names), then `minutia ask`;
+- live: the recording replayed into a live MeetingSession as fast as the models go; questions asked after it.
+An answer is scored on its text only (bench/suites/score.py), never on its citations. Also counted: answers that
+repeat themselves, and cited lines that do not hold the answer's key (the expected keyword or speaker).
+Generate a suite with `python -m bench.suites.meetings --split eval --count 20 --out bench/out/suite-eval`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from app.config import load_settings  # noqa: E402
+from app.transcript import Transcript, load_transcript  # noqa: E402
+from bench.suites.score import answer_correct, repeats_itself  # noqa: E402
+
+
+def meetings(folder: Path, limit: int | None) -> list[Path]:
+    found = sorted(p.parent for p in folder.glob("*/facts.json"))
+    if not found:
+        raise SystemExit(f"no meetings (*/facts.json) under {folder}")
+    return found[:limit] if limit else found
+
+
+def speaker_of_words(reference: dict, transcript: Transcript) -> dict[str, str]:
+    """Hypothesis label -> the reference speaker it overlaps most in time (by word midpoints)."""
+    votes: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    turns = [(t["start"], t["end"], t["speaker"]) for t in reference["turns"]]
+    for word in transcript.words:
+        mid = (word.start + word.end) / 2
+        for a, b, name in turns:
+            if a <= mid <= b:
+                votes[word.speaker][name] += word.end - word.start
+    return {label: max(v, key=v.get) for label, v in votes.items()}
+
+
+def naming(facts: dict, reference: dict, transcript: Transcript) -> dict:
+    """Named speakers right / introduced or addressed speakers, and names given wrongly."""
+    truth = speaker_of_words(reference, transcript)
+    named_in_meeting = {s["name"] for s in facts["speakers"] if s.get("named_by")}
+    introduced = {s["name"] for s in facts["speakers"] if s.get("named_by") == "introduction"}
+    hyp_names = {label for label in transcript.speakers if not label.startswith("SPEAKER_")}
+    right = {label for label in hyp_names if truth.get(label) == label}
+    wrong = sorted(label for label in hyp_names if truth.get(label) not in (None, label))
+    return {
+        "named_right": len(right & named_in_meeting), "named_total": len(named_in_meeting),
+        "introduced_right": len(right & introduced), "introduced_total": len(introduced),
+        "wrong_names": wrong,
+    }
+
+
+def cited_key(answer, question: dict) -> bool:
+    """The answer's key (an expected keyword, or the person) occurs in a cited line or is its speaker."""
+    if question["type"] == "absent":
+        return not answer.citations
+    keys = [k for group in question["keywords"] for k in (group if isinstance(group, list) else [group])]
+    cited = " ".join(f"{c.speaker} {c.text}" for c in answer.citations).lower()
+    return any(k.lower() in cited or k.lower().replace(",", "") in cited.replace(",", "") for k in keys) or \
+        answer_correct(cited, question)
+
+
+def transcript_for(meeting: Path, source: str, settings, runtime) -> Transcript:
+    if source == "reference":
+        return load_transcript(meeting / "reference.json")
+    from app.pipeline import transcribe_recording
+
+    audio = next(p for p in sorted(meeting.glob("meeting.*")))
+    return transcribe_recording(audio, settings)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("suite", type=Path)
+    ap.add_argument("--source", choices=("reference", "batch", "live"), default="reference")
+    ap.add_argument("--no-llm", action="store_true", help="answer without the language model (free-form falls back)")
+    ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--config", default=None)
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--show-wrong", action="store_true", help="list wrong answers (development seeds only: never "
+                    "read the evaluation seeds' answers)")
+    args = ap.parse_args(argv)
+    console = Console(stderr=True)
+    settings = load_settings(args.config)
+    todo = meetings(args.suite, args.limit)
+
+    from app.answers import AnswerFinder
+    from app.retrieval import default_embedder
+
+    assistant = runtime = None
+    if args.source == "live":
+        from app.runtime import Runtime
+
+        runtime = Runtime(settings)
+    elif not args.no_llm:
+        from app.assistant import Assistant
+        from app.llm import LLMEngine
+
+        assistant = Assistant(LLMEngine.from_settings(settings.llm, settings.home, settings.kv))
+
+    rows, names, counts = [], [], []
+    started = time.perf_counter()
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("meetings", total=len(todo))
+        for meeting in todo:
+            progress.update(task, description=f"{meeting.name} ({args.source})")
+            facts = json.loads((meeting / "facts.json").read_text())
+            meta = json.loads((meeting / "meta.json").read_text()) if (meeting / "meta.json").is_file() else {}
+            reference = json.loads((meeting / "reference.json").read_text())
+            if args.source == "live":
+                from app.session import replay
+
+                session = runtime.new_session(source=meeting.name)
+                replay(session, next(p for p in sorted(meeting.glob("meeting.*"))), speed=0)
+                session.finish(timeout=600)
+                transcript = session.transcript()
+                ask = session.ask
+            else:
+                transcript = transcript_for(meeting, args.source, settings, runtime)
+                if assistant is not None:
+                    ask = lambda q, t=transcript: assistant.ask(t, q)  # noqa: E731
+                else:
+                    finder = AnswerFinder(transcript, default_embedder())
+                    ask = finder.answer
+            if args.source != "reference":
+                names.append({"meeting": meeting.name, "condition": meta.get("condition", "?"),
+                              **naming(facts, reference, transcript)})
+                counts.append({"meeting": meeting.name, "condition": meta.get("condition", "?"),
+                               "ref": len(reference["speakers"]), "hyp": len(transcript.speakers)})
+            for question in facts["questions"]:
+                answer = ask(question["question"])
+                rows.append({
+                    "meeting": meeting.name, "condition": meta.get("condition", "?"), "type": question["type"],
+                    "question": question["question"], "expected": question["answer"], "answer": answer.text,
+                    "understood_as": answer.kind, "correct": answer_correct(answer.text, question),
+                    "repeats": repeats_itself(answer.text), "cited_supports": cited_key(answer, question),
+                })
+            if runtime is not None:
+                runtime.close_session(session.session_id)
+            progress.advance(task)
+    elapsed = time.perf_counter() - started
+
+    command = " ".join(shlex.quote(a) for a in [Path(sys.executable).name, "-m", "bench.suite_answers", *sys.argv[1:]])
+    print(f"`{command}` — {len(todo)} meetings, {len(rows)} questions, source {args.source}, "
+          f"{'no LLM' if args.no_llm else settings.llm.model}, {os.cpu_count()} cores, {elapsed:.0f} s\n")
+    by_type: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        by_type[r["type"]].append(r)
+    print("| question type | questions | right | cited line supports | repeats |\n|---|---|---|---|---|")
+    for qtype in sorted(by_type):
+        rs = by_type[qtype]
+        print(f"| {qtype} | {len(rs)} | {sum(r['correct'] for r in rs) / len(rs):.0%} "
+              f"| {sum(r['cited_supports'] for r in rs) / len(rs):.0%} | {sum(r['repeats'] for r in rs)} |")
+    print(f"| **all** | {len(rows)} | **{sum(r['correct'] for r in rows) / len(rows):.1%}** "
+          f"| {sum(r['cited_supports'] for r in rows) / len(rows):.0%} | {sum(r['repeats'] for r in rows)} |")
+    if names:
+        nr, nt = sum(n["named_right"] for n in names), sum(n["named_total"] for n in names)
+        ir, it = sum(n["introduced_right"] for n in names), sum(n["introduced_total"] for n in names)
+        wrong = [w for n in names for w in n["wrong_names"]]
+        right_counts = sum(c["ref"] == c["hyp"] for c in counts)
+        print(f"\nspeakers: count right in {right_counts}/{len(counts)} meetings; introduced speakers named right "
+              f"{ir}/{it}; named (introduced or addressed) right {nr}/{nt}; wrong names {len(wrong)} {wrong[:10]}")
+    wrong_rows = [r for r in rows if not r["correct"]]
+    if wrong_rows and args.show_wrong:
+        print("\nwrong answers:")
+        for r in wrong_rows[:60]:
+            print(f"- {r['meeting']} [{r['type']}→{r['understood_as']}] {r['question']} | expected {r['expected']!r} "
+                  f"| got {r['answer']!r}")
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / f"suite_answers_{args.source}.json").write_text(
+            json.dumps({"command": command, "rows": rows, "names": names, "counts": counts}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,128 @@
+"""The extractive meeting summary (app/summary.py) and the QMSum bench's split and scoring; no LLM."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.sentences import split_sentences as sentences
+from app.summary import SummarySettings, build_summary, render_markdown, segment_topics
+from app.transcript import Transcript, Turn, load_transcript
+
+ROOT = Path(__file__).resolve().parent.parent
+STANDUP = ROOT / "samples" / "standup"
+
+BUDGET = [
+    ("Ann", "Let us start with the budget for the marketing campaign this quarter."),
+    ("Ben", "The marketing budget is forty thousand dollars and the campaign spend so far is twelve thousand."),
+    ("Ann", "The campaign spend on online advertising is higher than the budget planned for advertising."),
+    ("Ben", "Online advertising costs rose, so the campaign budget needs more money for advertising."),
+    ("Ann", "Which advertising channels give the campaign the best return on the marketing budget?"),
+    ("Ben", "Search advertising gives the best return, social advertising the worst return for the campaign."),
+    ("Ann", "Then the campaign budget moves money from social advertising to search advertising."),
+    ("Ben", "We decided to move five thousand dollars of the campaign budget to search advertising."),
+]
+HIRING = [
+    ("Ann", "Next, the hiring plan for the engineering team and the open developer positions."),
+    ("Ben", "Engineering has three open developer positions and two interviews with candidates next week."),
+    ("Ann", "The developer candidates need a coding interview and a system design interview with engineering."),
+    ("Ben", "Carol will run the coding interviews for the developer candidates in engineering."),
+    ("Ann", "Who approves the salary offers for the new engineering hires?"),
+    ("Ben", "Senior developer candidates expect more pay than we planned last year."),
+    ("Ann", "The hiring plan keeps three developer positions and engineering interviews continue."),
+    ("Ben", "I will send the interview schedule for the developer candidates by Friday."),
+]
+
+
+def _meeting(turns: list[tuple[str, str]]) -> Transcript:
+    return Transcript(turns=[Turn(who, text, 6.0 * i, 6.0 * i + 5) for i, (who, text) in enumerate(turns)], source="t")
+
+
+@pytest.fixture
+def two_topics() -> Transcript:
+    return _meeting(BUDGET + HIRING)
+
+
+@pytest.fixture(scope="module")
+def bench():
+    for needed in ("rouge_score", "bm25s", "sumy"):  # the bench's own dependencies
+        pytest.importorskip(needed)
+    spec = importlib.util.spec_from_file_location("qmsum_summary", ROOT / "bench" / "qmsum_summary.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_segmentation_splits_two_topics(two_topics):
+    topics = segment_topics(two_topics, SummarySettings(min_topic_words=40, window_words=40))
+    assert len(topics) == 2
+    assert topics[0] == (0, len(BUDGET) - 1) and topics[1] == (len(BUDGET), len(BUDGET) + len(HIRING) - 1)
+
+
+def test_short_meeting_is_one_topic(two_topics):
+    assert segment_topics(Transcript(turns=two_topics.turns[:3])) == [(0, 2)]
+
+
+def test_summary_sentences_come_from_the_transcript(two_topics):
+    summary = build_summary(two_topics, "The meeting was about budget and hiring.",
+                            settings=SummarySettings(min_topic_words=40, window_words=40))
+    assert len(summary.topics) == 2
+    for topic in summary.topics:
+        assert 1 <= len(topic.sentences) <= 4 and topic.title
+        for s in topic.sentences:
+            assert s.text in two_topics.turns[s.turn_index].text and topic.first_turn <= s.turn_index <= topic.last_turn
+    assert summary.summary.startswith("The meeting was about budget and hiring.")
+    assert summary.topics[0].text in summary.summary and summary.topics[1].text in summary.summary
+    # Open questions: the salary question is never answered; the channels question is.
+    assert [q.text for q in summary.open_questions] == ["Who approves the salary offers for the new engineering hires?"]
+    markdown = render_markdown(summary)
+    assert "## Open questions" in markdown and "## Decisions" in markdown and "| Ben | send the interview schedule" in markdown
+
+
+def test_decisions_and_action_items_are_listed_once():
+    standup = load_transcript(STANDUP / "reference.json")
+    twice = Transcript(turns=standup.turns * 2, source="long")
+    summary = build_summary(twice)
+    assert len(summary.decisions) == 2 and len(summary.action_items) == 3
+    assert len({f.text for f in summary.key_facts}) == len(summary.key_facts)
+    listed = {d.text for d in summary.decisions} | {f.text for f in summary.key_facts}
+    assert not any(s.text in listed for t in summary.topics for s in t.sentences)  # no sentence listed twice
+    assert render_markdown(summary).count("send the new contract") == 1
+    assert summary.to_dict()["topics"][0]["sentences"]
+
+
+def test_sentences_join_across_cut_turns():
+    t = Transcript(turns=[Turn("A", "The pilot will cost", 0.0, 1.0), Turn("A", "twelve thousand dollars.", 3.5, 5.0),
+                          Turn("B", "It starts on Monday,", 6.0, 7.0), Turn("A", "and runs four weeks.", 7.0, 8.0),
+                          Turn("A", "Good", 9.0, 9.5), Turn("B", "Thanks.", 10.0, 10.5)])
+    assert [(s.text, s.speaker, s.turn_index) for s in sentences(t)] == [
+        ("The pilot will cost twelve thousand dollars.", "A", 0),
+        ("It starts on Monday,", "B", 2),
+        ("and runs four weeks.", "A", 3),  # another speaker: not joined
+        ("Good", "A", 4),
+        ("Thanks.", "B", 5),
+    ]
+
+
+def test_qmsum_split_is_deterministic_and_disjoint(bench):
+    names = [f"M{i:03d}.json" for i in range(200)]
+    first = {n: bench.split_of(n) for n in names}
+    assert first == {n: bench.split_of(n) for n in names}
+    tuning = {n for n, s in first.items() if s == "tuning"}
+    held = {n for n, s in first.items() if s == "held-out"}
+    assert tuning and held and not tuning & held and tuning | held == set(names)
+    assert 0.45 < len(tuning) / len(names) < 0.75
+
+
+def test_rouge_prefers_the_perfect_summary_to_lead_k(bench, two_topics):
+    reference = "The campaign budget moves money to search advertising. Carol runs the coding interviews."
+    meeting = bench.Meeting("t.json", two_topics, sentences(two_topics), [])
+    perfect = bench.rouge(reference, reference)
+    lead = bench.rouge(bench.lead(meeting, 14), reference)
+    assert perfect["rougeLsum"] == pytest.approx(100.0) and perfect["rouge1"] == pytest.approx(100.0)
+    for metric in bench.METRICS:
+        assert perfect[metric] > lead[metric]
