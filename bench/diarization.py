@@ -1,11 +1,13 @@
 """Diarization error rate and speed of the embedded diarizer on the samples we can ship.
 
-    .venv/bin/python bench/diarization.py [--out DIR] [--oracle-speakers] [--embedding mfcc]
-                                          [--set switch_penalty=0.5 ...]
+    .venv/bin/python bench/diarization.py [--out DIR] [--oracle-speakers] [--embedding ge2e]
+                                          [--suite DIR] [--limit N] [--set switch_penalty=0.5 ...]
 
 Samples: the real two-speaker recording inside the pyannote.audio wheel (sample.wav +
 sample.rttm) and samples/standup (meeting.ogg + reference.rttm, three synthetic voices) when
-present. DER is pyannote.metrics' DiarizationErrorRate with skip_overlap=False, at collar 0
+present; with ``--suite DIR``, every meeting folder under DIR instead (meeting.wav,
+reference.rttm, meta.json with ``condition``, as bench/suites/meetings.py writes them), with a
+per-condition summary: speaker count right, median DER. DER is pyannote.metrics' DiarizationErrorRate with skip_overlap=False, at collar 0
 (pyannote's own benchmark setting, the headline number) and at collar 0.25 s (the older NIST
 habit), scored over the whole file. RTF is diarization wall time (VAD included, model loading
 excluded) / audio duration; on a shared machine it varies with the load.
@@ -29,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from encoders.audio import load_audio  # noqa: E402
 from encoders.diarize import EmbeddedDiarizer, SpeakerTurn  # noqa: E402
+from encoders.speaker_embedding import BACKENDS  # noqa: E402
 
 
 def read_rttm(path: Path) -> list[SpeakerTurn]:
@@ -76,6 +79,42 @@ def samples() -> list[tuple[str, Path, Path]]:
     return found
 
 
+def suite_samples(folder: Path, limit: int | None = None) -> list[tuple[str, Path, Path, str]]:
+    """(name, audio, rttm, condition) of each meeting folder under ``folder``."""
+    found = []
+    for meta in sorted(folder.glob("*/meta.json")):
+        d = meta.parent
+        audio = next((p for p in sorted(d.glob("meeting.*")) if p.suffix in (".wav", ".ogg", ".flac")), None)
+        if audio is not None and (d / "reference.rttm").is_file():
+            condition = json.loads(meta.read_text()).get("condition", "clean")
+            found.append((d.name, audio, d / "reference.rttm", str(condition)))
+    return found[:limit] if limit else found
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+    """Per condition (and all together): meetings, speaker count right, median DER, RTF."""
+    import statistics
+
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(r["condition"], []).append(r)
+        if r["condition"] != "clean":
+            groups.setdefault("degraded (all)", []).append(r)
+    groups["all"] = rows
+    out = []
+    for name, rs in groups.items():
+        out.append({
+            "condition": name,
+            "meetings": len(rs),
+            "count_right": sum(r["ref_speakers"] == r["hyp_speakers"] for r in rs) / len(rs),
+            "median_der_0": statistics.median(r["collar_0"]["der"] for r in rs),
+            "median_der_0.25": statistics.median(r["collar_0.25"]["der"] for r in rs),
+            "mean_der_0.25": statistics.fmean(r["collar_0.25"]["der"] for r in rs),
+            "rtf": sum(r["seconds"] for r in rs) / sum(r["duration_s"] for r in rs),
+        })
+    return out
+
+
 def cpu_model() -> str:
     if Path("/proc/cpuinfo").is_file():
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -103,13 +142,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=None, help="write diarization.json here")
     ap.add_argument("--oracle-speakers", action="store_true", help="pass the reference speaker count")
-    ap.add_argument("--embedding", choices=["ge2e", "mfcc"], default="ge2e")
+    ap.add_argument("--embedding", choices=sorted(BACKENDS), default=EmbeddedDiarizer.embedding)
+    ap.add_argument("--suite", type=Path, default=None, help="folder of generated meetings to score instead")
+    ap.add_argument("--limit", type=int, default=None, help="only the first N suite meetings")
     ap.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="EmbeddedDiarizer overrides")
     args = ap.parse_args(argv)
     console = Console(stderr=True)
 
     diarizer = EmbeddedDiarizer(embedding=args.embedding, **parse_overrides(args.set))
-    todo = samples()
+    todo = suite_samples(args.suite, args.limit) if args.suite else [(*x, "real") for x in samples()]
     rows = []
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("warming up (loading models)", total=len(todo) + 1)
@@ -118,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         diarizer.diarize(warm)
         load_s = time.perf_counter() - start
         progress.advance(task)
-        for name, audio_path, rttm_path in todo:
+        for name, audio_path, rttm_path, condition in todo:
             progress.update(task, description=f"diarizing {name}")
             audio = load_audio(audio_path)
             reference = read_rttm(rttm_path)
@@ -129,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
             rows.append({
                 "sample": name,
+                "condition": condition,
                 "duration_s": round(duration, 2),
                 "ref_speakers": n_ref,
                 "hyp_speakers": len({t.speaker for t in hyp}),
@@ -144,13 +186,20 @@ def main(argv: list[str] | None = None) -> int:
     machine = f"{os.cpu_count()} cores, {cpu_model()}"
     print(f"`{command}` (embedding {args.embedding}, speaker count {'oracle' if args.oracle_speakers else 'estimated'}, "
           f"model load + warm-up {load_s:.1f} s)\n")
-    print("| sample | audio | speakers ref/hyp | DER collar 0 (miss/FA/conf) | DER collar 0.25 | RTF | machine |")
-    print("|---|---|---|---|---|---|---|")
+    print("| sample | condition | audio | speakers ref/hyp | DER collar 0 (miss/FA/conf) | DER collar 0.25 | RTF | machine |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         c0, c25 = r["collar_0"], r["collar_0.25"]
-        print(f"| {r['sample']} | {r['duration_s']:.1f} s | {r['ref_speakers']}/{r['hyp_speakers']} "
+        print(f"| {r['sample']} | {r['condition']} | {r['duration_s']:.1f} s | {r['ref_speakers']}/{r['hyp_speakers']} "
               f"| {c0['der']:.1%} ({c0['missed']:.1%}/{c0['false_alarm']:.1%}/{c0['confusion']:.1%}) "
               f"| {c25['der']:.1%} | {r['rtf']:.3f} | {machine} |")
+    summary = summarize(rows) if args.suite else []
+    if summary:
+        print("\n| condition | meetings | speaker count right | median DER collar 0 | median DER collar 0.25 | mean DER collar 0.25 | RTF |")
+        print("|---|---|---|---|---|---|---|")
+        for g in summary:
+            print(f"| {g['condition']} | {g['meetings']} | {g['count_right']:.0%} | {g['median_der_0']:.1%} "
+                  f"| {g['median_der_0.25']:.1%} | {g['mean_der_0.25']:.1%} | {g['rtf']:.3f} |")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         report = {
@@ -161,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             "oracle_speakers": args.oracle_speakers,
             "settings": dataclasses.asdict(diarizer),
             "samples": rows,
+            "summary": summary,
         }
         (args.out / "diarization.json").write_text(json.dumps(report, indent=2) + "\n")
     return 0

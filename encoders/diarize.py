@@ -1,14 +1,13 @@
 """Who spoke when: speaker turns for a recording, and a speaker for every transcribed word.
 
-Two backends. ``EmbeddedDiarizer`` needs nothing downloaded (silero VAD + resemblyzer's packaged
-GE2E voice encoder + spectral clustering), so the app always works offline. ``PyannoteDiarizer``
+Two backends. ``EmbeddedDiarizer`` needs nothing downloaded (silero VAD + a packaged voice
+encoder, CAM++ by default (encoders/speaker_embedding.py) + spectral clustering), so the app always works offline. ``PyannoteDiarizer``
 runs a pyannote.audio pipeline the user has put in a local folder, for better quality on hard
 audio (overlap, many speakers).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import threading
@@ -21,12 +20,10 @@ import numpy as np
 
 from encoders.audio import SAMPLE_RATE, check_audio, resample
 from encoders.errors import InputError
+from encoders.speaker_embedding import FRAME_RATE, _l2norm, speaker_embedding
 from encoders.vad import SpeechRegion, detect_speech
 
 log = logging.getLogger(__name__)
-
-FRAME_RATE = 100  # resemblyzer's mel frames: 10 ms hop at 16 kHz
-
 
 @dataclass(frozen=True)
 class SpeakerTurn:
@@ -83,22 +80,6 @@ def _named_turns(starts: Sequence[float], ends: Sequence[float], labels: Sequenc
 # Embedded backend
 
 
-_encoder = None
-_encoder_lock = threading.Lock()
-
-
-def _voice_encoder():
-    """resemblyzer's GE2E encoder (weights ship inside the package), loaded once per process."""
-    global _encoder
-    if _encoder is None:
-        with _encoder_lock:
-            if _encoder is None:
-                from resemblyzer import VoiceEncoder
-
-                _encoder = VoiceEncoder(device="cpu", verbose=False).eval()
-    return _encoder
-
-
 def _windows(regions: list[tuple[int, int]], width: int, step: int) -> np.ndarray:
     """(start, end, region index) frame windows inside each speech region; a region shorter
     than ``width`` is one short window."""
@@ -114,98 +95,42 @@ def _windows(regions: list[tuple[int, int]], width: int, step: int) -> np.ndarra
     return np.array(out, dtype=np.int64).reshape(-1, 3)
 
 
-def _l2norm(x: np.ndarray) -> np.ndarray:
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+def _pruned_laplacian(emb: np.ndarray, p_neighbors: float) -> np.ndarray:
+    """Normalised Laplacian of the cosine affinity with each row pruned to its nearest neighbours.
 
-
-def _region_frames(audio: np.ndarray, start: int, end: int) -> np.ndarray:
-    """Samples whose 25 ms / 10 ms STFT frames (center=False) are frames [start, end) of the file.
-
-    Computing features region by region keeps memory bounded by the longest speech region,
-    not the recording (a full-file spectrogram of a 3 h meeting is gigabytes).
+    Pruning (Park et al., 2019, "auto-tuning spectral clustering") keeps the graph's components
+    per speaker, which makes the eigengap reliable.
     """
-    hop, half = SAMPLE_RATE // FRAME_RATE, 200  # 160-sample hop, 400-sample (25 ms) window
-    a0, a1 = start * hop - half, (end - 1) * hop + half
-    seg = audio[max(a0, 0) : min(a1, len(audio))]
-    return np.pad(seg, (max(0, -a0), max(0, a1 - len(audio))))
+    n = len(emb)
+    aff = np.clip(emb @ emb.T, 0.0, 1.0)
+    keep = min(n, max(2, int(round(p_neighbors * n))))
+    thresh = -np.sort(-aff, axis=1)[:, keep - 1 : keep]
+    pruned = np.where(aff >= thresh, aff, 0.0)
+    pruned = (pruned + pruned.T) / 2
+    d = 1.0 / np.sqrt(np.maximum(pruned.sum(1), 1e-12))
+    return np.eye(n) - d[:, None] * pruned * d[None, :]
 
 
-@functools.cache
-def _mel_basis() -> tuple[np.ndarray, np.ndarray]:
-    import librosa.filters
-    import scipy.signal
-    from resemblyzer.hparams import mel_n_channels
-
-    window = scipy.signal.get_window("hann", 400, fftbins=True).astype(np.float32)
-    return window, librosa.filters.mel(sr=SAMPLE_RATE, n_fft=400, n_mels=mel_n_channels).T
-
-
-def _mel(y: np.ndarray) -> np.ndarray:
-    """resemblyzer's (power, not log) mel spectrogram, center=False; plain numpy because
-    librosa's first call costs seconds of lazy imports."""
-    window, basis = _mel_basis()
-    frames = np.lib.stride_tricks.sliding_window_view(y, 400)[::160]
-    return ((np.abs(np.fft.rfft(frames * window, axis=1)) ** 2) @ basis).astype(np.float32)
-
-
-def _ge2e_embeddings(audio: np.ndarray, regions: list[tuple[int, int]], windows: np.ndarray, batch: int = 128) -> np.ndarray:
-    """One L2-normalised GE2E embedding per window.
-
-    resemblyzer's ``preprocess_wav`` would cut long pauses and shift every timestamp, so only
-    its volume normalisation is reproduced (gain to -30 dBFS, increase only) and its mel
-    spectrogram parameters are used; the VAD has already decided where speech is.
-    """
-    import torch
-    from resemblyzer.hparams import audio_norm_target_dBFS
-
-    encoder = _voice_encoder()
-    rms = np.sqrt(float(np.dot(audio, audio)) / len(audio))
-    gain = 1.0 if rms == 0 else max(1.0, 10 ** (audio_norm_target_dBFS / 20) / rms)
-    out = np.zeros((len(windows), 256), dtype=np.float32)
-    pending: dict[int, list[tuple[int, np.ndarray]]] = {}  # window length -> (index, mel) to batch
-
-    def run(length: int) -> None:
-        items = pending.pop(length)
-        x = torch.from_numpy(np.stack([m for _, m in items]))
-        out[[i for i, _ in items]] = encoder(x).numpy()
-
-    with torch.inference_mode():
-        for r in np.unique(windows[:, 2]):
-            s, e = regions[r]
-            mel = _mel(_region_frames(audio, s, e) * np.float32(gain))
-            for i in np.flatnonzero(windows[:, 2] == r):
-                w0, w1 = windows[i, 0] - s, windows[i, 1] - s
-                pending.setdefault(w1 - w0, []).append((i, mel[w0:w1]))
-                if len(pending[w1 - w0]) >= batch:  # the LSTM batches only equal lengths
-                    run(w1 - w0)
-        for length in list(pending):
-            run(length)
-    return np.nan_to_num(out)  # an all-zero input yields 0/0 in the encoder's normalisation
+def _auto_p(emb: np.ndarray, k_low: int, high: int, candidates: Sequence[float], max_n: int = 300) -> float:
+    """The pruning ratio with the clearest eigengap relative to how much it prunes (NME-SC,
+    Park et al., 2019): min p / (max gap / largest eigenvalue). A fixed ratio fails when
+    speakers talk unequally: a quiet speaker's windows get neighbours from other speakers.
+    Chosen on at most ``max_n`` evenly spaced rows: p is a fraction, and one eigensolve per
+    candidate on 1000+ rows would cost seconds (the online diarizer re-clusters often)."""
+    emb = emb[:: -(-len(emb) // max_n)]
+    best, chosen = np.inf, candidates[0]
+    for p in candidates:
+        vals = np.linalg.eigvalsh(_pruned_laplacian(emb, p))
+        gap = np.diff(vals[: high + 1])[k_low - 1 : high].max()
+        ratio = p / max(gap / max(vals[-1], 1e-9), 1e-9)
+        if ratio < best:
+            best, chosen = ratio, p
+    return chosen
 
 
-def _mfcc_embeddings(audio: np.ndarray, regions: list[tuple[int, int]], windows: np.ndarray) -> np.ndarray:
-    """Baseline: per-window mean and std of 20 MFCCs, standardised across the file."""
-    import librosa
-
-    feats = np.zeros((len(windows), 40))
-    for r in np.unique(windows[:, 2]):
-        s, e = regions[r]
-        mfcc = librosa.feature.mfcc(
-            y=_region_frames(audio, s, e), sr=SAMPLE_RATE, n_mfcc=20, n_fft=400, hop_length=160, center=False
-        ).T
-        for i in np.flatnonzero(windows[:, 2] == r):
-            m = mfcc[windows[i, 0] - s : windows[i, 1] - s]
-            feats[i] = np.r_[m.mean(0), m.std(0)]
-    feats = (feats - feats.mean(0)) / (feats.std(0) + 1e-8)
-    return _l2norm(feats).astype(np.float32)
-
-
-def _spectral_labels(emb: np.ndarray, low: int, high: int, p_neighbors: float) -> np.ndarray:
+def _spectral_labels(emb: np.ndarray, low: int, high: int, p_neighbors: float, k_fixed: int = 0) -> np.ndarray:
     """Spectral clustering on a pruned cosine affinity; the eigengap picks the speaker count.
-
-    Pruning each row to its nearest neighbours (Park et al., 2019, "auto-tuning spectral
-    clustering") keeps the graph's components per speaker, which makes the eigengap reliable.
-    """
+    ``p_neighbors`` 0: tuned per file (_auto_p)."""
     from sklearn.cluster import KMeans
 
     n = len(emb)
@@ -213,19 +138,15 @@ def _spectral_labels(emb: np.ndarray, low: int, high: int, p_neighbors: float) -
     low = min(low, high)
     if high <= 1:
         return np.zeros(n, dtype=np.int64)
-    aff = np.clip(emb @ emb.T, 0.0, 1.0)
-    keep = max(2, int(round(p_neighbors * n)))
-    thresh = -np.sort(-aff, axis=1)[:, keep - 1 : keep]
-    pruned = np.where(aff >= thresh, aff, 0.0)
-    pruned = (pruned + pruned.T) / 2
-    deg = pruned.sum(1)
-    d = 1.0 / np.sqrt(np.maximum(deg, 1e-12))
-    lap = np.eye(n) - d[:, None] * pruned * d[None, :]
-    vals, vecs = np.linalg.eigh(lap)
     # The eigengap cannot tell one speaker from two (vals[1] - vals[0] is small either way), so
     # it chooses among k >= 2 and _merge_similar decides whether two clusters are one voice.
     k_low = max(low, 2)
-    if k_low >= high:
+    if not p_neighbors:
+        p_neighbors = _auto_p(emb, k_low, high, np.arange(0.04, 0.32, 0.02)) if k_low < high else 0.25
+    vals, vecs = np.linalg.eigh(_pruned_laplacian(emb, p_neighbors))
+    if k_fixed:  # over-cluster on purpose; merging decides the count
+        k = min(max(k_fixed, k_low), high)
+    elif k_low >= high:
         k = high
     else:
         gaps = np.diff(vals[: high + 1])  # gaps[k-1] = vals[k] - vals[k-1]: k clusters
@@ -236,20 +157,21 @@ def _spectral_labels(emb: np.ndarray, low: int, high: int, p_neighbors: float) -
 
 def _merge_similar(emb: np.ndarray, labels: np.ndarray, low: int, threshold: float) -> np.ndarray:
     """Average-linkage merging: join the two clusters whose windows sound most alike, on average,
-    while that average cosine is above ``threshold``.
+    while that mean cosine is above ``threshold``.
 
-    This decides one speaker vs several and undoes eigengap over-counts. The raw average is
-    used, not the cosine of normalised centroids: centroids of small clusters are noisy, and
-    the raw average separated same-voice splits (>= 0.74) from distinct voices (<= 0.67) on
-    both samples, where centroid cosines overlapped.
+    This decides one speaker vs several and undoes over-counts. The raw average is used, not
+    the cosine of normalised centroids: centroids of small clusters are noisy. (Tried on dev:
+    also merging on cross minus within cosine, with or without the file mean removed; it split
+    the real pyannote sample into many speakers, since real voices vary more than espeak's.)
     """
     labels = labels.copy()
     while True:
         ids = np.unique(labels)
         if len(ids) <= max(low, 1):
             return labels
-        means = np.stack([emb[labels == i].mean(0) for i in ids])
-        cross = means @ means.T  # mean pairwise cosine between the clusters' windows
+        sums = np.stack([emb[labels == i].sum(0) for i in ids])
+        sizes = np.array([(labels == i).sum() for i in ids], dtype=np.float64)
+        cross = (sums @ sums.T) / np.outer(sizes, sizes)  # mean pairwise cosine between clusters
         np.fill_diagonal(cross, -np.inf)
         a, b = np.unravel_index(np.argmax(cross), cross.shape)
         if cross[a, b] < threshold:
@@ -280,20 +202,22 @@ class EmbeddedDiarizer(Diarizer):
     """Offline diarization in two passes over the VAD's speech regions.
 
     1. Who: long windows (``window_s``) every ``cluster_hop_s`` -> voice embeddings -> spectral
-       clustering (eigengap picks the count) -> average-linkage merging of same-voice clusters.
+       clustering (eigengap picks the count, on an affinity pruned by a per-file ratio) ->
+       average-linkage merging of same-voice clusters.
     2. When: short windows (``reseg_window_s``) every ``step_s`` are scored against the speaker
        centroids, each 10 ms frame averages the windows covering it, and a Viterbi pass with a
        cost per speaker change picks the labels. Short windows follow fast turn-taking that the
        long, more reliable clustering windows would blur.
     """
 
-    embedding: Literal["ge2e", "mfcc"] = "ge2e"
+    embedding: Literal["camplus", "ge2e", "mfcc"] = "camplus"  # see encoders/speaker_embedding.py
     window_s: float = 1.5
     cluster_hop_s: float = 0.5  # >= window/3: overlapping near-copies would chain into fake clusters
     max_cluster_units: int = 1000  # bounds the O(n^2) affinity and O(n^3) eigensolve on long audio
     min_cluster_window_s: float = 1.0  # shorter windows are too noisy to define a speaker
-    p_neighbors: float = 0.25
+    p_neighbors: float = 0.0  # pruning ratio of the affinity; 0: tuned per file (NME-SC, see _auto_p)
     merge_threshold: float = 0.71  # mean window cosine above which two clusters are one voice
+    spectral_k: int = 0  # > 0: that many spectral clusters (then merged) instead of the eigengap's count
     reseg_window_s: float = 1.0
     step_s: float = 0.2
     switch_penalty: float = 0.3  # summed over 10 ms frames of cosine-score difference
@@ -311,12 +235,13 @@ class EmbeddedDiarizer(Diarizer):
         regions = detect_speech(audio, SAMPLE_RATE)
         return self.diarize_regions(audio, regions, num_speakers, min_speakers, max_speakers)
 
-    def _embed(self, audio: np.ndarray, regions: list[tuple[int, int]], windows: np.ndarray) -> np.ndarray:
-        if self.embedding == "ge2e":
-            return _ge2e_embeddings(audio, regions, windows)
-        if self.embedding == "mfcc":
-            return _mfcc_embeddings(audio, regions, windows)
-        raise InputError(f"unknown embedding {self.embedding!r}; use 'ge2e' or 'mfcc'")
+    def cluster(self, emb: np.ndarray, low: int, high: int) -> np.ndarray:
+        """Speaker label per embedding (also used by the online diarizer's re-clustering)."""
+        labels = _spectral_labels(emb, low, high, self.p_neighbors, self.spectral_k)
+        return _merge_similar(emb, labels, low, self.merge_threshold)
+
+    def _embed(self, audio: np.ndarray, regions: list[tuple[int, int]], sets: list[np.ndarray]) -> list[np.ndarray]:
+        return speaker_embedding(self.embedding).embed_sets(audio, regions, sets)
 
     def diarize_regions(
         self,
@@ -343,9 +268,10 @@ class EmbeddedDiarizer(Diarizer):
         reliable = lengths >= min(width, self.min_cluster_window_s * FRAME_RATE)
         if reliable.any():
             windows = windows[reliable]
-        emb = self._embed(audio, frames, windows)
-        labels = _spectral_labels(emb, low, high, self.p_neighbors)
-        labels = _merge_similar(emb, labels, low, self.merge_threshold)
+        step = max(1, round(self.step_s * FRAME_RATE))
+        short = _windows(frames, round(self.reseg_window_s * FRAME_RATE), step)
+        emb, short_emb = self._embed(audio, frames, [windows, short])  # one pass: backends share work
+        labels = self.cluster(emb, low, high)
         ids = np.unique(labels)
         centroids = _l2norm(np.stack([emb[labels == i].mean(0) for i in ids]))
         if len(ids) == 1:
@@ -353,9 +279,8 @@ class EmbeddedDiarizer(Diarizer):
 
         # Pass 2: when. Each frame's score per speaker is the mean cosine of the short windows
         # covering it (difference arrays + cumsum: linear time).
-        step = max(1, round(self.step_s * FRAME_RATE))
-        windows = _windows(frames, round(self.reseg_window_s * FRAME_RATE), step)
-        sims = self._embed(audio, frames, windows) @ centroids.T
+        windows = short
+        sims = short_emb @ centroids.T
         acc = np.zeros((n_frames + 1, len(ids) + 1))
         np.add.at(acc, windows[:, 0], np.c_[sims, np.ones(len(sims))])
         np.add.at(acc, windows[:, 1], -np.c_[sims, np.ones(len(sims))])

@@ -23,8 +23,9 @@ import numpy as np
 
 from encoders.asr import Word
 from encoders.audio import SAMPLE_RATE
-from encoders.diarize import FRAME_RATE, _ge2e_embeddings, _l2norm, _merge_similar, _pipeline_folder, _spectral_labels
+from encoders.diarize import EmbeddedDiarizer, _pipeline_folder
 from encoders.errors import InputError
+from encoders.speaker_embedding import FRAME_RATE, _l2norm, speaker_embedding
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +33,31 @@ log = logging.getLogger(__name__)
 Embedder = Callable[[np.ndarray, list[tuple[int, int]]], np.ndarray]
 
 
-def ge2e_embedder(audio: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray:
-    """resemblyzer's GE2E voice embedding of each span (the embedded diarizer's code)."""
-    hop, quantum = SAMPLE_RATE // FRAME_RATE, 25  # lengths in 0.25 s steps: the LSTM batches equal lengths
-    regions = [(s // hop, s // hop + max(quantum, (e - s) // hop // quantum * quantum)) for s, e in spans]
-    windows = np.array([(s, e, i) for i, (s, e) in enumerate(regions)], dtype=np.int64).reshape(-1, 3)
-    return _l2norm(_ge2e_embeddings(audio, regions, windows))
+@dataclass(frozen=True)
+class BackendEmbedder:
+    """An embedded backend (encoders/speaker_embedding.py) as an ``Embedder``: overlapping spans
+    are joined into regions so a backend that shares work per region (CAM++) runs once over them."""
+
+    name: str = EmbeddedDiarizer.embedding
+
+    def __call__(self, audio: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray:
+        hop, quantum = SAMPLE_RATE // FRAME_RATE, 25  # lengths in 0.25 s steps: GE2E batches equal lengths
+        frames = [(s // hop, s // hop + max(quantum, (e - s) // hop // quantum * quantum)) for s, e in spans]
+        regions: list[tuple[int, int]] = []
+        owner = []
+        for s, e in sorted(frames):
+            if regions and s <= regions[-1][1]:
+                regions[-1] = (regions[-1][0], max(regions[-1][1], e))
+            else:
+                regions.append((s, e))
+        starts = np.array([r[0] for r in regions])
+        for s, _ in frames:
+            owner.append(int(np.searchsorted(starts, s, side="right") - 1))
+        windows = np.array([(s, e, r) for (s, e), r in zip(frames, owner)], dtype=np.int64).reshape(-1, 3)
+        return speaker_embedding(self.name).embed(audio, regions, windows)
+
+
+ge2e_embedder = BackendEmbedder("ge2e")  # the earlier default, kept for callers that name it
 
 
 class PyannoteEmbedder:
@@ -98,11 +118,11 @@ class OnlineDiarizer:
     new_speaker_threshold: float = 0.6  # cosine to the nearest centroid below which a new speaker starts
     recluster_every_s: float = 10.0  # stream seconds between global re-clusterings
     min_recluster_words: int = 40  # below this, spectral clustering is less reliable than the centroids
-    merge_threshold: float = 0.71  # the batch diarizer's same-voice threshold
+    clustering: EmbeddedDiarizer = field(default_factory=EmbeddedDiarizer)  # the batch diarizer's clustering
     max_speakers: int = 8
     history_s: float = 40.0  # audio kept: committed words are never older than the ASR buffer
     max_words: int = 1500  # embeddings kept for re-clustering (and relabelling)
-    embedder: Embedder = ge2e_embedder
+    embedder: Embedder = field(default_factory=BackendEmbedder)
     _audio: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32), repr=False)
     _audio_start: int = 0  # stream sample index of _audio[0]
     _words: deque = field(default_factory=deque, repr=False)
@@ -214,7 +234,7 @@ class OnlineDiarizer:
         if len(records) < self.min_recluster_words:
             return
         emb = np.stack([r.embedding for r in records])
-        clusters = _merge_similar(emb, _spectral_labels(emb, 1, self.max_speakers, 0.25), 1, self.merge_threshold)
+        clusters = self.clustering.cluster(emb, 1, self.max_speakers)
         ids = list(np.unique(clusters))
         old_names = sorted({r.label for r in records})
         overlap = np.zeros((len(ids), len(old_names)))

@@ -13,6 +13,7 @@ import pytest
 from encoders.audio import load_audio
 from encoders.diarize import (
     EmbeddedDiarizer,
+    _spectral_labels,
     PyannoteDiarizer,
     SpeakerTurn,
     assign_speakers,
@@ -116,6 +117,18 @@ def test_scales_to_hours():
 
 # ---------------------------------------------------------------------------------------------
 # Backends
+
+
+def test_auto_pruning_finds_a_speaker_who_says_little():
+    """Five talkative voices and one with 12 windows: a fixed 25% neighbourhood spans two
+    voices for the quiet one and the eigengap finds 5; the per-file ratio finds 6."""
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(6, 64))
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    emb = np.concatenate([c + rng.normal(size=(n, 64)) / 8 for c, n in zip(centres, (100,) * 5 + (12,))])
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    assert len(np.unique(_spectral_labels(emb, 1, 8, p_neighbors=0.25))) == 5
+    assert len(np.unique(_spectral_labels(emb, 1, 8, p_neighbors=0))) == 6
 
 
 def test_make_diarizer_picks_backends(tmp_path):
@@ -222,3 +235,49 @@ def test_bad_audio():
         EmbeddedDiarizer().diarize(np.zeros((2, 16000), dtype=np.float32))
     with pytest.raises(InputError):
         EmbeddedDiarizer().diarize(np.zeros(0, dtype=np.float32))
+
+
+# ---------------------------------------------------------------------------------------------
+# Similar synthetic voices (espeak-ng at its default pitch and speed)
+
+ESPEAK_VOICES = ("en-us", "en-gb+f3", "en-us+m3")  # a user's meeting that used to come out as one speaker
+ESPEAK_LINES = (
+    "Good morning everyone, let's start with the weekly update on the website.",
+    "The login page is finished, and the payment page needs one more week of work.",
+    "We have spent thirty thousand dollars so far, out of a total budget of fifty thousand.",
+    "I called the payment company yesterday, and they want a lower price for the contract.",
+    "Should we keep this company, or should we look for a new one before the pilot starts?",
+    "I agree with that. We can offer a small discount and keep the release date in April.",
+    "The pilot starts on Monday and runs for four weeks with two hundred users.",
+    "I will send the new contract to the payment company by Thursday afternoon.",
+    "Let's meet again next Tuesday at ten in the morning. Thanks, everyone.",
+)
+
+
+def espeak_meeting(tmp_path: Path, voices=ESPEAK_VOICES, lines=ESPEAK_LINES, pause_s: float = 0.6):
+    """Turns that rotate through ``voices`` (default prosody), ``pause_s`` apart; audio + reference."""
+    import shutil
+    import subprocess
+
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng is not installed")
+    pieces, reference, clock = [np.zeros(8000, np.float32)], [], 0.5
+    for i, text in enumerate(lines):
+        wav = tmp_path / f"turn{i}.wav"
+        subprocess.run(["espeak-ng", "-v", voices[i % len(voices)], "-w", str(wav), text], check=True, capture_output=True)
+        speech = load_audio(wav)
+        voiced = np.flatnonzero(np.abs(speech) > 0.005)  # espeak pads each clip with silence
+        speech = speech[voiced[0] : voiced[-1] + 1]
+        reference.append(SpeakerTurn(clock, clock + len(speech) / 16000, voices[i % len(voices)]))
+        pieces += [speech, np.zeros(int(pause_s * 16000), np.float32)]
+        clock += len(speech) / 16000 + pause_s
+    return np.concatenate(pieces), reference
+
+
+@pytest.mark.xfail(strict=True, reason="not solved yet: spectral clustering finds 3 voices but their windows are as alike (CAM++ cosine 0.72-0.74) as one real voice's, so merging joins them; pitch features did not help (same F0)")
+def test_similar_synthetic_voices_are_told_apart(tmp_path):
+    """Three espeak-ng voices at the same default pitch: three speakers, turns mostly right."""
+    audio, reference = espeak_meeting(tmp_path)
+    hyp = EmbeddedDiarizer().diarize(audio)
+    assert len({t.speaker for t in hyp}) == 3
+    assert der(reference, hyp, len(audio) / 16000, collar=0.25) <= 0.10
