@@ -31,7 +31,8 @@ _DECISION = re.compile(
 _NOT_TASKS = re.compile(r"^(?:be|have|need|see|say|talk|do that|try)\b", re.IGNORECASE)
 _TASK_END = re.compile(r",?\s+(?:but|and then|so that|so|because|if)\s+", re.IGNORECASE)
 _NESTED = re.compile(r"\b(?:I|we|you)(?:'ll|'re| will)\b", re.IGNORECASE)
-_PRONOUNS = {"I", "We", "You", "It", "They", "He", "She", "This", "That", "There", "Also", "And", "So", "But"}
+_PRONOUNS = {"I", "We", "You", "It", "They", "He", "She", "This", "That", "There", "Also", "And", "So", "But",
+             "Sure", "Yes", "Yeah", "Okay", "Ok", "Right", "Fine", "Great", "Thanks", "Well", "Now", "Then"}
 
 
 @dataclass(frozen=True)

@@ -123,6 +123,8 @@ class AnswerFinder:
         mostly there, or the sentence must be close in meaning."""
         if hit.score <= 0:
             return False
+        if q.type is QuestionType.HOW_MANY and self._counts(q, self.sentences[hit.index]):
+            return True
         # A question about nothing in particular ("What is the total budget?") needs its frame words.
         focus = set(stems(" ".join(q.focus))) or set(stems(q.text))
         sentence = self.sentences[hit.index]
@@ -132,6 +134,14 @@ class AnswerFinder:
             if sum(w for f, w in weight.items() if f in present) / sum(weight.values()) >= self.options.min_focus_coverage:
                 return True
         return hit.dense >= self.options.min_dense
+
+    def _counts(self, q: Question, sentence: Sentence) -> bool:
+        """The sentence gives a number of what the question counts ("how many boxes" - "465 boxes ready")."""
+        noun = re.search(r"\bhow many\s+(?:\w+\s+)?(\w+)", q.text.lower())
+        if noun is None:
+            return False
+        counted = set(stems(noun.group(1))) | set(stems(noun.group(0).split()[2]))
+        return any(e.kind == "count" and counted & set(stems(e.text)) for e in find_entities(sentence.text))
 
     def _idf(self, stem: str) -> float:
         if self._df is None:
@@ -200,9 +210,11 @@ class AnswerFinder:
         if scored and scored[0][0] >= self.options.min_focus_coverage:
             item = scored[0][1]
             if item.owner != "the team":
-                evidence = [s for s in self.sentences if s.turn_index == item.turn_index] or [self.sentences[hits[0].index]]
+                said = [s for s in self.sentences if s.turn_index == item.turn_index] or [self.sentences[hits[0].index]]
+                task = set(stems(item.task))
+                evidence = max(said, key=lambda s: len(task & set(stems(s.text))))
                 due = f" by {item.due}" if item.due else ""
-                return f"{item.owner} (will {item.task}{due}).", evidence[:1]
+                return f"{item.owner} (will {item.task}{due}).", [evidence]
         for hit in self._competing(hits):
             sentence = self.sentences[hit.index]
             owner = _committer(sentence, self.transcript.speakers)
@@ -254,19 +266,17 @@ class AnswerFinder:
                >= self.options.min_focus_coverage]
         at = max(own, key=lambda h: h.index).index if own else hits[0].index
         sentence = self.sentences[at]
-        if _contradicts(q.text, sentence.text):
+        if _contradicts(q.text, sentence.text) or (_REJECT.search(sentence.text) and not _NEGATION.search(q.text)):
             return "No.", [sentence]
-        negated = bool(_NEGATION.search(sentence.text)) != bool(_NEGATION.search(q.text))
-        evidence = [sentence]
         if _PROPOSAL.search(sentence.text) or sentence.text.endswith("?"):
-            for reply in self.sentences[at + 1:at + 1 + REPLY_WINDOW]:
-                if reply.speaker == sentence.speaker:
-                    continue
-                if _REJECT.search(reply.text):
-                    return "No.", [sentence, reply]
-                if _ACCEPT.search(reply.text):
-                    return "Yes.", [sentence, reply]
-        return ("No." if negated else "Yes."), evidence
+            # The first reply by someone else, right after the proposal, accepts or rejects it.
+            reply = next((r for r in self.sentences[at + 1:at + 1 + REPLY_WINDOW] if r.speaker != sentence.speaker), None)
+            if reply is not None and _REJECT.search(reply.text):
+                return "No.", [sentence, reply]
+            if reply is not None and _ACCEPT.search(reply.text):
+                return "Yes.", [sentence, reply]
+        negated = bool(_NEGATION.search(sentence.text)) != bool(_NEGATION.search(q.text))
+        return ("No." if negated else "Yes."), [sentence]
 
     def _free_form(self, q: Question, hits: list[Hit]) -> tuple[str, list[Sentence]]:
         evidence = [self.sentences[h.index] for h in self._competing(hits)][:3]
@@ -299,10 +309,11 @@ def _pick(text: str, entities: list[Entity], words: Sequence[str], asks_past: bo
 _PAST = re.compile(r"\b(?:used to|originally|previously|before|last (?:month|week|year|quarter|time)|earlier|"
                    r"was at|were at|had been|we had|it was|initially|at first|old)\b", re.IGNORECASE)
 DECISION_LEAD_IN = 4  # sentences before a decision that may name what it decides
-REPLY_WINDOW = 3  # sentences after a proposal that may accept or reject it
+REPLY_WINDOW = 2  # sentences after a proposal within which its reply comes
 _REJECT = re.compile(r"^(?:no\b|nope\b|not\b)|\b(?:let's not|let us not|i don't think|i do not think|not this time|"
                      r"not now|leave that|leave it|too expensive|too risky|skip that|drop that|rather not|against it|"
-                     r"we can't|we cannot|won't|isn't worth)\b", re.IGNORECASE)
+                     r"we can't|we cannot|won't|isn't worth|say no|don't have (?:the )?(?:time|budget|money))\b",
+                     re.IGNORECASE)
 _ACCEPT = re.compile(r"^(?:yes|yeah|yep|sure|agreed|okay|ok|fine)\b|\b(?:sounds good|let's do it|let's do that|good idea|"
                      r"great idea|i agree|makes sense|go ahead|we should|let's)\b", re.IGNORECASE)
 _ASKS_LATEST = re.compile(r"\b(?:now|new|current|currently|latest|moved|changed|anymore|this time)\b", re.IGNORECASE)

@@ -57,18 +57,34 @@ def naming(facts: dict, reference: dict, transcript: Transcript) -> dict:
     introduced = {s["name"] for s in facts["speakers"] if s.get("named_by") == "introduction"}
     hyp_names = {label for label in transcript.speakers if not label.startswith("SPEAKER_")}
     right = {label for label in hyp_names if truth.get(label) == label}
-    wrong = sorted(label for label in hyp_names if truth.get(label) not in (None, label))
+    # A name given to the right person but spelled as the recogniser heard it ("Jamol" for Jamal) is an ASR
+    # error, counted apart from a name given to the wrong person.
+    misspelled = sorted(label for label in hyp_names - right if truth.get(label) and _close(label, truth[label]))
+    wrong = sorted(label for label in hyp_names - right if truth.get(label) and not _close(label, truth[label]))
     return {
         "named_right": len(right & named_in_meeting), "named_total": len(named_in_meeting),
         "introduced_right": len(right & introduced), "introduced_total": len(introduced),
-        "wrong_names": wrong,
+        "wrong_names": wrong, "misspelled_names": misspelled,
     }
+
+
+def _close(heard: str, name: str) -> bool:
+    import difflib
+
+    return difflib.SequenceMatcher(None, heard.lower(), name.lower()).ratio() >= 0.6
 
 
 def cited_key(answer, question: dict) -> bool:
     """The answer's key (an expected keyword, or the person) occurs in a cited line or is its speaker."""
     if question["type"] == "absent":
         return not answer.citations
+    if question["type"] == "yes_no":  # the key of a yes/no answer is the matter itself: most of its focus words
+        from app.questions import parse_question
+        from app.retrieval import stems
+
+        focus = set(stems(" ".join(parse_question(question["question"]).focus)))
+        cited_stems = set(stems(" ".join(c.text for c in answer.citations)))
+        return bool(focus) and len(focus & cited_stems) / len(focus) >= 0.5
     keys = [k for group in question["keywords"] for k in (group if isinstance(group, list) else [group])]
     cited = " ".join(f"{c.speaker} {c.text}" for c in answer.citations).lower()
     return any(k.lower() in cited or k.lower().replace(",", "") in cited.replace(",", "") for k in keys) or \
@@ -175,9 +191,11 @@ def main(argv: list[str] | None = None) -> int:
         nr, nt = sum(n["named_right"] for n in names), sum(n["named_total"] for n in names)
         ir, it = sum(n["introduced_right"] for n in names), sum(n["introduced_total"] for n in names)
         wrong = [w for n in names for w in n["wrong_names"]]
+        misspelled = [w for n in names for w in n["misspelled_names"]]
         right_counts = sum(c["ref"] == c["hyp"] for c in counts)
         print(f"\nspeakers: count right in {right_counts}/{len(counts)} meetings; introduced speakers named right "
-              f"{ir}/{it}; named (introduced or addressed) right {nr}/{nt}; wrong names {len(wrong)} {wrong[:10]}")
+              f"{ir}/{it}; named (introduced or addressed) right {nr}/{nt}; names given to the wrong person {len(wrong)}; "
+              f"right person, name misheard by the recogniser {len(misspelled)} {misspelled[:10]}")
     wrong_rows = [r for r in rows if not r["correct"]]
     if wrong_rows and args.show_wrong:
         print("\nwrong answers:")
