@@ -122,7 +122,10 @@ class OnlineDiarizer:
     max_speakers: int = 8
     history_s: float = 40.0  # audio kept: committed words are never older than the ASR buffer
     max_words: int = 1500  # embeddings kept for re-clustering (and relabelling)
-    embedder: Embedder = field(default_factory=BackendEmbedder)
+    # GE2E live: CAM++ embeds each committed word's span on its own there, which on 2 cores fell ~15x behind
+    # real time in a live replay (the batch diarizer shares one CAM++ pass per speech region instead), and the
+    # new-speaker threshold is calibrated for GE2E.
+    embedder: Embedder = field(default_factory=lambda: ge2e_embedder)
     _audio: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32), repr=False)
     _audio_start: int = 0  # stream sample index of _audio[0]
     _words: deque = field(default_factory=deque, repr=False)
