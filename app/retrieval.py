@@ -24,6 +24,7 @@ from app.questions import STOPWORDS
 from app.sentences import Sentence
 
 log = logging.getLogger(__name__)
+logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
 
 
 @functools.cache
