@@ -281,10 +281,14 @@ class MeetingSession:
         diarizer = make_online_diarizer(diarization.backend, diarization.model)
         diarizer.max_speakers = diarization.max_speakers
         step = asr.options.min_chunk_seconds
-        piece = int(step * SAMPLE_RATE)  # a backlog is decoded a step at a time, never skipped over
+        piece = int(step * SAMPLE_RATE)
+        # A backlog is never skipped over; it is caught up in longer steps, because every decode costs one
+        # whole Whisper window however little new audio it brings.
+        catch_up = max(piece, int(asr_settings.stream_catch_up_seconds * SAMPLE_RATE))
         pending = 0.0
         while not self._closed.is_set():
-            chunk = self._audio.read(max_items=piece, timeout=0.2)
+            behind = self._audio.available >= 2 * piece
+            chunk = self._audio.read(max_items=catch_up if behind else piece, timeout=0.2)
             if len(chunk.data):
                 asr.insert_audio(chunk.data)
                 diarizer.insert_audio(chunk.data)
