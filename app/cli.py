@@ -29,15 +29,18 @@ LLMOpt = Annotated[Optional[str], typer.Option("--llm", help="LLM: 'gemma-3-270m
 ASROpt = Annotated[Optional[str], typer.Option("--asr-model", help="ASR: 'whisper-base' or a local faster-whisper folder")]
 DiarOpt = Annotated[Optional[str], typer.Option("--diarization-model", help="local pyannote.audio pipeline folder")]
 SpeakersOpt = Annotated[Optional[int], typer.Option("--num-speakers", help="number of speakers, when known")]
+HotwordsOpt = Annotated[Optional[str], typer.Option(
+    "--hotwords", help="comma-separated names and terms the meeting uses (the invite's attendees): heard and spelt right")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print machine-readable JSON to stdout")]
 OutOpt = Annotated[Optional[Path], typer.Option("--out", "-o", help="output folder (default: next to the input)")]
 
 
 def _settings(config: str | None, llm: str | None = None, asr: str | None = None, diar: str | None = None,
-              speakers: int | None = None) -> Settings:
+              speakers: int | None = None, hotwords: str | None = None) -> Settings:
+    words = [w.strip() for w in (hotwords or "").split(",") if w.strip()]
     overrides = {
         "llm": {"model": llm},
-        "asr": {"model": asr},
+        "asr": {"model": asr, "hotwords": words or None},
         "diarization": {"model": diar, "num_speakers": speakers},
     }
     return load_settings(config, overrides)
@@ -79,7 +82,7 @@ def transcribe(
     out_dir: OutOpt = None,
     formats: Annotated[str, typer.Option(help="comma-separated: json,srt,vtt,md")] = "json,srt,vtt,md",
     config: ConfigOpt = None, asr_model: ASROpt = None, diarization_model: DiarOpt = None,
-    num_speakers: SpeakersOpt = None, as_json: JsonOpt = False,
+    num_speakers: SpeakersOpt = None, hotwords: HotwordsOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Recording -> speaker-attributed transcript with word times (JSON, SRT, VTT, Markdown)."""
     from app.pipeline import load_meeting, resolve_input
@@ -89,7 +92,7 @@ def transcribe(
     unknown = [f for f in wanted if f not in WRITERS]
     if unknown or not wanted:
         raise InputError(f"unknown format(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(WRITERS)}")
-    settings = _settings(config, asr=asr_model, diar=diarization_model, speakers=num_speakers)
+    settings = _settings(config, asr=asr_model, diar=diarization_model, speakers=num_speakers, hotwords=hotwords)
     if resolve_input(recording).recording is None:
         raise InputError(f"{recording} is not a recording")
     transcript = load_meeting(recording, settings, err)
@@ -128,13 +131,14 @@ def _summary_markdown(summary, source: str) -> str:
 def summarize(
     meeting: Annotated[Path, typer.Argument(help="a recording, a transcript (minutia JSON, QMSum JSON, text) or a folder")],
     out_dir: OutOpt = None, config: ConfigOpt = None, llm: LLMOpt = None, asr_model: ASROpt = None,
-    diarization_model: DiarOpt = None, num_speakers: SpeakersOpt = None, as_json: JsonOpt = False,
+    diarization_model: DiarOpt = None, num_speakers: SpeakersOpt = None, hotwords: HotwordsOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Summary, decisions and action items (owner, task, due date) as Markdown and JSON."""
     from app.pipeline import load_meeting
     from app.transcript import atomic_write
 
-    settings = _settings(config, llm, asr_model, diarization_model, num_speakers)
+    settings = _settings(config, llm, asr_model, diarization_model, num_speakers, hotwords)
     transcript = load_meeting(meeting, settings, err)
     assistant = _assistant(settings)
     with err.status("summarising"):
@@ -156,14 +160,15 @@ def ask(
     meeting: Annotated[Path, typer.Argument(help="a recording, a transcript or a folder")],
     question: Annotated[str, typer.Argument(help="the question")],
     config: ConfigOpt = None, llm: LLMOpt = None, asr_model: ASROpt = None,
-    diarization_model: DiarOpt = None, num_speakers: SpeakersOpt = None, as_json: JsonOpt = False,
+    diarization_model: DiarOpt = None, num_speakers: SpeakersOpt = None, hotwords: HotwordsOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Answer a question about a meeting, citing the turns (times, speakers) it rests on."""
     from app.pipeline import load_meeting
 
     if not question.strip():
         raise InputError("the question is empty")
-    settings = _settings(config, llm, asr_model, diarization_model, num_speakers)
+    settings = _settings(config, llm, asr_model, diarization_model, num_speakers, hotwords)
     transcript = load_meeting(meeting, settings, err)
     assistant = _assistant(settings)
     with err.status("thinking"):
@@ -200,6 +205,7 @@ def live(
     save: Annotated[bool, typer.Option("--save", help="save the meeting as it goes (encrypted); `minutia resume` continues it")] = False,
     session_id: Annotated[Optional[str], typer.Option("--session", help="session id to save under (default: a new one)")] = None,
     out_dir: OutOpt = None, config: ConfigOpt = None, llm: LLMOpt = None, asr_model: ASROpt = None,
+    hotwords: HotwordsOpt = None,
 ) -> None:
     """Replay a recording as if it were a live meeting: words appear as they are committed, questions are answered mid-meeting."""
     import threading
@@ -214,7 +220,7 @@ def live(
     source = resolve_input(recording).recording
     if source is None:
         raise InputError(f"{recording} is a transcript; `minutia live` replays a recording")
-    settings = _settings(config, llm, asr_model)
+    settings = _settings(config, llm, asr_model, hotwords=hotwords)
     duration = _media_duration(source)
     runtime = Runtime(settings)
     with err.status("loading the models"):

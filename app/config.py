@@ -59,8 +59,12 @@ class ASRSettings(BaseModel):
         1.0, gt=0, description="live: new audio before the next decode (0.5 commits faster but keeps 2 cores busy)"
     )
     stream_beam_size: int = Field(1, ge=1, description="live: beam of the streaming decodes (agreement filters noise)")
+    hotwords: list[str] = Field(
+        default_factory=list, description="names and terms the meeting will use (the invite's attendees, product "
+        "names): Whisper is primed with them, and a speaker's name as heard snaps to the closest one's spelling"
+    )
     stream_catch_up_seconds: float = Field(
-        6.0, gt=0, description="live: audio waiting beyond two chunks (a replay faster than real time, a machine "
+        3.0, gt=0, description="live: audio waiting beyond two chunks (a replay faster than real time, a machine "
         "falling behind) is decoded up to this much per step, since each decode costs a whole Whisper window"
     )
 

@@ -73,7 +73,8 @@ def transcribe_recording(path: Path, settings: Settings, console: Console | None
     with console.status("loading the speech recogniser"):
         transcriber = Transcriber(folder, settings.asr.device, settings.asr.compute_type, settings.asr.cpu_threads)
     options = TranscribeOptions(
-        language=settings.asr.language, beam_size=settings.asr.beam_size, vad_filter=settings.asr.vad_filter
+        language=settings.asr.language, beam_size=settings.asr.beam_size, vad_filter=settings.asr.vad_filter,
+        hotwords=tuple(settings.asr.hotwords),
     )
     words = []
     with Progress(
@@ -105,7 +106,7 @@ def transcribe_recording(path: Path, settings: Settings, console: Console | None
     transcript = Transcript(
         turns=turns_from_words(realign_to_sentences(attributed)), source=path.name, duration=round(duration, 3)
     )
-    return name_speakers(transcript)
+    return name_speakers(transcript, settings.asr.hotwords)
 
 
 def _cache_key(path: Path, settings: Settings) -> str:

@@ -275,7 +275,8 @@ class MeetingSession:
         asr = StreamingTranscriber(
             self.runtime.transcriber,
             StreamingOptions(language=asr_settings.language, beam_size=asr_settings.stream_beam_size,
-                             min_chunk_seconds=asr_settings.stream_min_chunk_seconds),
+                             min_chunk_seconds=asr_settings.stream_min_chunk_seconds,
+                             hotwords=tuple(asr_settings.hotwords)),
         )
         diarization = self.settings.diarization
         diarizer = make_online_diarizer(diarization.backend, diarization.model)
@@ -596,7 +597,7 @@ class MeetingSession:
         with self._lock:
             if self._snapshot_cache is None or self._snapshot_cache[0] != self._version:
                 raw = self._raw_transcript()
-                names = speaker_names(raw)
+                names = speaker_names(raw, self.settings.asr.hotwords)
                 self._snapshot_cache = (self._version, rename_speakers(raw, names), names)
             return self._snapshot_cache[1], self._snapshot_cache[2]
 

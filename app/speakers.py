@@ -7,14 +7,17 @@ Two kinds of evidence, each a weighted vote for a label's name:
   Bob; "Thanks, Bob." follows him.
 A label takes the name with the most votes, each name at most once (strongest evidence first), and
 keeps it only when that name has most of the label's votes (its confidence). Labels with no votes
-keep their SPEAKER_xx name.
+keep their SPEAKER_xx name. Known names (the attendees a user gives, ``asr.hotwords``) fix the spelling:
+a name heard close to one of them ("Sophia" for Sofia) is counted as that one.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from typing import Sequence
 
 from app.transcript import Transcript, Turn, TranscriptWord
 
@@ -61,26 +64,37 @@ class SpeakerName:
     evidence: str  # "introduction" or "address"
 
 
-def name_speakers(transcript: Transcript) -> Transcript:
-    return rename_speakers(transcript, speaker_names(transcript))
+_KNOWN_CLOSE = 0.6  # difflib ratio at which a heard name counts as a known one
 
 
-def speaker_names(transcript: Transcript) -> dict[str, str]:
+def name_speakers(transcript: Transcript, known: Sequence[str] = ()) -> Transcript:
+    return rename_speakers(transcript, speaker_names(transcript, known))
+
+
+def speaker_names(transcript: Transcript, known: Sequence[str] = ()) -> dict[str, str]:
     """Label -> name for the labels the meeting names (the others are left out)."""
-    return {n.label: n.name for n in named_speakers(transcript)}
+    return {n.label: n.name for n in named_speakers(transcript, known)}
+
+
+def known_spelling(name: str, known: Sequence[str]) -> str:
+    """The known name closest to ``name`` as heard, if close enough (one word of a known full name counts)."""
+    words = {w: w for k in known for w in k.split() if w[:1].isupper()}
+    best = difflib.get_close_matches(name.lower(), {w.lower(): w for w in words}, n=1, cutoff=_KNOWN_CLOSE)
+    return next((w for w in words if w.lower() == best[0]), name) if best else name
 
 
 def _is_name(name: str) -> bool:
     return name not in _NOT_NAMES and name.lower() not in _LOWER_NOT_NAMES
 
 
-def _votes(turns: list[Turn]) -> tuple[dict[str, Counter[str]], dict[tuple[str, str], str]]:
+def _votes(turns: list[Turn], known: Sequence[str] = ()) -> tuple[dict[str, Counter[str]], dict[tuple[str, str], str]]:
     """Weighted name votes per label, and which evidence gave each (label, name) its strongest vote."""
     votes: dict[str, Counter[str]] = defaultdict(Counter)
     kinds: dict[tuple[str, str], str] = {}
 
     def vote(label: str, name: str, weight: float, kind: str) -> None:
         if _is_name(name):
+            name = known_spelling(name, known) if known else name
             votes[label][name] += weight
             if kind == "introduction" or (label, name) not in kinds:
                 kinds[(label, name)] = kind
@@ -100,9 +114,9 @@ def _votes(turns: list[Turn]) -> tuple[dict[str, Counter[str]], dict[tuple[str, 
     return votes, kinds
 
 
-def named_speakers(transcript: Transcript) -> list[SpeakerName]:
+def named_speakers(transcript: Transcript, known: Sequence[str] = ()) -> list[SpeakerName]:
     """Names with their confidence; a name goes to one label only, strongest evidence first."""
-    votes, kinds = _votes(transcript.turns)
+    votes, kinds = _votes(transcript.turns, known)
     ranked = sorted(
         ((count, label, name) for label, c in votes.items() for name, count in c.items()),
         key=lambda r: (-r[0], r[1], r[2]),

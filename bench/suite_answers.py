@@ -111,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--config", default=None)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--attendees", action="store_true", help="give each meeting's attendee names as asr.hotwords "
+                    "(what a calendar invite lists; batch source only)")
     ap.add_argument("--show-wrong", action="store_true", help="list wrong answers (development seeds only: never "
                     "read the evaluation seeds' answers)")
     args = ap.parse_args(argv)
@@ -150,7 +152,10 @@ def main(argv: list[str] | None = None) -> int:
                 transcript = session.transcript()
                 ask = session.ask
             else:
-                transcript = transcript_for(meeting, args.source, settings, runtime)
+                given = reference["speakers"] if args.attendees else []
+                transcript = transcript_for(meeting, args.source,
+                                            settings.model_copy(update={"asr": settings.asr.model_copy(update={"hotwords": given})}),
+                                            runtime)
                 if assistant is not None:
                     ask = lambda q, t=transcript: assistant.ask(t, q)  # noqa: E731
                 else:

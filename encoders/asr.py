@@ -49,6 +49,7 @@ class TranscribeOptions:
     hallucination_silence_threshold: float | None = 2.0
     temperature: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
     initial_prompt: str | None = None
+    hotwords: tuple[str, ...] = ()  # names and terms to prime the decoder with (faster-whisper's ``hotwords``)
     vad_parameters: dict = field(default_factory=lambda: {"min_silence_duration_ms": 500})
 
 
@@ -84,6 +85,7 @@ class Transcriber:
                 hallucination_silence_threshold=options.hallucination_silence_threshold,
                 temperature=list(options.temperature),
                 initial_prompt=options.initial_prompt,
+                hotwords=", ".join(options.hotwords) or None,
             )
             for seg in segments:
                 words = tuple(

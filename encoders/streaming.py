@@ -98,6 +98,7 @@ class StreamingOptions:
     temperature: tuple[float, ...] = (0.0,)  # no fallback re-decodes: the next decode is the fallback
     prompt_chars: int = 200  # committed text before the buffer, fed as the decoder prompt
     no_speech_threshold: float = 0.6
+    hotwords: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.min_chunk_seconds <= 0:
@@ -115,6 +116,7 @@ class StreamingOptions:
             temperature=self.temperature,
             hallucination_silence_threshold=None,
             initial_prompt=prompt or None,
+            hotwords=self.hotwords,
             vad_parameters={"min_silence_duration_ms": self.vad_min_silence_ms},
         )
 

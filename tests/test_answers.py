@@ -77,6 +77,19 @@ def test_introduction_outweighs_a_misheard_address_and_names_stay_unique():
     assert speaker_names(t) == {"SPEAKER_00": "Fiona", "SPEAKER_01": "Wei"}
 
 
+def test_known_names_fix_the_spelling_heard():
+    """The attendees a user gives (asr.hotwords) correct a misheard name; without them it stays as heard,
+    and a name far from every known one is not forced onto one."""
+    t = _turns(
+        ("SPEAKER_00", "For those who don't know me, I'm Sophia from research."),
+        ("SPEAKER_01", "Hi, I'm Selena. Let's hear from Gregor."),
+        ("SPEAKER_02", "Thanks. The pilot is ready."),
+    )
+    assert speaker_names(t) == {"SPEAKER_00": "Sophia", "SPEAKER_01": "Selena", "SPEAKER_02": "Gregor"}
+    known = ["Sofia Alvarez", "Elena", "Tom"]
+    assert speaker_names(t, known) == {"SPEAKER_00": "Sofia", "SPEAKER_01": "Elena", "SPEAKER_02": "Gregor"}
+
+
 @pytest.fixture(scope="module")
 def finder():
     return AnswerFinder(load_transcript(STANDUP / "reference.json"))
