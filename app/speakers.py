@@ -78,9 +78,9 @@ def speaker_names(transcript: Transcript, known: Sequence[str] = ()) -> dict[str
 
 def known_spelling(name: str, known: Sequence[str]) -> str:
     """The known name closest to ``name`` as heard, if close enough (one word of a known full name counts)."""
-    words = {w: w for k in known for w in k.split() if w[:1].isupper()}
-    best = difflib.get_close_matches(name.lower(), {w.lower(): w for w in words}, n=1, cutoff=_KNOWN_CLOSE)
-    return next((w for w in words if w.lower() == best[0]), name) if best else name
+    spellings = {w.lower(): w for k in known for w in k.split() if w[:1].isupper()}
+    best = difflib.get_close_matches(name.lower(), spellings, n=1, cutoff=_KNOWN_CLOSE)
+    return spellings[best[0]] if best else name
 
 
 def _is_name(name: str) -> bool:

@@ -116,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--show-wrong", action="store_true", help="list wrong answers (development seeds only: never "
                     "read the evaluation seeds' answers)")
     args = ap.parse_args(argv)
+    if args.attendees and args.source != "batch":
+        ap.error("--attendees needs --source batch (a reference transcript has no recogniser to prime)")
     console = Console(stderr=True)
     settings = load_settings(args.config)
     todo = meetings(args.suite, args.limit)
