@@ -43,7 +43,7 @@ demo: setup
 	$(BIN)/minutia-ui --host 127.0.0.1 --port 7860
 
 test: setup
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=30 tests
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "not slow" tests

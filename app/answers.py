@@ -295,15 +295,25 @@ class AnswerFinder:
 
 
 def _pick(text: str, entities: list[Entity], words: Sequence[str], asks_past: bool) -> Entity:
-    """The entity nearest (in characters) a word of the question; of two figures in one sentence ("89 percent,
-    a change from 43 percent before"), the one not marked as past unless the question asks for the past."""
+    """The entity nearest (in characters) a word of the question within one clause: a slide's lines joined
+    by ";" ("Total budget: $50,000; Pilot cost: $12,000") give the pilot's cost, not the figure just before
+    "Pilot". Of two figures in one clause ("89 percent, a change from 43 percent before"), the one not
+    marked as past unless the question asks for the past."""
     lowered = text.lower()
     spots = [m.start() for word in words for m in re.finditer(rf"\b{re.escape(word[:5])}", lowered)]
     past = {id(e) for e in entities if _PAST.search(text[e.end:e.end + 12]) or _PAST.search(text[max(0, e.start - 25):e.start])}
     pool = [e for e in entities if (id(e) in past) == asks_past] or entities
     if not spots:
         return pool[0]
-    return min(pool, key=lambda e: min(abs(e.start - s) if s < e.start else abs(s - e.end) + 1 for s in spots))
+
+    def distance(e: Entity, spot: int) -> tuple[int, int]:
+        between = text[spot:e.start] if spot < e.start else text[e.end:spot]
+        return len(_CLAUSE_BREAK.findall(between)), e.start - spot if spot < e.start else spot - e.end + 1
+
+    return min(pool, key=lambda e: min(distance(e, s) for s in spots))
+
+
+_CLAUSE_BREAK = re.compile(r"[;\n•]|[.!?](?:\s|$)")
 
 
 _PAST = re.compile(r"\b(?:used to|originally|previously|before|last (?:month|week|year|quarter|time)|earlier|"

@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
@@ -38,6 +39,54 @@ class Answer(BaseModel):
 
 class Problem(BaseModel):
     detail: str
+
+
+class BodyLimit:
+    """ASGI middleware: a request body is read here, at most ``limit`` bytes, before the app sees it. A larger
+    one gets 413 as soon as it passes the limit, whether it came with a Content-Length or chunked (a chunked
+    body of 100 MB would otherwise be read whole and parsed)."""
+
+    def __init__(self, app, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.limit):
+            return await self._refuse(send)
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                return await self._refuse(send)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if replayed:
+                return await receive()  # after the body: the disconnect, when it comes
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return await self.app(scope, replay, send)
+
+    async def _refuse(self, send) -> None:
+        # Connection: close, so the server drops the connection instead of draining the rest of the body.
+        await JSONResponse({"detail": f"request body over {self.limit} bytes"}, status_code=413,
+                           headers={"connection": "close"})({"type": "http"}, _no_receive, send)
+
+
+async def _no_receive():
+    return {"type": "http.disconnect"}
 
 
 class JoinRefused(Exception):
@@ -77,12 +126,15 @@ def create_app(bot: "RoomBot") -> FastAPI:
     """The signaling API for one bot; /metrics serves the bot's Prometheus registry."""
     api = FastAPI(title="minutia room bot", version="1", docs_url=None, redoc_url=None)
 
-    @api.middleware("http")
-    async def refuse_large_bodies(request: Request, call_next):
-        length = request.headers.get("content-length", "0")
-        if not length.isdigit() or int(length) > 2 * MAX_SDP_CHARS:
-            return JSONResponse({"detail": f"request body over {2 * MAX_SDP_CHARS} bytes"}, status_code=413)
-        return await call_next(request)
+    api.add_middleware(BodyLimit, limit=2 * MAX_SDP_CHARS)
+
+    @api.exception_handler(RequestValidationError)
+    async def not_an_offer(request: Request, exc: RequestValidationError) -> JSONResponse:
+        """422 says what is wrong, never echoing the input back (it may be large, or not the sender's own)."""
+        errors = exc.errors()
+        first = errors[0] if errors else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
+        return JSONResponse({"detail": f"not an offer: {where}: {first.get('msg', 'invalid')}"}, status_code=422)
 
     @api.post("/rooms/{room}/offer", response_model=Answer, responses=_ERRORS)
     async def offer(room: str, body: Offer, request: Request,

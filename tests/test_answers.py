@@ -133,3 +133,16 @@ def test_free_form_uses_the_model_only_when_supported():
     assert "deposit" not in answer.text and "contract" in answer.text  # the best sentence instead
     grounded = AnswerFinder(t, generate=lambda q, ev: ("They did not sign the contract.", 0.9))
     assert grounded.answer("What problem did the payment company cause?").text == "They did not sign the contract."
+
+
+def test_a_slide_figure_is_read_from_its_own_line():
+    """OCR joins a slide's lines with ";": the figure after "Pilot cost" answers, not the one that ends the line
+    before it (the bot answered "$50,000" here)."""
+    t = _turns(("SPEAKER_00", "Good morning everyone."), ("SPEAKER_01", "The login page is done."),
+               ("SPEAKER_00", "Let us look at the budget slide."),
+               ("Slide", "Budget; Spent so far: $30,000; Total budget: $50,000; Pilot cost: $12,000"),
+               ("SPEAKER_01", "The customer wants the pilot soon."))
+    finder = AnswerFinder(t)
+    assert "12,000" in finder.answer("How much will the pilot cost?").text
+    assert "50,000" in finder.answer("What is the total budget?").text
+    assert "30,000" in finder.answer("How much has been spent so far?").text
