@@ -59,8 +59,11 @@ class BotSettings(BaseModel):
     rooms: dict[str, str] = Field(default_factory=dict, description="room name -> bearer token")
     max_peers_per_room: int = Field(4, gt=0)
     max_peers: int = Field(32, gt=0, description="peers over all rooms")
-    joins_per_second: float = Field(1.0, gt=0, description="join rate per client address and room")
+    joins_per_second: float = Field(1.0, gt=0, description="join rate per client address and room (valid tokens)")
     join_burst: int = Field(5, gt=0)
+    failed_joins_per_second: float = Field(0.2, gt=0, description="failed joins (unknown room, missing or wrong "
+                                           "token) per client address over all rooms; past it, 429")
+    failed_join_burst: int = Field(10, gt=0)
     connect_timeout: float = Field(20.0, gt=0, description="seconds for a peer to connect after its offer")
     max_message_bytes: int = Field(4096, gt=0, description="largest data-channel message accepted")
     video_fps: float = Field(1.0, gt=0, description="video frames a second given to the session")
@@ -88,6 +91,12 @@ class BotSettings(BaseModel):
             raise InputError(f"bot settings {path}: {exc}") from exc
 
 
+def _shown(name: str, limit: int = 64) -> str:
+    """A peer-chosen name as logs and replies show it: at most ``limit`` characters (a 60,000-character room
+    name was logged whole)."""
+    return name if len(name) <= limit else f"{name[:limit]}... ({len(name)} chars)"
+
+
 def restrict_ice_hosts(addresses: Sequence[str]) -> None:
     """Offer only these host candidates (process-wide: aioice reads its module function).
 
@@ -98,6 +107,19 @@ def restrict_ice_hosts(addresses: Sequence[str]) -> None:
 
     chosen = list(addresses)
     aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: list(chosen)
+
+
+def listen_ice_hosts(listen_host: str) -> list[str] | None:
+    """ICE host candidates for a bot listening on ``listen_host``: that interface alone (a bot bound to
+    127.0.0.1 must not open media sockets on every interface); None (all) for a wildcard address."""
+    import socket
+
+    if listen_host in ("", "0.0.0.0", "::"):
+        return None
+    try:
+        return [socket.gethostbyname(listen_host)]
+    except OSError:
+        return None
 
 
 def ice_configuration() -> RTCConfiguration:
@@ -331,6 +353,9 @@ class RoomBot:
         self.rooms: dict[str, Room] = {}
         self.metrics = metrics or Metrics(self.sessions, self.peer_counts)
         self._limiter = RateLimiter(settings.joins_per_second, settings.join_burst)
+        # Failures are counted per address over all room names (200 made-up rooms are 200 failures), apart
+        # from valid joins, so that an address that failed cannot lock out the right token.
+        self._failures = RateLimiter(settings.failed_joins_per_second, settings.failed_join_burst)
         self._ask_pool = ThreadPoolExecutor(settings.ask_workers, thread_name_prefix="bot-ask")
         # finish() blocks until a room's backlog is transcribed; its own pool, so that shutting down never waits
         self._finish_pool = ThreadPoolExecutor(max(1, len(settings.rooms)), thread_name_prefix="bot-finish")
@@ -351,13 +376,14 @@ class RoomBot:
 
     # ------------------------------------------------------------------ joining
     def authorize(self, room: str, token: str | None) -> None:
-        expected = self.settings.rooms.get(room)
-        if expected is None:
-            raise JoinRefused(404, f"unknown room {room!r}")
+        """An unknown room and a wrong token get the same 403, so room names cannot be probed without a token."""
         if not token:
             raise JoinRefused(401, "a bearer token for the room is required")
-        if not hmac.compare_digest(token.encode(), expected.encode()):
-            raise JoinRefused(403, "wrong token for this room")
+        expected = self.settings.rooms.get(room)
+        # compared even for an unknown room, so the time taken does not tell either
+        matches = hmac.compare_digest(token.encode(), (expected if expected is not None else "\0" + token).encode())
+        if expected is None or not matches:
+            raise JoinRefused(403, "unknown room or wrong token")
 
     async def join(self, room_name: str, token: str | None, sdp: str, client: str = "?") -> tuple[str, str]:
         """Check, negotiate, and return (peer id, SDP answer); raises :class:`JoinRefused`."""
@@ -365,10 +391,16 @@ class RoomBot:
         try:
             if self._closed:
                 raise JoinRefused(503, "the bot is shutting down")
+            try:
+                self.authorize(room_name, token)
+            except JoinRefused:
+                if not self._failures.allow(client):
+                    outcome = "rate_limited"
+                    raise JoinRefused(429, "too many failed joins from this address; slow down") from None
+                raise
             if not self._limiter.allow((client, room_name)):
                 outcome = "rate_limited"
                 raise JoinRefused(429, "too many join requests; slow down")
-            self.authorize(room_name, token)
             media = [line for line in sdp.splitlines() if line.startswith("m=")]
             if not sdp.startswith("v=0") or not any(m.startswith(("m=audio", "m=video", "m=application")) for m in media):
                 raise JoinRefused(400, "malformed SDP offer: it needs 'v=0' and an audio, video or data media section")
@@ -393,7 +425,7 @@ class RoomBot:
             log.info("peer joined", extra={"room": room_name, "peer": peer.peer_id, "client": client})
             return peer.peer_id, pc.localDescription.sdp
         except JoinRefused as exc:
-            log.info("join refused", extra={"room": room_name, "client": client, "status": exc.status,
+            log.info("join refused", extra={"room": _shown(room_name), "client": client, "status": exc.status,
                                             "reason": exc.message})
             raise
         finally:

@@ -325,18 +325,23 @@ def bot(
     port: Annotated[int, typer.Option(help="port to listen on")] = 8080,
     room: Annotated[Optional[list[str]], typer.Option("--room", help="NAME=TOKEN, repeatable (also MINUTIA_BOT_ROOMS)")] = None,
     rooms_file: Annotated[Optional[Path], typer.Option("--rooms", help="YAML bot settings: rooms (name: token) and limits")] = None,
-    ice_host: Annotated[Optional[list[str]], typer.Option("--ice-host", help="only these ICE host addresses (e.g. 127.0.0.1)")] = None,
+    ice_host: Annotated[Optional[list[str]], typer.Option("--ice-host", help="only these ICE host addresses (default: the --host address unless it is 0.0.0.0)")] = None,
     config: ConfigOpt = None, llm: LLMOpt = None, asr_model: ASROpt = None,
 ) -> None:
     """Serve WebRTC rooms: captions, slides and answers over a data channel; /metrics for Prometheus."""
-    from app.bot import BotSettings, run_bot
+    from app.bot import BotSettings, listen_ice_hosts, run_bot
     from app.metrics import configure_json_logging
     from app.runtime import Runtime
 
     bot_settings = BotSettings.from_file(rooms_file) if rooms_file else BotSettings()
     bot_settings.rooms.update(_bot_rooms(room or []))
+    if room:
+        err.print("[yellow]note:[/] tokens given with --room show in the process list; MINUTIA_BOT_ROOMS or "
+                  "--rooms FILE keep them out of it", soft_wrap=True)
     if ice_host:
         bot_settings.ice_hosts = list(ice_host)
+    elif bot_settings.ice_hosts is None:
+        bot_settings.ice_hosts = listen_ice_hosts(host)
     if not bot_settings.rooms:
         raise InputError("no rooms: give --room NAME=TOKEN, --rooms FILE or MINUTIA_BOT_ROOMS")
     configure_json_logging()

@@ -3,7 +3,7 @@
 FastAPI, so the endpoints have an OpenAPI schema (the tests fuzz it). Errors are JSON
 ``{"detail": "..."}`` with a status that says whose fault it is: 400 bad offer, 401 no token,
 422 a body that is not an offer,
-403 wrong token, 404 unknown room, 413 offer too large, 429 too many joins, 503 room or bot full.
+403 unknown room or wrong token (the same answer, so names cannot be probed), 413 offer too large, 429 too many joins, 503 room or bot full.
 """
 
 from __future__ import annotations
@@ -150,7 +150,8 @@ def create_app(bot: "RoomBot") -> FastAPI:
 
     @api.get("/healthz")
     def healthz() -> dict[str, object]:
-        return {"ok": True, "rooms": bot.peer_counts()}
+        counts = bot.peer_counts()  # no room names: they are not for anyone without a token
+        return {"ok": True, "rooms": len(counts), "peers": sum(counts.values())}
 
     @api.get("/metrics", response_class=Response)
     def metrics() -> Response:

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.bot import BotServer, BotSettings, RoomClient, restrict_ice_hosts
+from app.bot import BotServer, BotSettings, RoomClient, listen_ice_hosts, restrict_ice_hosts
 from app.config import load_settings
 from app.runtime import Runtime
 
@@ -78,8 +78,25 @@ def test_tokens(server, offer_sdp):
     assert missing.headers["www-authenticate"] == "Bearer"
     wrong = _post(server, "alpha", body, token="token-beta")
     assert wrong.status_code == 403 and "wrong token" in wrong.json()["detail"]
-    unknown = _post(server, "gamma", body, token="token-alpha")
-    assert unknown.status_code == 404 and "unknown room" in unknown.json()["detail"]
+    unknown = _post(server, "gamma", body, token="token-alpha")  # the same answer: room names cannot be probed
+    assert (unknown.status_code, unknown.json()) == (wrong.status_code, wrong.json())
+    health = httpx.get(f"{server.url}/healthz", timeout=30).json()
+    assert "alpha" not in json.dumps(health) and health["ok"]
+
+
+def test_failed_joins_are_limited_per_address_and_never_lock_out_a_valid_token(runtime, offer_sdp):
+    bot_settings = BotSettings(rooms={"open": "right-token"}, ice_hosts=["127.0.0.1"], failed_join_burst=5,
+                               failed_joins_per_second=0.01, connect_timeout=3.0)
+    with BotServer(runtime, bot_settings, port=0) as srv:
+        body = {"sdp": offer_sdp, "type": "offer"}
+        # 40 made-up room names, then wrong tokens for the real room: all failures from one address
+        probes = [_post(srv, f"room-{i}", body, token="guess").status_code for i in range(40)]
+        assert probes[:5] == [403] * 5 and set(probes[5:]) == {429}, probes
+        assert _post(srv, "open", body, token="wrong").status_code == 429
+        joined = _post(srv, "open", body, token="right-token")
+        assert joined.status_code == 200, joined.text
+        long_name = _post(srv, "r" * 60000, body, token="guess")
+        assert long_name.status_code in (403, 429, 413) and len(long_name.text) < 400
 
 
 def test_malformed_offers(server, offer_sdp):
@@ -114,8 +131,8 @@ def test_chunked_bodies_are_capped_while_read(server):
     except httpx.TransportError:  # the server answered and closed while the client was still writing
         pass
     assert sent < 50 << 20, sent
-    small = httpx.post(f"{server.url}/rooms/beta/offer", content=iter([b'{"sdp": "hel', b'lo", "type": "offer"}']),
-                       headers={"content-type": "application/json", "Authorization": "Bearer token-beta"}, timeout=30)
+    small = httpx.post(f"{server.url}/rooms/alpha/offer", content=iter([b'{"sdp": "hel', b'lo", "type": "offer"}']),
+                       headers={"content-type": "application/json", "Authorization": "Bearer token-alpha"}, timeout=30)
     assert small.status_code == 400 and "malformed SDP" in small.json()["detail"]  # a small chunked offer still works
     assert httpx.get(f"{server.url}/healthz", timeout=30).json()["ok"]
 
@@ -235,3 +252,9 @@ def test_fuzz_offer_endpoint(runtime, offer_sdp):
         assert httpx.get(f"{srv.url}/healthz", timeout=30).json()["ok"]
         assert {400, 422} <= seen, seen
     assert json.dumps(sorted(seen))
+
+
+def test_ice_follows_the_listen_address():
+    assert listen_ice_hosts("127.0.0.1") == ["127.0.0.1"]
+    assert listen_ice_hosts("localhost") == ["127.0.0.1"]
+    assert listen_ice_hosts("0.0.0.0") is None and listen_ice_hosts("::") is None
