@@ -204,6 +204,7 @@ def live(
     ask_at: Annotated[Optional[float], typer.Option(help="meeting second at which to ask (default: 70% through)")] = None,
     save: Annotated[bool, typer.Option("--save", help="save the meeting as it goes (encrypted); `minutia resume` continues it")] = False,
     session_id: Annotated[Optional[str], typer.Option("--session", help="session id to save under (default: a new one)")] = None,
+    replace: Annotated[bool, typer.Option("--replace", help="overwrite a meeting already saved under --session")] = False,
     out_dir: OutOpt = None, config: ConfigOpt = None, llm: LLMOpt = None, asr_model: ASROpt = None,
     hotwords: HotwordsOpt = None,
 ) -> None:
@@ -222,10 +223,13 @@ def live(
         raise InputError(f"{recording} is a transcript; `minutia live` replays a recording")
     settings = _settings(config, llm, asr_model, hotwords=hotwords)
     duration = _media_duration(source)
+    if replace and not save:
+        raise InputError("--replace goes with --save")
     runtime = Runtime(settings)
+    # the session first: a saved meeting of that id is refused before seconds of model loading
+    session = runtime.new_session(session_id, source=source.name, autosave=save, replace=replace)
     with err.status("loading the models"):
         runtime.warm_up()
-    session = runtime.new_session(session_id, source=source.name, autosave=save)
 
     def show(event: SessionEvent) -> None:
         if event.kind == "line":

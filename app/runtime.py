@@ -33,6 +33,7 @@ class Runtime:
         self._lock = threading.Lock()
         self._load_lock = threading.Lock()
         self._models: dict[str, Any] = {}
+        self._claims: dict[str, Any] = {}  # session id -> SessionClaim, for sessions that write the store
 
     # ------------------------------------------------------------------ shared models
     def _shared(self, name: str, load: Callable[[], Any]) -> Any:
@@ -113,32 +114,71 @@ class Runtime:
         return ColdTier(placement, recall_top_k=cold.recall_top_k)
 
     # ------------------------------------------------------------------ sessions
-    def new_session(self, session_id: str | None = None, source: str = "live", autosave: bool = False) -> "MeetingSession":
-        """A new meeting; ``autosave`` saves it to the session store as it goes (see ``minutia resume``)."""
+    def new_session(self, session_id: str | None = None, source: str = "live", autosave: bool = False,
+                    replace: bool = False) -> "MeetingSession":
+        """A new meeting; ``autosave`` saves it to the session store as it goes (see ``minutia resume``).
+        A saved meeting of that id is never overwritten unless ``replace``."""
         from app.session import MeetingSession
 
         session_id = session_id or uuid.uuid4().hex[:12]
         if not _SESSION_ID.fullmatch(session_id):
             raise InputError(f"session ids are 1-64 letters, digits, '-' or '_'; got {session_id!r}")
-        with self._lock:
-            if session_id in self._sessions:
-                raise InputError(f"session {session_id} already exists")
-            session = MeetingSession(self, session_id, source, autosave=autosave)
-            self._sessions[session_id] = session
+        claim = self._claim(session_id, refuse_saved=not replace) if autosave else None
+        try:
+            with self._lock:
+                if session_id in self._sessions:
+                    raise InputError(f"session {session_id} already exists")
+                session = MeetingSession(self, session_id, source, autosave=autosave)
+                self._sessions[session_id] = session
+                if claim is not None:
+                    self._claims[session_id] = claim
+        except BaseException:
+            if claim is not None:
+                claim.release()
+            raise
         log.info("session %s opened (%s)", session_id, source)
         return session
 
+    def _claim(self, session_id: str, refuse_saved: bool):
+        """Hold the session's name against other processes; with ``refuse_saved``, refuse a name already saved."""
+        from app.store import SessionClaim
+        from kvstore.persist import MANIFEST
+
+        claim = SessionClaim(self.settings.home, session_id)
+        try:
+            if refuse_saved and self.session_store().contains(session_id, MANIFEST):
+                raise InputError(f"session {session_id} is already saved: `minutia resume {session_id}` continues it, "
+                                 "--replace overwrites it")
+        except BaseException:
+            claim.release()
+            raise
+        return claim
+
     def resume_session(self, session_id: str, autosave: bool = False) -> "MeetingSession":
         """Continue a saved meeting: its KV cache is loaded, not prefilled again."""
+        store = self.session_store(create_key=False)
+        with self._lock:
+            if session_id in self._sessions:
+                raise InputError(f"session {session_id} is already open")
+        claim = self._claim(session_id, refuse_saved=False) if autosave else None  # it writes the session again
+        try:
+            session = self._resume(store, session_id, autosave)
+            if claim is not None:
+                with self._lock:
+                    self._claims[session_id] = claim
+        except BaseException:
+            if claim is not None:
+                claim.release()
+            raise
+        log.info("session %s resumed at %.1f s", session_id, session.stream_seconds)
+        return session
+
+    def _resume(self, store, session_id: str, autosave: bool) -> "MeetingSession":
         from app.context import meeting_cache_config
         from app.session import MeetingSession, SavedMeeting
         from kvstore.persist import SessionNotFound, load_session
         from kvstore.stores import StoreError
 
-        store = self.session_store(create_key=False)
-        with self._lock:
-            if session_id in self._sessions:
-                raise InputError(f"session {session_id} is already open")
         cold = self.cold_tier(session_id)
         try:
             cache, metadata = load_session(store, session_id, self.engine.model.config,
@@ -156,7 +196,6 @@ class Runtime:
             session = MeetingSession(self, session_id, "resumed", autosave=autosave,
                                      restored=SavedMeeting(cache, metadata or {}))
             self._sessions[session_id] = session
-        log.info("session %s resumed at %.1f s", session_id, session.stream_seconds)
         return session
 
     def session(self, session_id: str) -> "MeetingSession":
@@ -170,9 +209,14 @@ class Runtime:
     def close_session(self, session_id: str) -> None:
         with self._lock:
             session = self._sessions.pop(session_id, None)
-        if session is not None:
-            session.close()
-            log.info("session %s closed", session_id)
+            claim = self._claims.pop(session_id, None)
+        try:
+            if session is not None:
+                session.close()
+                log.info("session %s closed", session_id)
+        finally:
+            if claim is not None:
+                claim.release()
 
     def close(self) -> None:
         for session in self.sessions():

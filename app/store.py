@@ -15,6 +15,37 @@ from app.config import Settings, StoreSettings
 from encoders.errors import InputError
 
 
+class SessionClaim:
+    """This process's hold on a saved session's name: an exclusive ``flock`` on ``<home>/locks/<id>.lock``,
+    held while the session is open. A second process saving or continuing the same session is refused
+    instead of both writing it (two concurrent ``--save --session dup`` runs used to both say "saved").
+    The kernel drops the lock when the process dies, so a crash never leaves the name locked."""
+
+    def __init__(self, home: Path, session_id: str) -> None:
+        import fcntl
+
+        folder = Path(home) / "locks"
+        folder.mkdir(parents=True, exist_ok=True)
+        self.path = folder / f"{session_id}.lock"
+        self._file = open(self.path, "a+")
+        try:
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._file.seek(0)
+            holder = self._file.read().strip() or "?"
+            self._file.close()
+            raise InputError(f"session {session_id} is open in another process (pid {holder}); "
+                             "close it there first") from None
+        self._file.seek(0)
+        self._file.truncate()
+        self._file.write(str(os.getpid()))
+        self._file.flush()
+
+    def release(self) -> None:
+        if not self._file.closed:
+            self._file.close()  # closing the descriptor drops the flock
+
+
 class LazyStore:
     """A block store opened on first use: a meeting whose cold blocks never spill past host memory
     never touches the master key, the audit log or Redis (and an unreachable Redis fails that spill
