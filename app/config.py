@@ -140,7 +140,8 @@ class StoreSettings(BaseModel):
     path: Path | None = Field(None, description="disk store folder (default: <home>/sessions)")
     redis_url: str = "redis://127.0.0.1:6379/0"
     key_file: Path | None = Field(None, description="master key file (mode 0600); else $MINUTIA_MASTER_KEY")
-    autosave_seconds: float = Field(30.0, gt=0, description="a saving live session saves this often (stream time)")
+    autosave_seconds: float = Field(10.0, gt=0, description="a saving live session checkpoints this often (wall "
+                                    "seconds): a crash loses at most the lines committed since")
     audit_log: Path | None = Field(
         None, description="hash-chained audit log of every block written, read or deleted (default: <home>/audit.log)"
     )

@@ -23,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -79,6 +79,12 @@ class SessionSnapshot:
     counters: dict = field(default_factory=dict)
 
 
+class _Mark(NamedTuple):
+    words: int
+    slides: int
+    last_speaker: str | None
+
+
 @dataclass
 class SavedMeeting:
     """A meeting loaded from the session store: its KV cache and the app state saved with it."""
@@ -117,6 +123,12 @@ class MeetingSession:
         self._snapshot_cache: tuple[int, Transcript, dict[str, str]] | None = None
 
         self._pending_lines: deque[ContextLine] = deque()  # closed lines waiting for the LLM worker
+        # What the KV holds once the n-th line handed to the LLM worker is prefilled: a checkpoint saves the
+        # words, slides and position of the lines the KV has, so that transcript, KV and position agree.
+        self._lined_words = 0  # committed words in closed lines (the rest are in the open line)
+        self._line_marks: list[_Mark] = []
+        self._base_mark = _Mark(0, 0, None)  # what the KV held when this process took the meeting over
+        self._base_lines = 0
         self._slide_embeddings: dict[float, np.ndarray] = {}  # slide time -> CLIP embedding, until on the timeline
         self._speech_done = threading.Event()
         self._vision_done = threading.Event()
@@ -128,7 +140,8 @@ class MeetingSession:
         self.autosave = autosave
         self._writer = None  # kvstore.persist.SessionWriter, made on the first save
         self.on_transfer: Callable[[str, str, int, float], None] | None = None  # (source, target, bytes, s) per save
-        self._saved_at_stream = 0.0
+        self._saved_at = time.monotonic()  # wall clock of the last checkpoint
+        self._saved_lines = -1
         self._time_offset = 0.0  # stream time at which this process's input starts (a resumed meeting goes on)
         self._restored = restored
         if restored is not None:
@@ -365,11 +378,15 @@ class MeetingSession:
             speaker_change=label != self._last_line_speaker,
         )
         self._last_line_speaker = label
-        self._append_line(line)
+        self._append_line(line, words=len(words))
         self._emit(SessionEvent("line", line))
 
-    def _append_line(self, line: ContextLine) -> None:
-        self._pending_lines.append(line)
+    def _append_line(self, line: ContextLine, words: int = 0) -> None:
+        """Queue a line for the KV; ``words``: committed words it closes (0 for a slide)."""
+        with self._lock:
+            self._lined_words += words
+            self._line_marks.append(_Mark(self._lined_words, len(self._slides), self._last_line_speaker))
+            self._pending_lines.append(line)
         self._prefill_wakeup.set()
 
     def _vision_worker(self) -> None:
@@ -433,7 +450,9 @@ class MeetingSession:
             flush_all = self._flush_all.is_set()
             self._flush_all.clear()
             context.flush(min_tokens=0 if flush_all else context.prefill_chunk_tokens)
-            if self.autosave and self.stream_seconds - self._saved_at_stream >= self.settings.store.autosave_seconds:
+            if (self.autosave and time.monotonic() - self._saved_at >= self.settings.store.autosave_seconds
+                    and context.lines + context.pending_lines != self._saved_lines):
+                context.flush()  # every closed line into the KV: the checkpoint holds all but the open line
                 self.save()
         if self.autosave and not self._closed.is_set():
             self.save()
@@ -551,21 +570,35 @@ class MeetingSession:
                     report = self._writer.save(context.cache, metadata)
             except StoreError as exc:
                 raise InputError(f"session {self.session_id} could not be saved: {exc}") from exc
-            self._saved_at_stream = metadata["stream_seconds"]
+            self._saved_at, self._saved_lines = time.monotonic(), metadata["lines"]
         if self.on_transfer is not None:
             self.on_transfer("device", self.settings.store.backend, report.bytes_written, report.seconds)
         return report
 
     def _state_dict(self, context: MeetingContext) -> dict:
+        """The app state that goes with the KV as it is now (call with ``context._lock`` held): the words and
+        slides of the lines the KV holds, and the position up to which they cover the meeting. Words of
+        lines not yet prefilled, and of the open line, are left out; audio from the position on is what a
+        continuation has to bring again."""
+        lines = context.lines
         with self._lock:
+            mark = self._line_marks[lines - self._base_lines - 1] if lines > self._base_lines else self._base_mark
+            words = self._words[:mark.words]
+            complete = (self._speech_done.is_set() and mark.words == len(self._words)
+                        and mark.slides == len(self._slides))
+            if complete:
+                position = self.stream_seconds
+            else:
+                position = max(self._time_offset, words[-1].end if words else 0.0)
             return {
                 "format": "minutia.session/1",
                 "source": self.source,
-                "stream_seconds": self.stream_seconds,
-                "lines": context.lines,
-                "last_line_speaker": self._last_line_speaker,
-                "words": [[w.text, w.start, w.end, w.speaker, w.probability] for w in self._words],
-                "slides": [[s.time, s.text] for s in self._slides],
+                "stream_seconds": round(position, 3),
+                "received_seconds": round(self.stream_seconds, 3),
+                "lines": lines,
+                "last_line_speaker": mark.last_speaker,
+                "words": [[w.text, w.start, w.end, w.speaker, w.probability] for w in words],
+                "slides": [[s.time, s.text] for s in self._slides[:mark.slides]],
                 "timeline": self.timeline.to_dict(),
             }
 
@@ -580,8 +613,11 @@ class MeetingSession:
         self.timeline = TimelineIndex.from_dict(meta["timeline"])
         self._last_line_speaker = meta.get("last_line_speaker")
         self._time_offset = float(meta["stream_seconds"])
-        self._saved_at_stream = self._time_offset
         self._received_samples = int(round(self._time_offset * SAMPLE_RATE))
+        self._lined_words = len(self._words)
+        self._base_mark = _Mark(len(self._words), len(self._slides), self._last_line_speaker)
+        self._base_lines = int(meta.get("lines", 0))
+        self._saved_lines = self._base_lines
 
     # ------------------------------------------------------------------ views
     def _names(self) -> dict[str, str]:
