@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Literal, Sequence
 
-Operation = Literal["read", "write", "migrate", "delete"]
-OPERATIONS: tuple[str, ...] = ("read", "write", "migrate", "delete")
+Operation = Literal["read", "write", "migrate", "delete", "repair"]
+OPERATIONS: tuple[str, ...] = ("read", "write", "migrate", "delete", "repair")
 GENESIS = "0" * 64
 FORMAT = "minutia.audit/1"
 
@@ -40,6 +40,7 @@ class VerifyResult:
     head: str  # hash of the last valid record (GENESIS when there is none)
     bad_line: int | None = None  # 1-based line number of the first bad record
     reason: str | None = None
+    torn_at: int | None = None  # the bad line is a partial last line (a crash mid-append) starting at this byte
 
 
 def _digest(key: bytes | None, prev: str, body: dict) -> str:
@@ -70,13 +71,41 @@ class AuditLog:
         self._fsync = fsync
         self._lock = threading.Lock()
         self._seq, self._head = 0, GENESIS
+        torn = 0
         if self.path.exists() and self.path.stat().st_size:
             result = verify(self.path, key)
-            if not result.ok:
-                raise AuditError(f"{self.path} is damaged at line {result.bad_line} ({result.reason}); not appending to it")
+            if not result.ok and result.torn_at is not None:
+                torn = self._cut_torn_tail(result.torn_at)
+            elif not result.ok:
+                raise AuditError(f"{self.path} is damaged at line {result.bad_line} ({result.reason}); not appending to "
+                                 f"it: `minutia audit verify {self.path}` shows it; move it aside to start a new log")
             self._seq, self._head = result.records, result.head
         self._file = open(self.path, "a", encoding="utf-8")
+        if self._seq and not torn and not self.path.read_bytes().endswith(b"\n"):
+            self._file.write("\n")  # a whole last record whose newline a crash cut off
         self._size = os.fstat(self._file.fileno()).st_size  # where our view of the chain ends
+        if torn:
+            self.record("*", "repair", [], "audit.log", torn_tail_bytes=torn)
+
+    def _cut_torn_tail(self, offset: int) -> int:
+        """A crash mid-append leaves a partial last line: cut it (under the append lock), so the chain goes on.
+        Returns the bytes cut; the repair is recorded as the next record."""
+        with open(self.path, "r+b") as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            try:
+                size = f.seek(0, os.SEEK_END)
+                f.truncate(offset)
+                os.fsync(f.fileno())
+            finally:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+        return size - offset
+
+    def sync(self) -> None:
+        """Make the records so far durable (a store calls it when it flushes a batch of blocks)."""
+        with self._lock:
+            if not self._file.closed:
+                self._file.flush()
+                os.fsync(self._file.fileno())
 
     def head(self) -> str:
         """Hash of the last record: store it elsewhere to detect a truncated tail later."""
@@ -135,27 +164,41 @@ class AuditLog:
 
 
 def verify(path: str | Path, key: bytes | None = None) -> VerifyResult:
-    """Walk the chain; report the first line whose content, order or link does not check out."""
+    """Walk the chain; report the first line whose content, order or link does not check out. A last line
+    that is not a whole record (no newline, or not JSON) is reported as torn, with where it starts."""
     head, seq = GENESIS, 0
-    with open(path, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            def bad(reason: str) -> VerifyResult:
-                return VerifyResult(False, seq, head, number, reason)
+    with open(path, "rb") as f:
+        data = f.read()
+    offset = 0
+    lines = [line + b"\n" for line in data.split(b"\n")]
+    lines[-1] = lines[-1][:-1]  # what follows the last newline: b"" for a whole file, a torn line otherwise
+    for number, raw in enumerate([line for line in lines if line], start=1):
+        start, offset = offset, offset + len(raw)
+        last = offset == len(data)
 
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError as exc:
-                return bad(f"not JSON: {exc.msg}")
-            if not isinstance(entry, dict) or "hash" not in entry or "prev" not in entry:
-                return bad("not an audit record")
-            if entry.get("seq") != seq + 1:
-                return bad(f"sequence {entry.get('seq')} where {seq + 1} was expected (deleted or reordered records)")
-            if entry["prev"] != head:
-                return bad("previous-hash link broken (deleted, inserted or reordered records)")
-            stored = entry.pop("hash")
-            if not hmac.compare_digest(str(stored), _digest(key, head, entry)):
-                return bad("hash mismatch (record edited)")
-            head, seq = stored, seq + 1
+        def bad(reason: str) -> VerifyResult:
+            return VerifyResult(False, seq, head, number, reason)
+
+        def unreadable(reason: str) -> VerifyResult:
+            torn = last and (not raw.endswith(b"\n") or not raw.strip(b"\0 \n"))
+            return VerifyResult(False, seq, head, number, reason, torn_at=start if torn else None)
+
+        try:
+            entry = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            return unreadable("not UTF-8")
+        except json.JSONDecodeError as exc:
+            return unreadable(f"not JSON: {exc.msg}")
+        if not isinstance(entry, dict) or "hash" not in entry or "prev" not in entry:
+            return bad("not an audit record")
+        if entry.get("seq") != seq + 1:
+            return bad(f"sequence {entry.get('seq')} where {seq + 1} was expected (deleted or reordered records)")
+        if entry["prev"] != head:
+            return bad("previous-hash link broken (deleted, inserted or reordered records)")
+        stored = entry.pop("hash")
+        if not hmac.compare_digest(str(stored).encode(), _digest(key, head, entry).encode()):
+            return bad("hash mismatch (record edited)")
+        head, seq = str(stored), seq + 1
     return VerifyResult(True, seq, head)
 
 
@@ -201,6 +244,11 @@ class AuditedStore:
         report = self._inner.shred(source)
         self._log.record("*", "delete", [], source, shredded=True)
         return report
+
+    def flush(self) -> None:
+        """The blocks, then their records: a batch of saves is durable in both once this returns."""
+        self._inner.flush()
+        self._log.sync()
 
     def close(self) -> None:
         self._inner.close()

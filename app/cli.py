@@ -373,6 +373,11 @@ def audit_verify(
             raise InputError(f"environment variable {key_env} is not set")
         key = os.environ[key_env].encode()
     result = verify(file, key)
+    if not result.ok and result.torn_at is not None:
+        err.print(f"[yellow]torn:[/] {escape(str(file))} line {result.bad_line} is a partial last record (a crash "
+                  f"mid-append; the next writer cuts it and records the repair); the {result.records} records before "
+                  "it verify", soft_wrap=True)
+        raise typer.Exit(1)
     if not result.ok:
         err.print(f"[red]tampered:[/] {escape(str(file))} line {result.bad_line}: {escape(result.reason or '')} "
                   f"({result.records} records before it verify)", soft_wrap=True)

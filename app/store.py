@@ -127,9 +127,14 @@ def open_session_store(settings: Settings, create_key: bool = True, backend: str
             inner = RedisStore(redis_url or cfg.redis_url)
     except StoreError as exc:
         raise InputError(f"cannot open the {backend} session store: {exc}") from None
-    from app.audit import AuditedStore, AuditLog
+    from app.audit import AuditedStore, AuditError, AuditLog
 
-    return AuditedStore(EncryptedStore(inner, master), AuditLog(cfg.audit_log or settings.home / "audit.log"))
+    try:
+        log = AuditLog(cfg.audit_log or settings.home / "audit.log")
+    except AuditError as exc:
+        inner.close()
+        raise InputError(str(exc)) from None
+    return AuditedStore(EncryptedStore(inner, master), log)
 
 
 def open_cold_store(settings: Settings, session_id: str, log=None):

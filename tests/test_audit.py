@@ -173,3 +173,63 @@ def test_session_store_operations_are_audited(tmp_path):
     assert ops == ["write", "read", "delete"]
     assert verify(log).ok
     assert oct((settings.home / "master.key").stat().st_mode & 0o777) == "0o600"
+
+
+@pytest.mark.parametrize("tail", [b'{"seq": 7, "time": 17', b"\0\0\0\0", b'{"blocks":[1],"\xe2'])
+def test_a_torn_tail_is_cut_and_recorded(tmp_path, tail):
+    """What a crash mid-append leaves: a partial last line. The next writer cuts it, records the repair and
+    the chain goes on; nothing before it is touched (a torn tail used to fail every resume)."""
+    path = tmp_path / "audit.jsonl"
+    _write(path)
+    whole = path.read_bytes()
+    path.write_bytes(whole + tail)
+    result = verify(path)
+    assert not result.ok and result.torn_at == len(whole) and result.records == 6
+    with AuditLog(path) as log:
+        log.record("room-a", "read", [1])
+    assert path.read_bytes().startswith(whole)
+    after = verify(path)
+    assert after.ok and after.records == 8
+    repair = json.loads(_lines(path)[6])
+    assert repair["op"] == "repair" and repair["details"]["torn_tail_bytes"] == len(tail)
+    cli = _cli("audit", "verify", str(path))
+    assert cli.returncode == 0, cli.stderr
+
+
+def test_a_whole_last_record_without_its_newline_is_kept(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    _write(path, n=3)
+    path.write_bytes(path.read_bytes().rstrip(b"\n"))
+    assert verify(path).ok
+    with AuditLog(path) as log:
+        log.record("room-a", "read", [1])
+    assert verify(path).ok and verify(path).records == 4
+
+
+@pytest.mark.parametrize("damage", [b'{"seq": 3, "hash": "\xc3\xa9\xc3\xa9", "prev": "x"}\n', b"\xff\xfe not utf-8\n"])
+def test_damage_before_the_end_is_refused_cleanly(tmp_path, damage):
+    """Non-UTF-8 bytes or a non-ASCII hash in a whole line: the CLI says which line (no traceback), a writer
+    refuses the log, and the session store turns that into a one-line error."""
+    path = tmp_path / "audit.jsonl"
+    _write(path, n=2)
+    path.write_bytes(path.read_bytes() + damage)
+    cli = _cli("audit", "verify", str(path))
+    assert cli.returncode == 1 and "line 3" in cli.stderr and "Traceback" not in cli.stderr, cli.stderr
+    with pytest.raises(AuditError, match="line 3"):
+        AuditLog(path)
+
+    from app.config import load_settings
+    from app.store import open_session_store
+    from encoders.errors import InputError
+
+    settings = load_settings(overrides={"home": str(tmp_path / "home"), "store": {"audit_log": str(path)}})
+    with pytest.raises(InputError, match="damaged at line 3"):
+        open_session_store(settings)
+
+
+def test_torn_cli_message(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    _write(path, n=2)
+    path.write_bytes(path.read_bytes() + b'{"seq": 3')
+    cli = _cli("audit", "verify", str(path))
+    assert cli.returncode == 1 and "torn" in cli.stderr and "2 records" in cli.stderr, cli.stderr
