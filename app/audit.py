@@ -240,6 +240,13 @@ class AuditedStore:
             self._log.record(session, "delete", [block_id])
         return existed
 
+    def delete_session(self, session: str) -> int:
+        ids = self._inner.list(session)
+        removed = self._inner.delete_session(session)
+        if ids:
+            self._log.record(session, "delete", ids, whole_session=True)
+        return removed
+
     def shred(self, source: str):
         report = self._inner.shred(source)
         self._log.record("*", "delete", [], source, shredded=True)

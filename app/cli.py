@@ -47,9 +47,22 @@ def _settings(config: str | None, llm: str | None = None, asr: str | None = None
 
 
 def _out_dir(out_dir: Path | None, source: Path) -> Path:
-    if out_dir is not None:
-        return out_dir
-    return source if source.is_dir() else source.parent
+    """Where the outputs go, checked before any model work: a folder this process can write (a file given
+    as --out, or a folder it cannot create or write, used to fail with a traceback after minutes of work)."""
+    import os
+
+    folder = out_dir if out_dir is not None else source if source.is_dir() else source.parent
+    if out_dir is None and not folder.exists():
+        return folder  # no such input: reading it says so
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"the output folder {folder} is a file")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create the output folder {folder}: {exc.strerror or exc}") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(f"the output folder {folder} is not writable")
+    return folder
 
 
 def _stem(source: Path) -> str:
@@ -95,8 +108,9 @@ def transcribe(
     settings = _settings(config, asr=asr_model, diar=diarization_model, speakers=num_speakers, hotwords=hotwords)
     if resolve_input(recording).recording is None:
         raise InputError(f"{recording} is not a recording")
+    folder = _out_dir(out_dir, recording)
     transcript = load_meeting(recording, settings, err)
-    written = write_all(transcript, _out_dir(out_dir, recording), f"{_stem(recording)}.transcript", wanted)
+    written = write_all(transcript, folder, f"{_stem(recording)}.transcript", wanted)
     if as_json:
         print(to_json(transcript), end="")
         return
@@ -139,11 +153,11 @@ def summarize(
     from app.transcript import atomic_write
 
     settings = _settings(config, llm, asr_model, diarization_model, num_speakers, hotwords)
+    folder, stem = _out_dir(out_dir, meeting), _stem(meeting)
     transcript = load_meeting(meeting, settings, err)
     assistant = _assistant(settings)
     with err.status("summarising"):
         summary = assistant.summarize(transcript)
-    folder, stem = _out_dir(out_dir, meeting), _stem(meeting)
     markdown = _summary_markdown(summary, transcript.source)
     payload = json.dumps(summary.to_dict(), indent=2, ensure_ascii=False) + "\n"
     atomic_write(folder / f"{stem}.summary.md", markdown)
@@ -225,6 +239,8 @@ def live(
     duration = _media_duration(source)
     if replace and not save:
         raise InputError("--replace goes with --save")
+    if out_dir is not None:
+        _out_dir(out_dir, source)
     runtime = Runtime(settings)
     # the session first: a saved meeting of that id is refused before seconds of model loading
     session = runtime.new_session(session_id, source=source.name, autosave=save, replace=replace)
@@ -280,6 +296,14 @@ def live(
         runtime.close()
     if snap.error:
         raise InputError(f"the session failed: {snap.error}")
+    if not snap.transcript.turns and not snap.slides:
+        if save:  # nothing to keep: the empty meeting is not left in the store
+            from app.store import open_session_store
+
+            store = open_session_store(settings)
+            store.delete_session(session.session_id)
+            store.close()
+        raise InputError(f"{source.name} contains no speech")
     lags = sorted(session.commit_lags())
     if lags:
         p50, p95 = lags[len(lags) // 2], lags[min(len(lags) - 1, int(0.95 * len(lags)))]

@@ -8,6 +8,7 @@ Markdown. Every writer goes through :func:`atomic_write`, so a failure never lea
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import tempfile
@@ -166,11 +167,13 @@ def load_transcript(path: str | Path) -> Transcript:
 
 def _from_json(data: object, path: Path) -> Transcript:
     if isinstance(data, dict) and "meeting_transcripts" in data:  # QMSum
-        turns = [
-            Turn(speaker=str(t.get("speaker", "?")), text=_qmsum_text(str(t.get("content", ""))))
-            for t in data["meeting_transcripts"]
-            if isinstance(t, dict)
-        ]
+        given = data["meeting_transcripts"]
+        if not isinstance(given, list):
+            raise InputError(f"{path}: 'meeting_transcripts' must be a list of turns, not {type(given).__name__}")
+        for number, t in enumerate(given, start=1):
+            if not isinstance(t, dict) or not isinstance(t.get("content"), str) or not isinstance(t.get("speaker", ""), str):
+                raise InputError(f"{path}: QMSum turn {number} needs a 'speaker' and a 'content' string")
+        turns = [Turn(speaker=t.get("speaker") or "?", text=_qmsum_text(t["content"])) for t in given]
         return Transcript(turns=turns, source=path.name)
     if isinstance(data, dict) and isinstance(data.get("turns"), list):
         try:
@@ -180,7 +183,7 @@ def _from_json(data: object, path: Path) -> Transcript:
                     text=str(t["text"]),
                     start=_opt_float(t.get("start")),
                     end=_opt_float(t.get("end")),
-                    words=[TranscriptWord(**w) for w in t.get("words", [])],
+                    words=[_word(w) for w in t.get("words", [])],
                 )
                 for t in data["turns"]
             ]
@@ -190,8 +193,20 @@ def _from_json(data: object, path: Path) -> Transcript:
     raise InputError(f"{path}: unknown JSON transcript (expected minutia's 'turns' or QMSum's 'meeting_transcripts')")
 
 
+def _word(fields: dict) -> TranscriptWord:
+    word = TranscriptWord(**fields)
+    _opt_float(word.start), _opt_float(word.end)  # the same checks as a turn's times
+    return word
+
+
 def _opt_float(value: object) -> float | None:
-    return None if value is None else float(value)  # type: ignore[arg-type]
+    """A time in seconds, or None; NaN, infinities and negatives are not times."""
+    if value is None:
+        return None
+    number = float(value)  # type: ignore[arg-type]
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"{value!r} is not a time in seconds")
+    return number
 
 
 def _qmsum_text(text: str) -> str:

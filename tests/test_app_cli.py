@@ -144,3 +144,31 @@ def test_unprovisioned_models(home, out):
 def test_brackets_in_paths_are_kept(tmp_path, home, out):
     path = tmp_path / "[bold]meeting[/bold].wav"  # not read as console markup
     assert_input_error(run_cli(["transcribe", str(path), "--out", str(out)], home), "[bold]meeting[/bold].wav")
+
+
+@pytest.mark.parametrize("command", ["transcribe", "summarize"])
+def test_an_output_folder_that_cannot_be_written_fails_first(tmp_path, home, command):
+    """--out a file, or a folder under a file: refused before any model work (it used to be a traceback after
+    the whole transcription or summary)."""
+    meeting = STANDUP if command == "transcribe" else STANDUP / "reference.json"
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    assert_input_error(run_cli([command, str(meeting), "--out", str(blocker)], home), "is a file")
+    assert_input_error(run_cli([command, str(meeting), "--out", str(blocker / "sub")], home), "cannot create")
+    assert blocker.read_text() == "x"
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ('{"meeting_transcripts": 5}', "must be a list"),
+    ('{"meeting_transcripts": null}', "must be a list"),
+    ('{"meeting_transcripts": [{"speaker": "A", "content": "hello"}, {"speaker": "B"}]}', "turn 2 needs"),
+    ('{"meeting_transcripts": [{"speaker": 3, "content": "hi"}]}', "turn 1 needs"),
+    ('{"turns": [{"speaker": "A", "text": "hi", "start": NaN}]}', "malformed turn"),
+    ('{"turns": [{"speaker": "A", "text": "hi", "start": -4}]}', "malformed turn"),
+    ('{"turns": [{"speaker": "A", "text": "hi", "words": [{"text": "hi", "start": Infinity, "end": 1, '
+     '"speaker": "A"}]}]}', "malformed turn"),
+])
+def test_malformed_transcript_json(tmp_path, home, out, body, fragment):
+    path = tmp_path / "meeting.json"
+    path.write_text(body)
+    assert_input_error(run_cli(["summarize", str(path), "--out", str(out)], home), fragment)

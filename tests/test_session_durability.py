@@ -155,3 +155,31 @@ def test_sigkill_loses_at_most_the_last_checkpoint(tmp_path, tiny_llm_dir):
         runtime.close_session("crashed")
     finally:
         runtime.close()
+
+
+def test_live_save_of_silence_fails_and_keeps_nothing(tmp_path, tiny_llm_dir):
+    """3 s of silence through `live --save --out`: exit 2 with one `error:` line, no .srt, no saved session
+    (it used to exit 0, write an empty .srt and save an empty meeting)."""
+    import wave
+
+    _runtime(tmp_path, tiny_llm_dir).close()
+    quiet = tmp_path / "quiet.wav"
+    with wave.open(str(quiet), "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000)
+        w.writeframes(b"\0\0" * 48000)
+    env = {**os.environ, "MINUTIA_HOME": str(tmp_path / "home"), "MINUTIA_LLM__MODEL": str(tiny_llm_dir),
+           "MINUTIA_ASR__MODEL": str(_ASR), "COLUMNS": "1000"}
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "app.cli", "live", str(quiet), "--speed", "0", "--save",
+                           "--session", "quiet", "--out", str(out)], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert [line for line in proc.stderr.splitlines() if line.startswith("error:")] == [
+        "error: quiet.wav contains no speech"], proc.stderr
+    assert not any(out.glob("*.srt"))
+    runtime = _runtime(tmp_path / "home", tiny_llm_dir)
+    try:
+        with pytest.raises(InputError, match="no saved session"):
+            runtime.resume_session("quiet")
+    finally:
+        runtime.close()
