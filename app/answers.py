@@ -37,6 +37,24 @@ _WANTED: dict[QuestionType, tuple[str, ...]] = {
     QuestionType.METRIC: ("percent", "count", "money", "duration"),
     QuestionType.HOW_MANY: ("count", "duration", "money", "percent"),
 }
+_ASKS_MONEY = re.compile(r"\bhow much\b.*\b(?:costs?|pay|paid|spen[dt]|charged?|earn)\b|"
+                         r"\b(?:the )?(?:cost|price|fee|salary) (?:of|for)\b", re.IGNORECASE)
+_TIME_UNITS = re.compile(r"^(?:weeks?|days?|months?|hours?|minutes?|years?|quarters?|sprints?)$", re.IGNORECASE)
+
+
+def _wanted(q: Question) -> tuple[str, ...]:
+    """The entity kinds that answer ``q``: a question about cost wants money, not a count ("what's the cost of
+    the payment page" is not "one more week"); "how many pages" is not a duration."""
+    wanted = _WANTED[q.type]
+    if q.type is QuestionType.HOW_MUCH and _ASKS_MONEY.search(q.text):
+        return ("money",)
+    if q.type is QuestionType.HOW_MANY:
+        noun = re.search(r"\bhow many\s+(\w+)", q.text, re.IGNORECASE)
+        if noun and not _TIME_UNITS.match(noun.group(1)):
+            return tuple(k for k in wanted if k != "duration")
+    return wanted
+
+
 _NEGATION = re.compile(r"\b(?:not|no|never|n't|cannot|won't|don't|didn't|isn't|aren't|wasn't|no longer|instead of)\b|n't\b",
                        re.IGNORECASE)
 
@@ -107,7 +125,12 @@ class AnswerFinder:
             QuestionType.YES_NO: self._yes_no,
         }
         if q.type in _WANTED:
+            # An amount or count that no supporting line gives is not in the meeting: a line about the topic
+            # without it ("the new customer website" for "how much does the website cost?") is no answer. (A
+            # "when" is often said without a date - "after the launch" - so that falls back to the best line.)
             found = self._entity(q, hits)
+            if found is None and q.type in _ONLY_A_FIGURE:
+                return Answer(q.text, NOT_IN_MEETING, [], 1, 0.0, q.type.value)
         else:
             found = by_type.get(q.type, self._free_form)(q, hits)
         if found is None:
@@ -174,7 +197,7 @@ class AnswerFinder:
         now (a date moved, a new figure); otherwise the better retrieval score.
         """
         asks_past = bool(_PAST.search(q.text))
-        wanted = _WANTED[q.type]
+        wanted = _wanted(q)
         found = []
         for hit in hits:
             sentence = self.sentences[hit.index]
@@ -316,6 +339,7 @@ def _pick(text: str, entities: list[Entity], words: Sequence[str], asks_past: bo
 _CLAUSE_BREAK = re.compile(r"[;\n•]|[.!?](?:\s|$)")
 
 
+_ONLY_A_FIGURE = (QuestionType.HOW_MUCH, QuestionType.HOW_MANY)
 _PAST = re.compile(r"\b(?:used to|originally|previously|before|last (?:month|week|year|quarter|time)|earlier|"
                    r"was at|were at|had been|we had|it was|initially|at first|old)\b", re.IGNORECASE)
 DECISION_LEAD_IN = 4  # sentences before a decision that may name what it decides

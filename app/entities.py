@@ -41,7 +41,7 @@ KINDS: dict[str, re.Pattern[str]] = {
     "percent": re.compile(rf"{NUMBER}\s?(?:%|percent\b|per cent\b|percentage points?\b)", re.IGNORECASE),
     "date": re.compile(rf"\b{DATE}\b", re.IGNORECASE),
     "time": re.compile(rf"\b{TIME_OF_DAY}", re.IGNORECASE),
-    "duration": re.compile(rf"{NUMBER}\s+(?:weeks?|days?|months?|hours?|minutes?|years?|quarters?|sprints?)\b", re.IGNORECASE),
+    "duration": re.compile(rf"{NUMBER}\s+(?:(?:more|extra|additional|further)\s+)?(?:weeks?|days?|months?|hours?|minutes?|years?|quarters?|sprints?)\b", re.IGNORECASE),
     "count": re.compile(rf"{NUMBER}(?:\s+[a-z]+){{0,2}}", re.IGNORECASE),
 }
 
@@ -68,7 +68,8 @@ def find_entities(text: str, kinds: tuple[str, ...] = ("money", "percent", "date
             if any(start < e and s < end for s, e in taken):
                 continue
             if kind == "count":  # a bare number: keep its unit word only when it is not a stopword
-                span = re.sub(r"\s+(?:and|or|but|so|to|of|the|a|in|on|for|by|at|with|is|are|was|were)\b.*$", "", span,
+                span = re.sub(r"\s+(?:and|or|but|so|to|of|the|a|in|on|for|by|at|with|is|are|was|were|last|next|this|that|"
+                              r"these|those|per|each|every|ago|now|then|today|yesterday|tomorrow)\b.*$", "", span,
                               flags=re.IGNORECASE)
                 end = start + len(span)
             taken.append((start, end))

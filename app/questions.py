@@ -75,6 +75,11 @@ _PATTERNS: list[tuple[QuestionType, re.Pattern[str]]] = [
         r"propos\w*|report\w*|asked|brought up|talked|point\w* out|noted|told|explain\w*|complain\w*|warn\w*|"
         r"think|thinks|thought|shared|gave|presented|announced|introduced|ran|leads?|from)\b")),
     (QuestionType.WHO_WILL, re.compile(r"^(?:who|whom|which (?:person|one|team member|of them))\b|\bwho(?:'s| is)\b")),
+    # The words that say what is asked beat the topic's words: "the deadline to update the budget sheet" asks
+    # for a date, "how many cost centers" for a count, "the budget utilization" for a percentage.
+    (QuestionType.HOW_MANY, re.compile(r"\bhow many\b")),
+    (QuestionType.WHEN, re.compile(r"^(?:by )?when\b|\b(?:deadline|due date)\b|\bwhat (?:date|day)\b")),
+    (QuestionType.METRIC, re.compile(r"^(?!.*\bhow much\b).*\b(?:utili[sz]ation|overrun|percentage|ratio|margin|rate)\b")),
     (QuestionType.HOW_MUCH, re.compile(
         r"\bhow much\b|\b(?:cost|costs|price|prices|budget|spend|spent|amount|paid|pay|charge|expensive|fee|fees|"
         r"salary|dollars|euros|money)\b")),

@@ -146,3 +146,19 @@ def test_a_slide_figure_is_read_from_its_own_line():
     assert "12,000" in finder.answer("How much will the pilot cost?").text
     assert "50,000" in finder.answer("What is the total budget?").text
     assert "30,000" in finder.answer("How much has been spent so far?").text
+
+
+def test_a_topic_said_without_the_figure_asked_is_not_answered():
+    """The meeting talks about the website and the payment page but gives no price and no page count: a line
+    about the topic, or a duration, is not an answer to "how much" or "how many"."""
+    t = _turns(("SPEAKER_00", "Good morning! This is our weekly meeting about the new customer website!"),
+               ("SPEAKER_01", "The login page is finished! The payment page needs one more week of work."),
+               ("SPEAKER_00", "Thanks. Carol, anything on hiring?"), ("SPEAKER_02", "We hired two designers last month."),
+               ("SPEAKER_01", "The deadline to update the budget sheet is Friday, May 16th."))
+    finder = AnswerFinder(t, generate=lambda q, ev: ("$1,000.", 0.9))
+    for question in ("How much does the website cost?", "What's the cost of the payment page?",
+                     "How many pages are finished?"):
+        assert finder.answer(question).text == NOT_IN_MEETING, question
+    assert finder.answer("How many designers did we hire?").text.lower() == "two designers"
+    assert "one more week" in finder.answer("How many weeks does the payment page need?").text.lower()
+    assert "may 16" in finder.answer("What is the deadline to update the budget sheet?").text.lower()
