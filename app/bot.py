@@ -521,7 +521,10 @@ class RoomBot:
         for task in list(peer.tasks):
             if task is not current:
                 task.cancel()
-        await peer.pc.close()
+        try:
+            await peer.pc.close()
+        except Exception as exc:  # aiortc fails to close a connection whose negotiation broke half-way
+            log.warning("peer connection did not close cleanly", extra={"peer": peer.peer_id, "error": repr(exc)})
 
     # ------------------------------------------------------------------ media
     async def _consume_audio(self, peer: Peer, track: MediaStreamTrack) -> None:
