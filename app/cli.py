@@ -214,6 +214,7 @@ def demo(config: ConfigOpt = None, out_dir: OutOpt = None) -> None:
 def live(
     recording: Annotated[Path, typer.Argument(help="a recording (audio or video) or a folder with one")],
     speed: Annotated[float, typer.Option(help="replay speed: 1 = real time, 0 = as fast as possible")] = 1.0,
+    until: Annotated[Optional[float], typer.Option("--until", help="replay only the first SECONDS of the recording")] = None,
     question: Annotated[Optional[list[str]], typer.Option("--ask", "-q", help="question(s) to ask mid-replay")] = None,
     ask_at: Annotated[Optional[float], typer.Option(help="meeting second at which to ask (default: 70% through)")] = None,
     save: Annotated[bool, typer.Option("--save", help="save the meeting as it goes (encrypted); `minutia resume` continues it")] = False,
@@ -232,11 +233,13 @@ def live(
 
     if speed < 0:
         raise InputError("--speed must be >= 0")
+    if until is not None and until <= 0:
+        raise InputError("--until must be > 0 seconds")
     source = resolve_input(recording).recording
     if source is None:
         raise InputError(f"{recording} is a transcript; `minutia live` replays a recording")
     settings = _settings(config, llm, asr_model, hotwords=hotwords)
-    duration = _media_duration(source)
+    duration = _media_duration(source) if until is None else min(until, _media_duration(source))
     if replace and not save:
         raise InputError("--replace goes with --save")
     if out_dir is not None:
@@ -263,7 +266,7 @@ def live(
 
     def run_replay() -> None:
         try:
-            replay(session, source, speed=speed, stop=stop, finish=False)
+            replay(session, source, speed=speed, stop=stop, finish=False, until=until)
         except BaseException as exc:  # reported in the main thread
             failure.append(exc)
 

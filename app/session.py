@@ -784,15 +784,21 @@ def replay(
     stop: threading.Event | None = None,
     chunk_seconds: float = 0.5,
     finish: bool = True,
+    until: float | None = None,
 ) -> None:
-    """Feed a recording into ``session`` as if it were live (``speed`` x real time; 0 = as fast as possible)."""
+    """Feed a recording into ``session`` as if it were live (``speed`` x real time; 0 = as fast as possible),
+    up to ``until`` seconds of it when given."""
     from encoders.media import iter_media
 
     if speed < 0:
         raise InputError("speed must be >= 0")
+    if until is not None and until <= 0:
+        raise InputError("until must be > 0 seconds")
     started = time.perf_counter()
     for item in iter_media(Path(path), chunk_seconds=chunk_seconds):
         if stop is not None and stop.is_set():
+            break
+        if until is not None and item.time >= until:
             break
         if speed > 0:
             delay = started + item.time / speed - time.perf_counter()

@@ -196,8 +196,8 @@ def test_minutia_live_replays_a_video_meeting(tmp_path):
     script = Path(sys.executable).with_name("minutia")
     cmd = [str(script)] if script.is_file() else [sys.executable, "-m", "app.cli"]
     proc = subprocess.run(
-        [*cmd, "live", str(ROOT / "samples" / "standup-video"), "--speed", "0", "--ask", "How much will the pilot cost?",
-         "--ask-at", "40", "--out", str(tmp_path)],
+        [*cmd, "live", str(ROOT / "samples" / "standup-video"), "--speed", "0", "--until", "42", "--ask",
+         "How much will the pilot cost?", "--ask-at", "36", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=600, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -207,6 +207,8 @@ def test_minutia_live_replays_a_video_meeting(tmp_path):
     answer = re.search(r"^answer: (.*)$", out, re.M)
     assert answer and "12" in answer.group(1), out[-2000:]
     assert (tmp_path / "meeting.json").is_file() and (tmp_path / "meeting.srt").is_file()
+    transcript = json.loads((tmp_path / "meeting.json").read_text())
+    assert 30 < transcript["duration"] <= 42.5, transcript["duration"]  # --until 42: the rest is not replayed
     bad = subprocess.run([*cmd, "live", str(ROOT / "README.md")], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert bad.returncode == 2 and "error:" in bad.stderr
 
