@@ -37,17 +37,13 @@ _WANTED: dict[QuestionType, tuple[str, ...]] = {
     QuestionType.METRIC: ("percent", "count", "money", "duration"),
     QuestionType.HOW_MANY: ("count", "duration", "money", "percent"),
 }
-_ASKS_MONEY = re.compile(r"\bhow much\b.*\b(?:costs?|pay|paid|spen[dt]|charged?|earn)\b|"
-                         r"\b(?:the )?(?:cost|price|fee|salary) (?:of|for)\b", re.IGNORECASE)
 _TIME_UNITS = re.compile(r"^(?:weeks?|days?|months?|hours?|minutes?|years?|quarters?|sprints?)$", re.IGNORECASE)
 
 
 def _wanted(q: Question) -> tuple[str, ...]:
-    """The entity kinds that answer ``q``: a question about cost wants money, not a count ("what's the cost of
-    the payment page" is not "one more week"); "how many pages" is not a duration."""
+    """The entity kinds that answer ``q``: "how many pages" is not a duration. (A cost question keeps counts:
+    the recogniser may drop the currency of "forty thousand euros".)"""
     wanted = _WANTED[q.type]
-    if q.type is QuestionType.HOW_MUCH and _ASKS_MONEY.search(q.text):
-        return ("money",)
     if q.type is QuestionType.HOW_MANY:
         noun = re.search(r"\bhow many\s+(\w+)", q.text, re.IGNORECASE)
         if noun and not _TIME_UNITS.match(noun.group(1)):

@@ -1,4 +1,5 @@
-"""Bounded load: real aiortc peers, one per room, streaming the stand-up in real time for 2 minutes.
+"""Bounded load: real aiortc peers, one per room, streaming the stand-up in real time for 90 s (past the 60-90 s
+at which starved peers dropped; MINUTIA_BOT_LOAD_SECONDS=120 for the benchmark's 2 minutes).
 
 4 rooms in `make test`: on this 2-core machine 8 rooms starve the event loops (the peers run in this
 process too) until WebRTC consent checks expire and peers drop after 60-90 s (measured 2026-12-01, see
@@ -29,7 +30,7 @@ from app.runtime import Runtime
 ROOT = Path(__file__).resolve().parent.parent
 AUDIO = ROOT / "samples" / "standup" / "meeting.ogg"
 ROOMS = int(os.environ.get("MINUTIA_BOT_LOAD_ROOMS", "4"))
-SECONDS = float(os.environ.get("MINUTIA_BOT_LOAD_SECONDS", "120"))
+SECONDS = float(os.environ.get("MINUTIA_BOT_LOAD_SECONDS", "90"))
 
 _HOME = load_settings().home
 _MISSING = [m for m in (EMBEDDED_ASR, EMBEDDED_LLM) if not (models_dir(_HOME) / m / ".minutia-complete").is_file()]
@@ -55,7 +56,7 @@ def _room_figures(bot) -> dict[str, dict]:
     return figures
 
 
-def test_rooms_for_two_minutes():
+def test_rooms_under_sustained_load():
     settings = load_settings(overrides={"asr": {"beam_size": 1}})
     runtime = Runtime(settings)
     runtime.warm_up()
@@ -107,7 +108,7 @@ def test_rooms_for_two_minutes():
     assert all(count > 0 for count in captions.values()), captions
     assert min(captions.values()) >= 0.3 * max(captions.values()), captions
     assert all(f["state"] in ("live", "idle", "finished") for f in report["end"].values()), report["end"]
-    # Memory stays bounded: the second minute adds little to what the first one reached.
+    # Memory stays bounded: the second half adds little to what the first one reached.
     rss = [s["rss_mb"] for s in report["samples"]]
     half = len(rss) // 2
     assert max(rss[half:]) - max(rss[:half]) < 400, rss

@@ -25,6 +25,7 @@ from bench.suites.score import answer_correct  # noqa: E402
 
 # Clean dev meetings with 2, 3 and 4 speakers (voices at espeak's default pitch in two of them).
 SEEDS = (2, 5, 8)
+LIVE_SEED = 58  # a 68 s dev meeting with 3 speakers: the live path replays it in real model time
 
 pytestmark = [
     pytest.mark.slow,
@@ -93,7 +94,7 @@ def test_live_session_answers_a_generated_meeting(settings, tmp_path):
 
     if not (models_dir(settings.home) / EMBEDDED_LLM / ".minutia-complete").is_file():
         pytest.skip("the embedded LLM is not provisioned (minutia models)")
-    folder = meetings.generate(SEEDS[1], tmp_path / "meeting", condition="clean")
+    folder = meetings.generate(LIVE_SEED, tmp_path / "meeting", condition="clean")
     facts = json.loads((folder / "facts.json").read_text())
     runtime = Runtime(load_settings(overrides={"store": {"path": str(tmp_path / "sessions"),
                                                          "key_file": str(tmp_path / "master.key")}}))
@@ -106,9 +107,9 @@ def test_live_session_answers_a_generated_meeting(settings, tmp_path):
     finally:
         runtime.close()
     right = sum(answer_correct(a.text, q) for q, a in answers)
-    # Measured 5/11 on this meeting (2026-12-01; streaming ASR output varies with timing, hence the margin):
-    # far from issue 16's target, kept as a regression guard.
-    assert right / len(answers) >= 0.25, [(q["question"], q["answer"], a.text) for q, a in answers]
+    # Measured 8/11 on this meeting (2026-12-02; streaming ASR output varies with timing, hence the margin):
+    # short of issue 16's target, kept as a regression guard.
+    assert right / len(answers) >= 0.4, [(q["question"], q["answer"], a.text) for q, a in answers]
     for q, a in answers:
         if q["type"] == "absent":
             assert answer_correct(a.text, q), (q, a.text)
