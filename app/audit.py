@@ -203,7 +203,8 @@ def verify(path: str | Path, key: bytes | None = None) -> VerifyResult:
 
 
 class AuditedStore:
-    """A session store whose every block write, read and delete goes into the audit log first-hand.
+    """A session store whose every block write, read (``get``, ``read_with`` and their unverified forms: resume,
+    cold-tier recall and tier moves read that way) and delete goes into the audit log first-hand.
 
     Wraps any kvstore BlockStore (the encrypted one in practice) by delegation, so kvstore stays
     unaware of the app; everything else (flush, list, shred, ...) passes straight through.
@@ -233,6 +234,22 @@ class AuditedStore:
         data = self._inner.get(session, block_id)
         self._log.record(session, "read", [block_id], tier=getattr(self._inner, "tier", "?"))
         return data
+
+    def get_unverified(self, session: str, block_id: str) -> bytes:
+        data = self._inner.get_unverified(session, block_id)
+        self._log.record(session, "read", [block_id], tier=getattr(self._inner, "tier", "?"))
+        return data
+
+    def read_with(self, session: str, block_id: str, use):
+        """The read that resume, cold-tier recall and tier moves use (a lent view, no copy): audited too."""
+        result = self._inner.read_with(session, block_id, use)
+        self._log.record(session, "read", [block_id], tier=getattr(self._inner, "tier", "?"))
+        return result
+
+    def read_unverified(self, session: str, block_id: str, use):
+        result = self._inner.read_unverified(session, block_id, use)
+        self._log.record(session, "read", [block_id], tier=getattr(self._inner, "tier", "?"))
+        return result
 
     def delete(self, session: str, block_id: str) -> bool:
         existed = self._inner.delete(session, block_id)

@@ -233,3 +233,21 @@ def test_torn_cli_message(tmp_path):
     path.write_bytes(path.read_bytes() + b'{"seq": 3')
     cli = _cli("audit", "verify", str(path))
     assert cli.returncode == 1 and "torn" in cli.stderr and "2 records" in cli.stderr, cli.stderr
+
+
+def test_every_read_path_is_audited(tmp_path):
+    """Resume and cold-tier recall read with ``read_with`` (a lent view), not ``get``: those reads are in the log."""
+    from app.config import load_settings
+    from app.store import open_session_store
+
+    settings = load_settings(overrides={"home": str(tmp_path / "home")})
+    store = open_session_store(settings)
+    store.put("m", "b1", b"y" * 64, source="mic")
+    assert store.read_with("m", "b1", bytes) == b"y" * 64
+    assert store.get_unverified("m", "b1") == b"y" * 64
+    assert store.read_unverified("m", "b1", len) == 64
+    store.close()
+    records = [json.loads(line) for line in (settings.home / "audit.log").read_text().splitlines()]
+    assert [r["op"] for r in records] == ["write", "read", "read", "read"]
+    assert all(r["blocks"] == ["b1"] and r["session"] == "m" for r in records)
+    assert verify(settings.home / "audit.log").ok
