@@ -50,6 +50,26 @@ def _digest(key: bytes | None, prev: str, body: dict) -> str:
     return hashlib.sha256(payload).hexdigest()
 
 
+def default_actor() -> str:
+    """The operator and the service of this process, as records name them: ``user@host minutia live (pid N)``."""
+    import getpass
+    import socket
+    import sys
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    words = [Path(sys.argv[0]).name] + [a for a in sys.argv[1:2] if not a.startswith("-")] if sys.argv else ["python"]
+    return f"{user}@{socket.gethostname()} {' '.join(words)[:60]} (pid {os.getpid()})"
+
+
+def _last_byte(path: Path, size: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(size - 1)
+        return f.read(1)
+
+
 def _last_record(path: Path) -> dict:
     """The last line of the log as a record (the tail another process appended)."""
     with open(path, "rb") as f:
@@ -64,41 +84,52 @@ class AuditLog:
     """One file, opened for append; safe from several threads and several processes (an exclusive
     ``flock`` around each append, and the chain continues from whatever another process wrote last)."""
 
-    def __init__(self, path: str | Path, key: bytes | None = None, fsync: bool = False) -> None:
+    def __init__(self, path: str | Path, key: bytes | None = None, fsync: bool = False,
+                 actor: str | None = None) -> None:
         self.path = Path(path)
+        self.actor = actor  # who acts: operator and service (default_actor()), in every record when set
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._key = key
         self._fsync = fsync
         self._lock = threading.Lock()
         self._seq, self._head = 0, GENESIS
-        torn = 0
-        if self.path.exists() and self.path.stat().st_size:
-            result = verify(self.path, key)
-            if not result.ok and result.torn_at is not None:
-                torn = self._cut_torn_tail(result.torn_at)
-            elif not result.ok:
-                raise AuditError(f"{self.path} is damaged at line {result.bad_line} ({result.reason}); not appending to "
-                                 f"it: `minutia audit verify {self.path}` shows it; move it aside to start a new log")
-            self._seq, self._head = result.records, result.head
         self._file = open(self.path, "a", encoding="utf-8")
-        if self._seq and not torn and not self.path.read_bytes().endswith(b"\n"):
-            self._file.write("\n")  # a whole last record whose newline a crash cut off
-        self._size = os.fstat(self._file.fileno()).st_size  # where our view of the chain ends
-        if torn:
-            self.record("*", "repair", [], "audit.log", torn_tail_bytes=torn)
+        # Checked and repaired under the append lock: another process may be appending right now, and its
+        # half-written line is not a torn tail to cut.
+        fcntl.flock(self._file.fileno(), fcntl.LOCK_EX)
+        try:
+            torn = self._take_over(key)
+            self._size = os.fstat(self._file.fileno()).st_size  # where our view of the chain ends
+            if torn:
+                self._append("*", "repair", [], "audit.log", {"torn_tail_bytes": torn})
+        except BaseException:
+            self._file.close()
+            raise
+        finally:
+            if not self._file.closed:
+                fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
 
-    def _cut_torn_tail(self, offset: int) -> int:
-        """A crash mid-append leaves a partial last line: cut it (under the append lock), so the chain goes on.
-        Returns the bytes cut; the repair is recorded as the next record."""
-        with open(self.path, "r+b") as f:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-            try:
-                size = f.seek(0, os.SEEK_END)
-                f.truncate(offset)
-                os.fsync(f.fileno())
-            finally:
-                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
-        return size - offset
+    def _take_over(self, key: bytes | None) -> int:
+        """Verify the log and continue its chain (call under the lock). A crash mid-append leaves a partial
+        last line: it is cut, and the bytes cut are returned so that the repair is recorded next."""
+        fd = self._file.fileno()
+        size = os.fstat(fd).st_size
+        if not size:
+            return 0
+        result = verify(self.path, key)
+        torn = 0
+        if not result.ok and result.torn_at is not None:
+            os.ftruncate(fd, result.torn_at)
+            os.fsync(fd)
+            torn = size - result.torn_at
+        elif not result.ok:
+            raise AuditError(f"{self.path} is damaged at line {result.bad_line} ({result.reason}); not appending to "
+                             f"it: `minutia audit verify {self.path}` shows it; move it aside to start a new log")
+        elif _last_byte(self.path, size) != b"\n":
+            self._file.write("\n")  # a whole last record whose newline a crash cut off
+            self._file.flush()
+        self._seq, self._head = result.records, result.head
+        return torn
 
     def sync(self) -> None:
         """Make the records so far durable (a store calls it when it flushes a batch of blocks)."""
@@ -131,7 +162,8 @@ class AuditLog:
             last = _last_record(self.path)
             self._seq, self._head = int(last["seq"]), str(last["hash"])
         body = {"seq": self._seq + 1, "time": time.time(), "session": str(session), "op": operation,
-                "blocks": blocks, "source": str(source), **({"details": details} if details else {})}
+                "blocks": blocks, "source": str(source), **({"details": details} if details else {}),
+                **({"actor": self.actor} if self.actor else {})}
         body["prev"] = self._head
         digest = _digest(self._key, self._head, body)
         entry = {**body, "hash": digest}

@@ -127,10 +127,10 @@ def open_session_store(settings: Settings, create_key: bool = True, backend: str
             inner = RedisStore(redis_url or cfg.redis_url)
     except StoreError as exc:
         raise InputError(f"cannot open the {backend} session store: {exc}") from None
-    from app.audit import AuditedStore, AuditError, AuditLog
+    from app.audit import AuditedStore, AuditError, AuditLog, default_actor
 
     try:
-        log = AuditLog(cfg.audit_log or settings.home / "audit.log")
+        log = AuditLog(cfg.audit_log or settings.home / "audit.log", actor=default_actor())
     except AuditError as exc:
         inner.close()
         raise InputError(str(exc)) from None

@@ -250,4 +250,5 @@ def test_every_read_path_is_audited(tmp_path):
     records = [json.loads(line) for line in (settings.home / "audit.log").read_text().splitlines()]
     assert [r["op"] for r in records] == ["write", "read", "read", "read"]
     assert all(r["blocks"] == ["b1"] and r["session"] == "m" for r in records)
+    assert all("@" in r["actor"] and "pid" in r["actor"] for r in records)  # operator and service
     assert verify(settings.home / "audit.log").ok
