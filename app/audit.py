@@ -23,6 +23,7 @@ from typing import Callable, Iterable, Literal, Sequence
 Operation = Literal["read", "write", "migrate", "delete", "repair"]
 OPERATIONS: tuple[str, ...] = ("read", "write", "migrate", "delete", "repair")
 GENESIS = "0" * 64
+KEYED = "hmac-sha256"
 FORMAT = "minutia.audit/1"
 
 KVEventSink = Callable[..., None]
@@ -41,6 +42,7 @@ class VerifyResult:
     bad_line: int | None = None  # 1-based line number of the first bad record
     reason: str | None = None
     torn_at: int | None = None  # the bad line is a partial last line (a crash mid-append) starting at this byte
+    keyed: int = 0  # records among ``records`` that carry an HMAC (the rest are unkeyed, anyone can recompute them)
 
 
 def _digest(key: bytes | None, prev: str, body: dict) -> str:
@@ -164,6 +166,8 @@ class AuditLog:
         body = {"seq": self._seq + 1, "time": time.time(), "session": str(session), "op": operation,
                 "blocks": blocks, "source": str(source), **({"details": details} if details else {}),
                 **({"actor": self.actor} if self.actor else {})}
+        if self._key is not None:
+            body["mac"] = KEYED  # a keyed record says so, so that dropping the key is seen as tampering
         body["prev"] = self._head
         digest = _digest(self._key, self._head, body)
         entry = {**body, "hash": digest}
@@ -198,7 +202,7 @@ class AuditLog:
 def verify(path: str | Path, key: bytes | None = None) -> VerifyResult:
     """Walk the chain; report the first line whose content, order or link does not check out. A last line
     that is not a whole record (no newline, or not JSON) is reported as torn, with where it starts."""
-    head, seq = GENESIS, 0
+    head, seq, keyed = GENESIS, 0, 0
     with open(path, "rb") as f:
         data = f.read()
     offset = 0
@@ -209,11 +213,11 @@ def verify(path: str | Path, key: bytes | None = None) -> VerifyResult:
         last = offset == len(data)
 
         def bad(reason: str) -> VerifyResult:
-            return VerifyResult(False, seq, head, number, reason)
+            return VerifyResult(False, seq, head, number, reason, keyed=keyed)
 
         def unreadable(reason: str) -> VerifyResult:
             torn = last and (not raw.endswith(b"\n") or not raw.strip(b"\0 \n"))
-            return VerifyResult(False, seq, head, number, reason, torn_at=start if torn else None)
+            return VerifyResult(False, seq, head, number, reason, torn_at=start if torn else None, keyed=keyed)
 
         try:
             entry = json.loads(raw.decode("utf-8"))
@@ -228,10 +232,15 @@ def verify(path: str | Path, key: bytes | None = None) -> VerifyResult:
         if entry["prev"] != head:
             return bad("previous-hash link broken (deleted, inserted or reordered records)")
         stored = entry.pop("hash")
-        if not hmac.compare_digest(str(stored).encode(), _digest(key, head, entry).encode()):
+        is_keyed = entry.get("mac") == KEYED
+        if keyed and not is_keyed:
+            return bad("an unkeyed record after keyed ones (records recomputed without the key)")
+        if is_keyed and key is None:
+            return bad("a keyed record: verifying it needs the key")
+        if not hmac.compare_digest(str(stored).encode(), _digest(key if is_keyed else None, head, entry).encode()):
             return bad("hash mismatch (record edited)")
-        head, seq = str(stored), seq + 1
-    return VerifyResult(True, seq, head)
+        head, seq, keyed = str(stored), seq + 1, keyed + is_keyed
+    return VerifyResult(True, seq, head, keyed=keyed)
 
 
 class AuditedStore:

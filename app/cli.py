@@ -399,6 +399,13 @@ def audit_verify(
         if key_env not in os.environ:
             raise InputError(f"environment variable {key_env} is not set")
         key = os.environ[key_env].encode()
+    else:  # the session store keys its log with a key derived from the master key
+        from app.store import load_master_key
+
+        try:
+            key = load_master_key(_settings(None), create_key=False).audit_key()
+        except InputError:
+            key = None
     result = verify(file, key)
     if not result.ok and result.torn_at is not None:
         err.print(f"[yellow]torn:[/] {escape(str(file))} line {result.bad_line} is a partial last record (a crash "
@@ -409,7 +416,9 @@ def audit_verify(
         err.print(f"[red]tampered:[/] {escape(str(file))} line {result.bad_line}: {escape(result.reason or '')} "
                   f"({result.records} records before it verify)", soft_wrap=True)
         raise typer.Exit(1)
-    out.print(f"ok: {result.records} records, head {result.head}")
+    keyed = "all keyed" if result.keyed == result.records else (
+        f"{result.keyed} keyed, {result.records - result.keyed} unkeyed (anyone can recompute those)")
+    out.print(f"ok: {result.records} records ({keyed}), head {result.head}")
 # ----- end: room bot and audit log -----
 
 

@@ -130,7 +130,7 @@ def open_session_store(settings: Settings, create_key: bool = True, backend: str
     from app.audit import AuditedStore, AuditError, AuditLog, default_actor
 
     try:
-        log = AuditLog(cfg.audit_log or settings.home / "audit.log", actor=default_actor())
+        log = AuditLog(cfg.audit_log or settings.home / "audit.log", key=master.audit_key(), actor=default_actor())
     except AuditError as exc:
         inner.close()
         raise InputError(str(exc)) from None

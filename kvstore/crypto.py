@@ -167,6 +167,10 @@ class MasterKey:
             f.write(base64.b64encode(secret) + b"\n")
         return cls(secret)
 
+    def audit_key(self) -> bytes:
+        """The HMAC key of the audit log: derived, so the log is keyed wherever the store is encrypted."""
+        return _hkdf(self.secret, b"minutia/audit", b"minutia audit hmac v1")
+
     def session_kek(self, session: str) -> bytes:
         return _hkdf(self.secret, b"minutia/session/" + session.encode(), b"minutia key-encryption key v1")
 

@@ -163,6 +163,10 @@ def test_the_runtime_spills_cold_blocks_to_an_encrypted_segment_log_removed_with
         assert torch.allclose(context.next_token_logits("\nQuestion: What was said first?\nAnswer:"), before, atol=1e-6)
         context.close()
         assert not (tmp_path / "cold" / "m1").exists(), "the meeting's cold log is removed with it"
-        assert verify(tmp_path / "audit.log").ok and "write" in (tmp_path / "audit.log").read_text()
+        from app.store import load_master_key
+
+        key = load_master_key(settings, create_key=False).audit_key()
+        assert verify(tmp_path / "audit.log", key).ok and "write" in (tmp_path / "audit.log").read_text()
+        assert verify(tmp_path / "audit.log", key).keyed > 0  # keyed by default
     finally:
         runtime.close()

@@ -171,7 +171,9 @@ def test_session_store_operations_are_audited(tmp_path):
     log = settings.home / "audit.log"
     ops = [json.loads(line)["op"] for line in log.read_text().splitlines()]
     assert ops == ["write", "read", "delete"]
-    assert verify(log).ok
+    from app.store import load_master_key
+
+    assert verify(log, load_master_key(settings, create_key=False).audit_key()).ok
     assert oct((settings.home / "master.key").stat().st_mode & 0o777) == "0o600"
 
 
@@ -251,4 +253,45 @@ def test_every_read_path_is_audited(tmp_path):
     assert [r["op"] for r in records] == ["write", "read", "read", "read"]
     assert all(r["blocks"] == ["b1"] and r["session"] == "m" for r in records)
     assert all("@" in r["actor"] and "pid" in r["actor"] for r in records)  # operator and service
-    assert verify(settings.home / "audit.log").ok
+    from app.store import load_master_key
+
+    assert verify(settings.home / "audit.log", load_master_key(settings, create_key=False).audit_key()).ok
+
+
+def test_the_session_store_log_is_keyed_by_default(tmp_path):
+    """The store's log carries an HMAC keyed from the master key: a chain recomputed without it is caught, and
+    `minutia audit verify` finds the key in the home by itself."""
+    import hashlib
+    import os
+
+    from app.config import load_settings
+    from app.store import load_master_key, open_session_store
+
+    settings = load_settings(overrides={"home": str(tmp_path / "home")})
+    store = open_session_store(settings)
+    store.put("m", "b1", b"z" * 32, source="mic")
+    store.get("m", "b1")
+    store.close()
+    log = settings.home / "audit.log"
+    key = load_master_key(settings, create_key=False).audit_key()
+    assert verify(log, key).ok and verify(log, key).keyed == 2
+    assert "needs the key" in verify(log).reason
+    env = {**os.environ, "MINUTIA_HOME": str(settings.home)}
+    cli = subprocess.run([sys.executable, "-m", "app.cli", "audit", "verify", str(log)], capture_output=True,
+                         text=True, cwd=ROOT, timeout=120, env=env)
+    assert cli.returncode == 0 and "2 records (all keyed)" in cli.stdout, cli.stdout + cli.stderr
+    # An edit recomputed end to end without the key, the "mac" marks dropped: a chain alone cannot tell that
+    # from an old unkeyed log, so it verifies, but as unkeyed, which a log this store wrote never is.
+    head, records = "0" * 64, []
+    for line in log.read_text().splitlines():
+        body = {k: v for k, v in json.loads(line).items() if k not in ("hash", "mac")}
+        body["prev"], body["blocks"] = head, ["forged"]
+        payload = head.encode() + b"\n" + json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+        head = hashlib.sha256(payload).hexdigest()
+        records.append(json.dumps({**body, "hash": head}, sort_keys=True, separators=(",", ":")))
+    log.write_text("\n".join(records) + "\n")
+    result = verify(log, key)
+    assert result.ok and result.keyed == 0  # an unkeyed chain verifies, but is reported as such
+    cli = subprocess.run([sys.executable, "-m", "app.cli", "audit", "verify", str(log)], capture_output=True,
+                         text=True, cwd=ROOT, timeout=120, env=env)
+    assert "0 keyed, 2 unkeyed" in cli.stdout, cli.stdout
