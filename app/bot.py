@@ -20,6 +20,7 @@ import fractions
 import hmac
 import json
 import logging
+import os
 import re
 import threading
 import time
@@ -32,6 +33,7 @@ import av
 import numpy as np
 from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
+from prometheus_client import Gauge
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.metrics import Metrics
@@ -59,6 +61,14 @@ class BotSettings(BaseModel):
     rooms: dict[str, str] = Field(default_factory=dict, description="room name -> bearer token")
     max_peers_per_room: int = Field(4, gt=0)
     max_peers: int = Field(32, gt=0, description="peers over all rooms")
+    max_rooms: int = Field(default_factory=lambda: 2 * (os.cpu_count() or 1), gt=0,
+                           description="rooms with peers at once (default 2 per CPU: on 2 cores 4 rooms kept up, "
+                                       "8 starved the event loop until peers dropped); a new room past it gets 503")
+    max_loop_lag_seconds: float = Field(1.0, gt=0, description="a new room gets 503 while the event loop runs later "
+                                        "than this (max over 5 s): the bot is overloaded, its peers' ICE consent "
+                                        "checks are at risk")
+    max_backlog_seconds: float = Field(30.0, gt=0, description="a new room gets 503 while a room's audio waits "
+                                       "longer than this for the recogniser")
     joins_per_second: float = Field(1.0, gt=0, description="join rate per client address and room (valid tokens)")
     join_burst: int = Field(5, gt=0)
     failed_joins_per_second: float = Field(0.2, gt=0, description="failed joins (unknown room, missing or wrong "
@@ -360,6 +370,11 @@ class RoomBot:
         # finish() blocks until a room's backlog is transcribed; its own pool, so that shutting down never waits
         self._finish_pool = ThreadPoolExecutor(max(1, len(settings.rooms)), thread_name_prefix="bot-finish")
         self._room_lock = asyncio.Lock()
+        self._join_lock = asyncio.Lock()  # a new room's first peer is counted before the next new room is checked
+        self.loop_lag = 0.0  # seconds the event loop ran late, max over the last 5 s (watch_loop)
+        self._loop_lag_gauge = Gauge("minutia_bot_loop_lag_seconds", "how late the bot's event loop ran a 0.25 s "
+                                     "timer, max over 5 s (past ~1 s, WebRTC consent checks start to fail)",
+                                     registry=self.metrics.registry)
         self._closed = False
         if settings.ice_hosts is not None:
             restrict_ice_hosts(settings.ice_hosts)
@@ -385,6 +400,34 @@ class RoomBot:
         if expected is None or not matches:
             raise JoinRefused(403, "unknown room or wrong token")
 
+    def _check_capacity(self) -> None:
+        """Shed load before it hurts the rooms already served: a room that becomes active is refused (503)
+        when the bot is at its room limit, its event loop runs late, or a room's audio waits on the recogniser.
+        Peers joining an active room are not refused here (the per-room and total peer limits apply)."""
+        active = [room for room in self.rooms.values() if room.peers]
+        limit = self.settings.max_rooms
+        if len(active) >= limit:
+            raise JoinRefused(503, f"the bot is at capacity ({len(active)} active rooms of {limit}); try again later")
+        if self.loop_lag > self.settings.max_loop_lag_seconds:
+            raise JoinRefused(503, f"the bot is overloaded (its event loop runs {self.loop_lag:.2f} s late); "
+                                   "try again later")
+        behind = max((room.session.backlog_seconds for room in active), default=0.0)
+        if behind > self.settings.max_backlog_seconds:
+            raise JoinRefused(503, f"the bot is behind (a room's audio waits {behind:.0f} s for transcription); "
+                                   "try again later")
+
+    async def watch_loop(self, period: float = 0.25, window: int = 20) -> None:
+        """How late the event loop runs a ``period`` timer, max over the last ``window`` ticks: the signal that
+        the bot has more rooms than CPU (measured on 2 cores: 8 rooms, peers dropped at 60-90 s)."""
+        loop = asyncio.get_running_loop()
+        lags: collections.deque[float] = collections.deque(maxlen=window)
+        while not self._closed:
+            started = loop.time()
+            await asyncio.sleep(period)
+            lags.append(max(0.0, loop.time() - started - period))
+            self.loop_lag = max(lags)
+            self._loop_lag_gauge.set(self.loop_lag)
+
     async def join(self, room_name: str, token: str | None, sdp: str, client: str = "?") -> tuple[str, str]:
         """Check, negotiate, and return (peer id, SDP answer); raises :class:`JoinRefused`."""
         outcome = "refused"
@@ -404,14 +447,18 @@ class RoomBot:
             media = [line for line in sdp.splitlines() if line.startswith("m=")]
             if not sdp.startswith("v=0") or not any(m.startswith(("m=audio", "m=video", "m=application")) for m in media):
                 raise JoinRefused(400, "malformed SDP offer: it needs 'v=0' and an audio, video or data media section")
-            if self.peer_total() >= self.settings.max_peers:
-                raise JoinRefused(503, f"the bot is full ({self.settings.max_peers} peers)")
-            room = await self._room(room_name)
-            if len(room.peers) >= self.settings.max_peers_per_room:
-                raise JoinRefused(503, f"room {room_name!r} is full ({self.settings.max_peers_per_room} peers)")
-            pc = RTCPeerConnection(ice_configuration())
-            peer = Peer(uuid.uuid4().hex[:10], room, pc, client)
-            room.peers[peer.peer_id] = peer  # counted now, so concurrent joins respect the limits
+            async with self._join_lock:
+                if self.peer_total() >= self.settings.max_peers:
+                    raise JoinRefused(503, f"the bot is full ({self.settings.max_peers} peers)")
+                existing = self.rooms.get(room_name)
+                if existing is None or not existing.peers:
+                    self._check_capacity()
+                room = await self._room(room_name)
+                if len(room.peers) >= self.settings.max_peers_per_room:
+                    raise JoinRefused(503, f"room {room_name!r} is full ({self.settings.max_peers_per_room} peers)")
+                pc = RTCPeerConnection(ice_configuration())
+                peer = Peer(uuid.uuid4().hex[:10], room, pc, client)
+                room.peers[peer.peer_id] = peer  # counted now, so concurrent joins respect the limits
             try:
                 self._wire(peer)
                 await pc.setRemoteDescription(RTCSessionDescription(sdp, "offer"))
@@ -762,9 +809,11 @@ class BotServer:
 
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
+        watcher = asyncio.ensure_future(self.bot.watch_loop())
         try:
             await self._server.serve(sockets=[self._socket])
         finally:
+            watcher.cancel()
             await self.bot.close()
 
     def serve_forever(self) -> None:

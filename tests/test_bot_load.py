@@ -61,7 +61,7 @@ def test_rooms_under_sustained_load():
     runtime = Runtime(settings)
     runtime.warm_up()
     rooms = {f"room{i}": f"token-{i}" for i in range(ROOMS)}
-    bot_settings = BotSettings(rooms=rooms, ice_hosts=["127.0.0.1"], max_peers=ROOMS * 2)
+    bot_settings = BotSettings(rooms=rooms, ice_hosts=["127.0.0.1"], max_peers=ROOMS * 2, max_rooms=ROOMS)
     server = BotServer(runtime, bot_settings, port=0).start()
     process = psutil.Process()
     report: dict = {"rooms": ROOMS, "seconds": SECONDS, "cpus": os.cpu_count(), "samples": []}

@@ -258,3 +258,36 @@ def test_ice_follows_the_listen_address():
     assert listen_ice_hosts("127.0.0.1") == ["127.0.0.1"]
     assert listen_ice_hosts("localhost") == ["127.0.0.1"]
     assert listen_ice_hosts("0.0.0.0") is None and listen_ice_hosts("::") is None
+
+
+def test_new_rooms_are_refused_past_capacity_or_when_the_loop_lags(runtime, offer_sdp):
+    """Load is shed before it hurts the rooms already served: past max_rooms, or while the event loop runs late,
+    a room that would become active gets 503; a peer joining an active room still gets in."""
+    import time as _time
+
+    rooms = {"r1": "t1", "r2": "t2", "r3": "t3"}
+    bot_settings = BotSettings(rooms=rooms, ice_hosts=["127.0.0.1"], max_rooms=1, max_loop_lag_seconds=0.4,
+                               joins_per_second=100, join_burst=100, connect_timeout=30)
+    with BotServer(runtime, bot_settings, port=0) as srv:
+        body = {"sdp": offer_sdp, "type": "offer"}
+        assert _post(srv, "r1", body, token="t1").status_code == 200
+        full = _post(srv, "r2", body, token="t2")
+        assert full.status_code == 503 and "at capacity (1 active rooms of 1)" in full.json()["detail"]
+        assert _post(srv, "r1", body, token="t1").status_code == 200  # an active room takes more peers
+    bot_settings = BotSettings(rooms=rooms, ice_hosts=["127.0.0.1"], max_rooms=3, max_loop_lag_seconds=0.4,
+                               joins_per_second=100, join_burst=100, connect_timeout=30)
+    with BotServer(runtime, bot_settings, port=0) as srv:
+
+        async def block() -> None:
+            _time.sleep(0.8)  # a callback that holds the loop, as CPU starvation does
+
+        srv.call(block())
+        _time.sleep(0.5)  # the watcher's next tick measures it
+        lagging = _post(srv, "r2", body, token="t2")
+        assert lagging.status_code == 503 and "event loop runs" in lagging.json()["detail"], lagging.text
+        metrics = httpx.get(f"{srv.url}/metrics", timeout=30).text
+        lag = float(next(line.split()[1] for line in metrics.splitlines()
+                         if line.startswith("minutia_bot_loop_lag_seconds ")))
+        assert lag >= 0.5, lag
+        _time.sleep(6)  # the 5 s window passes: the loop is on time again
+        assert _post(srv, "r2", body, token="t2").status_code == 200
