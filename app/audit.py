@@ -305,9 +305,11 @@ class AuditedStore:
             self._log.record(session, "delete", ids, whole_session=True)
         return removed
 
-    def shred(self, source: str):
-        report = self._inner.shred(source)
-        self._log.record("*", "delete", [], source, shredded=True)
+    def shred(self, source: str, session: str | None = None):
+        report = self._inner.shred(source, session)
+        for touched in report.sessions or [session or "*"]:
+            self._log.record(touched, "delete", [], source, shredded=True, keys_destroyed=report.keys_destroyed,
+                             blocks_deleted=report.blocks_deleted)
         return report
 
     def flush(self) -> None:

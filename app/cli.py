@@ -382,6 +382,37 @@ def bot(
     run_bot(runtime, bot_settings, host, port, console=err)
 
 
+@app.command()
+def forget(
+    session: Annotated[str, typer.Option("--session", help="a saved meeting's session id")],
+    source: Annotated[Optional[str], typer.Option("--source", help="what to forget: a source of that meeting "
+                                                  "(without it, the sources are listed)")] = None,
+    backend: Annotated[Optional[str], typer.Option("--store", help="disk or redis (default: the config's store)")] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Crypto-shred one source of a saved meeting: its data keys are destroyed and its blocks deleted, so no copy
+    of them (a backup included) can be decrypted again; the audit log records it."""
+    from app.store import open_session_store
+
+    settings = _settings(config)
+    store = open_session_store(settings, create_key=False, backend=backend)
+    try:
+        sources = store.sources(session)
+        if not sources:
+            raise InputError(f"no saved session {session!r} in the {backend or settings.store.backend} store")
+        if source is None:
+            out.print("\n".join(sources))
+            return
+        if source not in sources:
+            raise InputError(f"session {session!r} has no source {source!r}; its sources: {', '.join(sources)}")
+        report = store.shred(source, session)
+    finally:
+        store.close()
+    left = "" if sources != [source] else "; nothing is left of the meeting"
+    out.print(f"forgot {escape(source)} in session {escape(session)}: {report.keys_destroyed} key(s) destroyed, "
+              f"{report.blocks_deleted} block(s) deleted{left}")
+
+
 @audit_app.command("verify")
 def audit_verify(
     file: Annotated[Path, typer.Argument(help="an audit log (JSON lines)")],

@@ -361,10 +361,11 @@ class EncryptedStore(BlockStore):
     def sources(self, session: str) -> list[str]:
         return sorted(b[len(KEY_PREFIX):] for b in self.inner.list(session) if b.startswith(KEY_PREFIX))
 
-    def shred(self, source: str) -> ShredReport:
-        """Forget everything from ``source`` in every session: destroy its data keys, delete its blocks."""
+    def shred(self, source: str, session: str | None = None) -> ShredReport:
+        """Forget everything from ``source`` in every session (or in ``session`` alone): destroy its data keys,
+        delete its blocks."""
         report = ShredReport(source)
-        for session in self.inner.sessions():
+        for session in ([session] if session is not None else self.inner.sessions()):
             touched = False
             if self.inner.delete(session, KEY_PREFIX + source):
                 report.keys_destroyed += 1

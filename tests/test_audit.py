@@ -295,3 +295,45 @@ def test_the_session_store_log_is_keyed_by_default(tmp_path):
     cli = subprocess.run([sys.executable, "-m", "app.cli", "audit", "verify", str(log)], capture_output=True,
                          text=True, cwd=ROOT, timeout=120, env=env)
     assert "0 keyed, 2 unkeyed" in cli.stdout, cli.stdout
+
+
+def test_forget_shreds_one_source_of_a_saved_meeting(tmp_path):
+    """`minutia forget --session S --source X`: X's key is destroyed and its blocks deleted, a copy of them taken
+    before cannot be decrypted, the other source stays readable, and the audit log records the forget."""
+    import os
+
+    from app.config import load_settings
+    from app.store import load_master_key, open_session_store
+
+    settings = load_settings(overrides={"home": str(tmp_path / "home")})
+    store = open_session_store(settings)
+    store.put("m", "a1", b"alice said 4242" * 4, source="mic-alice")
+    store.put("m", "b1", b"bob said 1717" * 4, source="mic-bob")
+    copy = store._inner.inner.get("m", "a1")  # a backup of the ciphertext, taken before the forget
+    store.close()
+    env = {**os.environ, "MINUTIA_HOME": str(settings.home)}
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "app.cli", "forget", *args], capture_output=True, text=True,
+                              cwd=ROOT, timeout=120, env=env)
+
+    listed = cli("--session", "m")
+    assert listed.returncode == 0 and listed.stdout.split() == ["mic-alice", "mic-bob"], listed.stderr
+    unknown = cli("--session", "m", "--source", "mic-carol")
+    assert unknown.returncode == 2 and "no source 'mic-carol'" in unknown.stderr and "Traceback" not in unknown.stderr
+    missing = cli("--session", "nope", "--source", "mic-alice")
+    assert missing.returncode == 2 and "no saved session" in missing.stderr
+    done = cli("--session", "m", "--source", "mic-alice")
+    assert done.returncode == 0 and "1 key(s) destroyed, 1 block(s) deleted" in done.stdout, done.stdout + done.stderr
+
+    store = open_session_store(settings)
+    try:
+        assert store.sources("m") == ["mic-bob"] and store.list("m") == ["b1"]
+        assert store.get("m", "b1") == b"bob said 1717" * 4
+        assert store._inner.verify_shredded("mic-alice", [("m", "a1", copy)])
+    finally:
+        store.close()
+    records = [json.loads(line) for line in (settings.home / "audit.log").read_text().splitlines()]
+    forgot = [r for r in records if r["op"] == "delete" and r.get("details", {}).get("shredded")]
+    assert forgot and forgot[-1]["session"] == "m" and forgot[-1]["source"] == "mic-alice"
+    assert verify(settings.home / "audit.log", load_master_key(settings, create_key=False).audit_key()).ok
