@@ -45,7 +45,7 @@ def _wanted(q: Question) -> tuple[str, ...]:
     the recogniser may drop the currency of "forty thousand euros".)"""
     wanted = _WANTED[q.type]
     if q.type is QuestionType.HOW_MANY:
-        noun = re.search(r"\bhow many\s+(\w+)", q.text, re.IGNORECASE)
+        noun = re.search(r"\bhow many\s+(?:(?:more|extra|additional|further)\s+)?(\w+)", q.text, re.IGNORECASE)
         if noun and not _TIME_UNITS.match(noun.group(1)):
             return tuple(k for k in wanted if k != "duration")
     return wanted
@@ -125,7 +125,7 @@ class AnswerFinder:
             # without it ("the new customer website" for "how much does the website cost?") is no answer. (A
             # "when" is often said without a date - "after the launch" - so that falls back to the best line.)
             found = self._entity(q, hits)
-            if found is None and q.type in _ONLY_A_FIGURE:
+            if found is None and q.type in _ONLY_A_FIGURE and _ASKS_A_FIGURE.search(q.text):
                 return Answer(q.text, NOT_IN_MEETING, [], 1, 0.0, q.type.value)
         else:
             found = by_type.get(q.type, self._free_form)(q, hits)
@@ -336,6 +336,7 @@ _CLAUSE_BREAK = re.compile(r"[;\n•]|[.!?](?:\s|$)")
 
 
 _ONLY_A_FIGURE = (QuestionType.HOW_MUCH, QuestionType.HOW_MANY)
+_ASKS_A_FIGURE = re.compile(r"\bhow (?:much|many)\b|\b(?:cost|price)s? (?:of|for)\b", re.IGNORECASE)  # not "about the budget"
 _PAST = re.compile(r"\b(?:used to|originally|previously|before|last (?:month|week|year|quarter|time)|earlier|"
                    r"was at|were at|had been|we had|it was|initially|at first|old)\b", re.IGNORECASE)
 DECISION_LEAD_IN = 4  # sentences before a decision that may name what it decides

@@ -72,14 +72,31 @@ def _last_byte(path: Path, size: int) -> bytes:
         return f.read(1)
 
 
-def _last_record(path: Path) -> dict:
-    """The last line of the log as a record (the tail another process appended)."""
+def _tail(path: Path) -> tuple[dict | None, int]:
+    """The last whole record of the log (what another process appended last) and the byte where whatever
+    follows it starts; ``None`` when the log holds no whole record. Call under the append lock: then bytes after
+    the last newline, or a last line that is not a record, are a torn tail (a crash mid-append)."""
     with open(path, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        f.seek(max(size - 65536, 0))
-        lines = f.read().splitlines()
-    return json.loads(lines[-1]) if lines else {"seq": 0, "hash": GENESIS}
+        size = f.seek(0, os.SEEK_END)
+        window = 65536
+        while True:  # widen the window until it holds a whole line (a record listing many blocks is long)
+            start = max(size - window, 0)
+            f.seek(start)
+            data = f.read()
+            if start == 0 or data.count(b"\n") >= 2:
+                break
+            window *= 4
+    end = data.rfind(b"\n") + 1  # whole lines end here
+    lines = data[:end].splitlines()
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+        except (ValueError, UnicodeDecodeError):
+            return None, start + end  # a damaged whole line: the writer's own check will name it
+        if isinstance(record, dict) and "seq" in record and "hash" in record:
+            return record, start + end
+        break
+    return None, start + end
 
 
 class AuditLog:
@@ -160,9 +177,19 @@ class AuditLog:
                 fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
 
     def _append(self, session: str, operation: str, blocks: list, source: str, details: dict) -> dict:
-        if os.fstat(self._file.fileno()).st_size != self._size:  # another process appended meanwhile
-            last = _last_record(self.path)
-            self._seq, self._head = int(last["seq"]), str(last["hash"])
+        size = os.fstat(self._file.fileno()).st_size
+        if size != self._size:  # another process appended meanwhile (or crashed mid-append)
+            last, end = _tail(self.path)
+            if end < size:  # a torn tail after the last whole record: cut it, as opening the log would
+                os.ftruncate(self._file.fileno(), end)
+                self._size = end
+                if last is not None:
+                    self._seq, self._head = int(last["seq"]), str(last["hash"])
+                self._append("*", "repair", [], "audit.log", {"torn_tail_bytes": size - end})
+            elif last is None:
+                raise AuditError(f"{self.path} was changed by another process into something that is not a log")
+            else:
+                self._seq, self._head = int(last["seq"]), str(last["hash"])
         body = {"seq": self._seq + 1, "time": time.time(), "session": str(session), "op": operation,
                 "blocks": blocks, "source": str(source), **({"details": details} if details else {}),
                 **({"actor": self.actor} if self.actor else {})}

@@ -124,12 +124,15 @@ def listen_ice_hosts(listen_host: str) -> list[str] | None:
     127.0.0.1 must not open media sockets on every interface); None (all) for a wildcard address."""
     import socket
 
+    from encoders.errors import InputError
+
     if listen_host in ("", "0.0.0.0", "::"):
         return None
     try:
-        return [socket.gethostbyname(listen_host)]
-    except OSError:
-        return None
+        infos = socket.getaddrinfo(listen_host, None, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise InputError(f"cannot resolve the listen address {listen_host!r}: {exc.strerror or exc}") from None
+    return list(dict.fromkeys(info[4][0] for info in infos))  # IPv4 and IPv6, in the resolver's order
 
 
 def ice_configuration() -> RTCConfiguration:
@@ -402,16 +405,18 @@ class RoomBot:
 
     def _check_capacity(self) -> None:
         """Shed load before it hurts the rooms already served: a room that becomes active is refused (503)
-        when the bot is at its room limit, its event loop runs late, or a room's audio waits on the recogniser.
+        when the bot is at its room limit (rooms with peers, or with audio still waiting for the recogniser),
+        its event loop runs late, or a room's audio waits on the recogniser too long.
         Peers joining an active room are not refused here (the per-room and total peer limits apply)."""
-        active = [room for room in self.rooms.values() if room.peers]
+        # busy: peers in it, or audio still waiting for the recogniser after they left
+        active = [room for room in self.rooms.values() if room.peers or room.session.backlog_seconds > 0]
         limit = self.settings.max_rooms
         if len(active) >= limit:
             raise JoinRefused(503, f"the bot is at capacity ({len(active)} active rooms of {limit}); try again later")
         if self.loop_lag > self.settings.max_loop_lag_seconds:
             raise JoinRefused(503, f"the bot is overloaded (its event loop runs {self.loop_lag:.2f} s late); "
                                    "try again later")
-        behind = max((room.session.backlog_seconds for room in active), default=0.0)
+        behind = max((room.session.backlog_seconds for room in self.rooms.values()), default=0.0)
         if behind > self.settings.max_backlog_seconds:
             raise JoinRefused(503, f"the bot is behind (a room's audio waits {behind:.0f} s for transcription); "
                                    "try again later")

@@ -239,7 +239,9 @@ def live(
     if source is None:
         raise InputError(f"{recording} is a transcript; `minutia live` replays a recording")
     settings = _settings(config, llm, asr_model, hotwords=hotwords)
-    duration = _media_duration(source) if until is None else min(until, _media_duration(source))
+    duration = _media_duration(source)
+    if until is not None:
+        duration = min(until, duration) if duration > 0 else until
     if replace and not save:
         raise InputError("--replace goes with --save")
     if out_dir is not None:
@@ -299,13 +301,7 @@ def live(
         runtime.close()
     if snap.error:
         raise InputError(f"the session failed: {snap.error}")
-    if not snap.transcript.turns and not snap.slides:
-        if save:  # nothing to keep: the empty meeting is not left in the store
-            from app.store import open_session_store
-
-            store = open_session_store(settings)
-            store.delete_session(session.session_id)
-            store.close()
+    if not snap.transcript.turns and not snap.slides:  # (an empty meeting is never saved)
         raise InputError(f"{source.name} contains no speech")
     lags = sorted(session.commit_lags())
     if lags:
@@ -417,6 +413,8 @@ def forget(
 def audit_verify(
     file: Annotated[Path, typer.Argument(help="an audit log (JSON lines)")],
     key_env: Annotated[Optional[str], typer.Option(help="environment variable holding the HMAC key, if keyed")] = None,
+    key_file: Annotated[Optional[Path], typer.Option("--key-file", help="the master key file the log's key derives "
+                                                     "from (default: the store's, as minutia finds it)")] = None,
 ) -> None:
     """Check the chain; exit 1 and name the first bad line when a record was edited, deleted or reordered."""
     import os
@@ -434,10 +432,15 @@ def audit_verify(
         from app.store import load_master_key
 
         try:
-            key = load_master_key(_settings(None), create_key=False).audit_key()
+            key = load_master_key(_settings(None), create_key=False, key_file=key_file).audit_key()
         except InputError:
+            if key_file is not None:
+                raise
             key = None
     result = verify(file, key)
+    if not result.ok and key is None and (result.reason or "").startswith("a keyed record"):
+        raise InputError(f"cannot verify {file}: its records are keyed and no master key was found "
+                         "(MINUTIA_HOME, --key-file or MINUTIA_MASTER_KEY)")
     if not result.ok and result.torn_at is not None:
         err.print(f"[yellow]torn:[/] {escape(str(file))} line {result.bad_line} is a partial last record (a crash "
                   f"mid-append; the next writer cuts it and records the repair); the {result.records} records before "

@@ -78,7 +78,7 @@ _PATTERNS: list[tuple[QuestionType, re.Pattern[str]]] = [
     # The words that say what is asked beat the topic's words: "the deadline to update the budget sheet" asks
     # for a date, "how many cost centers" for a count, "the budget utilization" for a percentage.
     (QuestionType.HOW_MANY, re.compile(r"\bhow many\b")),
-    (QuestionType.WHEN, re.compile(r"^(?:by )?when\b|\b(?:deadline|due date)\b|\bwhat (?:date|day)\b")),
+    (QuestionType.WHEN, re.compile(r"^(?:by )?when\b|^(?!.*\bhow much\b).*(?:\b(?:deadline|due date)\b|\bwhat (?:date|day)\b)")),
     (QuestionType.METRIC, re.compile(r"^(?!.*\bhow much\b).*\b(?:utili[sz]ation|overrun|percentage|ratio|margin|rate)\b")),
     (QuestionType.HOW_MUCH, re.compile(
         r"\bhow much\b|\b(?:cost|costs|price|prices|budget|spend|spent|amount|paid|pay|charge|expensive|fee|fees|"

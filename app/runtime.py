@@ -93,12 +93,12 @@ class Runtime:
         device = "cuda" if self.engine.model.device.type == "cuda" else "cpu"
         tiers = {Tier.DEVICE: MemoryStore(device, tier="device"), Tier.HOST: MemoryStore("cpu", tier="host")}
         if cold.spill_to_store:  # opened on the first spill only (key, audit log, Redis)
-            from app.store import LazyStore, open_cold_store
+            from app.store import LazyStore, cold_folder, open_cold_store
 
             if self.settings.store.backend == "redis":
                 tiers[Tier.REDIS] = LazyStore(self.session_store, "redis")
             else:  # an encrypted segment log of its own, removed with the meeting
-                folder = self.settings.home / "cold" / session_id
+                folder = cold_folder(self.settings, session_id)
 
                 def open_segments():
                     return open_cold_store(self.settings, session_id, log=getattr(self.session_store(), "log", None))
@@ -123,6 +123,9 @@ class Runtime:
         session_id = session_id or uuid.uuid4().hex[:12]
         if not _SESSION_ID.fullmatch(session_id):
             raise InputError(f"session ids are 1-64 letters, digits, '-' or '_'; got {session_id!r}")
+        with self._lock:
+            if session_id in self._sessions:
+                raise InputError(f"session {session_id} already exists")
         claim = self._claim(session_id, refuse_saved=not replace) if autosave else None
         try:
             with self._lock:

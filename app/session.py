@@ -222,9 +222,10 @@ class MeetingSession:
             ]
             with self._lock:
                 self._words.extend(words)
-            self._append_line(ContextLine("audio", start, end, turn.speaker, " ".join(tokens),
-                                          speaker_change=turn.speaker != self._last_line_speaker))
+            change = turn.speaker != self._last_line_speaker
             self._last_line_speaker = turn.speaker
+            self._append_line(ContextLine("audio", start, end, turn.speaker, " ".join(tokens), speaker_change=change),
+                              words=len(words))
             clock = end
         with self._lock:
             if self._received_samples == int(round(self._time_offset * SAMPLE_RATE)):
@@ -385,6 +386,8 @@ class MeetingSession:
         """Queue a line for the KV; ``words``: committed words it closes (0 for a slide)."""
         with self._lock:
             self._lined_words += words
+            if not line.text.strip():  # the context skips a blank line; its words go with the next mark
+                return
             self._line_marks.append(_Mark(self._lined_words, len(self._slides), self._last_line_speaker))
             self._pending_lines.append(line)
         self._prefill_wakeup.set()
@@ -451,13 +454,17 @@ class MeetingSession:
             self._flush_all.clear()
             context.flush(min_tokens=0 if flush_all else context.prefill_chunk_tokens)
             if (self.autosave and time.monotonic() - self._saved_at >= self.settings.store.autosave_seconds
-                    and context.lines + context.pending_lines != self._saved_lines):
+                    and context.lines + context.pending_lines != self._saved_lines and self._said_anything()):
                 context.flush()  # every closed line into the KV: the checkpoint holds all but the open line
                 self.save()
-        if self.autosave and not self._closed.is_set():
-            self.save()
+        if self.autosave and not self._closed.is_set() and self._said_anything():
+            self.save()  # an empty meeting is never saved (nor saved over a meeting --replace would replace)
         self._finished.set()
         self._set_state("finished" if not self._closed.is_set() else self._state)
+
+    def _said_anything(self) -> bool:
+        with self._lock:
+            return bool(self._words or self._slides)
 
     def _drain_lines(self, context: MeetingContext) -> None:
         while self._pending_lines:
@@ -582,10 +589,15 @@ class MeetingSession:
         continuation has to bring again."""
         lines = context.lines
         with self._lock:
-            mark = self._line_marks[lines - self._base_lines - 1] if lines > self._base_lines else self._base_mark
+            drained = not self._pending_lines and not context.pending_lines and not self._line
+            complete = self._speech_done.is_set() and drained
+            if complete or context.full:
+                # All of it: at the end nothing is left out; with the model's positions used up no further line
+                # enters the KV, and answers read the transcript instead, so the transcript must go on.
+                mark = _Mark(len(self._words), len(self._slides), self._last_line_speaker)
+            else:
+                mark = self._line_marks[lines - self._base_lines - 1] if lines > self._base_lines else self._base_mark
             words = self._words[:mark.words]
-            complete = (self._speech_done.is_set() and mark.words == len(self._words)
-                        and mark.slides == len(self._slides))
             if complete:
                 position = self.stream_seconds
             else:

@@ -137,14 +137,20 @@ def open_session_store(settings: Settings, create_key: bool = True, backend: str
     return AuditedStore(EncryptedStore(inner, master), log)
 
 
+def cold_folder(settings: Settings, session_id: str) -> Path:
+    """A live meeting's transient cold-block log: per process (``<id>.<pid>``), so a second process opening the
+    same session (a read-only resume) never removes the folder a writer is spilling into."""
+    return settings.home / "cold" / f"{session_id}.{os.getpid()}"
+
+
 def open_cold_store(settings: Settings, session_id: str, log=None):
     """The disk tier of one live meeting's cold blocks: an encrypted log-structured store under
-    ``<home>/cold/<session>`` (transient: removed when the meeting closes; saving the meeting copies
+    ``<home>/cold/<session>.<pid>`` (transient: removed when the meeting closes; saving the meeting copies
     its cold blocks into the session store). ``log``: an audit log to record its operations in."""
     from kvstore.crypto import EncryptedStore
     from kvstore.stores.segment import SegmentStore
 
-    folder = settings.home / "cold" / session_id
+    folder = cold_folder(settings, session_id)
     folder.mkdir(parents=True, exist_ok=True)
     store = EncryptedStore(SegmentStore(folder), load_master_key(settings))
     if log is None:

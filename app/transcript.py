@@ -195,8 +195,10 @@ def _from_json(data: object, path: Path) -> Transcript:
 
 def _word(fields: dict) -> TranscriptWord:
     word = TranscriptWord(**fields)
-    _opt_float(word.start), _opt_float(word.end)  # the same checks as a turn's times
-    return word
+    start, end = _opt_float(word.start), _opt_float(word.end)  # the same checks as a turn's times
+    if start is None or end is None:
+        raise ValueError("a word needs a start and an end")
+    return TranscriptWord(str(word.text), start, end, str(word.speaker), float(word.probability))
 
 
 def _opt_float(value: object) -> float | None:

@@ -162,3 +162,15 @@ def test_a_topic_said_without_the_figure_asked_is_not_answered():
     assert finder.answer("How many designers did we hire?").text.lower() == "two designers"
     assert "one more week" in finder.answer("How many weeks does the payment page need?").text.lower()
     assert "may 16" in finder.answer("What is the deadline to update the budget sheet?").text.lower()
+
+
+@pytest.mark.parametrize("question, expected", [
+    ("How much is the penalty if we miss the deadline?", "five thousand dollars"),  # an amount, not the date
+    ("How many more weeks does the payment page need?", "two more weeks"),
+    ("What did Sarah say about the budget?", "on track"),  # about a topic: no figure needed
+])
+def test_what_is_asked_beats_the_topic_words(question, expected):
+    t = _turns(("SPEAKER_00", "Good morning! The penalty is five thousand dollars if we miss the deadline on March 3rd."),
+               ("SPEAKER_01", "The payment page needs two more weeks of work. We also need one more designer."),
+               ("SPEAKER_02", "Sarah said the budget is on track."), ("SPEAKER_00", "Thanks everyone."))
+    assert expected in AnswerFinder(t).answer(question).text.lower()

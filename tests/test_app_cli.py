@@ -167,6 +167,8 @@ def test_an_output_folder_that_cannot_be_written_fails_first(tmp_path, home, com
     ('{"turns": [{"speaker": "A", "text": "hi", "start": -4}]}', "malformed turn"),
     ('{"turns": [{"speaker": "A", "text": "hi", "words": [{"text": "hi", "start": Infinity, "end": 1, '
      '"speaker": "A"}]}]}', "malformed turn"),
+    ('{"turns": [{"speaker": "A", "text": "hi", "words": [{"text": "hi", "start": "x", "end": 1, '
+     '"speaker": "A"}]}]}', "malformed turn"),
 ])
 def test_malformed_transcript_json(tmp_path, home, out, body, fragment):
     path = tmp_path / "meeting.json"

@@ -337,3 +337,27 @@ def test_forget_shreds_one_source_of_a_saved_meeting(tmp_path):
     forgot = [r for r in records if r["op"] == "delete" and r.get("details", {}).get("shredded")]
     assert forgot and forgot[-1]["session"] == "m" and forgot[-1]["source"] == "mic-alice"
     assert verify(settings.home / "audit.log", load_master_key(settings, create_key=False).audit_key()).ok
+
+
+def test_a_torn_tail_left_by_another_process_is_cut_by_a_running_writer(tmp_path):
+    """A long-running writer (a bot) whose log gets a partial line from a crashed process cuts it at its next
+    append instead of failing every audited operation until a new process opens the log."""
+    path = tmp_path / "audit.jsonl"
+    with AuditLog(path) as log:
+        log.record("room-a", "write", [1])
+        with open(path, "ab") as other:
+            other.write(b'{"seq": 2, "time": 17')  # another process died mid-append
+        log.record("room-a", "read", [1])
+    result = verify(path)
+    assert result.ok and result.records == 3, result
+    ops = [json.loads(line)["op"] for line in _lines(path)]
+    assert ops == ["write", "repair", "read"]
+
+
+def test_a_record_longer_than_64_kib_does_not_break_the_next_writer(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    first, second = AuditLog(path), AuditLog(path)
+    first.record("m", "delete", [f"L{i}.b{i}.0123456789abcdef" for i in range(4000)])  # ~130 KB line
+    second.record("m", "read", [1])  # continues the chain past the long line
+    first.close(), second.close()
+    assert verify(path).ok and verify(path).records == 2

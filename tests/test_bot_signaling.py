@@ -255,9 +255,14 @@ def test_fuzz_offer_endpoint(runtime, offer_sdp):
 
 
 def test_ice_follows_the_listen_address():
+    from encoders.errors import InputError
+
     assert listen_ice_hosts("127.0.0.1") == ["127.0.0.1"]
-    assert listen_ice_hosts("localhost") == ["127.0.0.1"]
+    assert "127.0.0.1" in listen_ice_hosts("localhost")
+    assert listen_ice_hosts("::1") == ["::1"]
     assert listen_ice_hosts("0.0.0.0") is None and listen_ice_hosts("::") is None
+    with pytest.raises(InputError, match="cannot resolve"):
+        listen_ice_hosts("no-such-host.invalid")
 
 
 def test_new_rooms_are_refused_past_capacity_or_when_the_loop_lags(runtime, offer_sdp):
