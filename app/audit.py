@@ -43,6 +43,7 @@ class VerifyResult:
     reason: str | None = None
     torn_at: int | None = None  # the bad line is a partial last line (a crash mid-append) starting at this byte
     keyed: int = 0  # records among ``records`` that carry an HMAC (the rest are unkeyed, anyone can recompute them)
+    foreign: int = 0  # keyed records under another key: their links are checked, their contents cannot be
 
 
 def _digest(key: bytes | None, prev: str, body: dict) -> str:
@@ -70,6 +71,11 @@ def _last_byte(path: Path, size: int) -> bytes:
     with open(path, "rb") as f:
         f.seek(size - 1)
         return f.read(1)
+
+
+def key_id(key: bytes) -> str:
+    """A short public name of an HMAC key (not the key): which key a record was written with."""
+    return hashlib.sha256(b"minutia audit key id\0" + key).hexdigest()[:16]
 
 
 def _tail(path: Path) -> tuple[dict | None, int]:
@@ -195,6 +201,7 @@ class AuditLog:
                 **({"actor": self.actor} if self.actor else {})}
         if self._key is not None:
             body["mac"] = KEYED  # a keyed record says so, so that dropping the key is seen as tampering
+            body["kid"] = key_id(self._key)  # which key: stores with other master keys may share one log
         body["prev"] = self._head
         digest = _digest(self._key, self._head, body)
         entry = {**body, "hash": digest}
@@ -229,7 +236,8 @@ class AuditLog:
 def verify(path: str | Path, key: bytes | None = None) -> VerifyResult:
     """Walk the chain; report the first line whose content, order or link does not check out. A last line
     that is not a whole record (no newline, or not JSON) is reported as torn, with where it starts."""
-    head, seq, keyed = GENESIS, 0, 0
+    head, seq, keyed, foreign = GENESIS, 0, 0, 0
+    kid = key_id(key) if key is not None else None
     with open(path, "rb") as f:
         data = f.read()
     offset = 0
@@ -240,11 +248,12 @@ def verify(path: str | Path, key: bytes | None = None) -> VerifyResult:
         last = offset == len(data)
 
         def bad(reason: str) -> VerifyResult:
-            return VerifyResult(False, seq, head, number, reason, keyed=keyed)
+            return VerifyResult(False, seq, head, number, reason, keyed=keyed, foreign=foreign)
 
         def unreadable(reason: str) -> VerifyResult:
             torn = last and (not raw.endswith(b"\n") or not raw.strip(b"\0 \n"))
-            return VerifyResult(False, seq, head, number, reason, torn_at=start if torn else None, keyed=keyed)
+            return VerifyResult(False, seq, head, number, reason, torn_at=start if torn else None, keyed=keyed,
+                                foreign=foreign)
 
         try:
             entry = json.loads(raw.decode("utf-8"))
@@ -264,10 +273,13 @@ def verify(path: str | Path, key: bytes | None = None) -> VerifyResult:
             return bad("an unkeyed record after keyed ones (records recomputed without the key)")
         if is_keyed and key is None:
             return bad("a keyed record: verifying it needs the key")
+        if is_keyed and entry.get("kid") not in (None, kid):  # written by a store with another master key
+            head, seq, keyed, foreign = str(stored), seq + 1, keyed + 1, foreign + 1
+            continue
         if not hmac.compare_digest(str(stored).encode(), _digest(key if is_keyed else None, head, entry).encode()):
             return bad("hash mismatch (record edited)")
         head, seq, keyed = str(stored), seq + 1, keyed + is_keyed
-    return VerifyResult(True, seq, head, keyed=keyed)
+    return VerifyResult(True, seq, head, keyed=keyed, foreign=foreign)
 
 
 class AuditedStore:

@@ -452,6 +452,8 @@ def audit_verify(
         raise typer.Exit(1)
     keyed = "all keyed" if result.keyed == result.records else (
         f"{result.keyed} keyed, {result.records - result.keyed} unkeyed (anyone can recompute those)")
+    if result.foreign:
+        keyed += f"; {result.foreign} under another master key (their links checked, their contents not)"
     out.print(f"ok: {result.records} records ({keyed}), head {result.head}")
 # ----- end: room bot and audit log -----
 

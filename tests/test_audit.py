@@ -361,3 +361,23 @@ def test_a_record_longer_than_64_kib_does_not_break_the_next_writer(tmp_path):
     second.record("m", "read", [1])  # continues the chain past the long line
     first.close(), second.close()
     assert verify(path).ok and verify(path).records == 2
+
+
+def test_stores_with_different_master_keys_share_one_log(tmp_path):
+    """A bot with MINUTIA_MASTER_KEY and a CLI with the home's key file append to one log: each verifies its
+    own records and checks the links of the other's (it used to refuse the log as edited)."""
+    path = tmp_path / "audit.jsonl"
+    with AuditLog(path, key=b"key-a") as a:
+        a.record("m", "write", [1])
+    with AuditLog(path, key=b"key-b") as b:  # opens a log holding key-a records
+        b.record("m", "read", [1])
+    with AuditLog(path, key=b"key-a") as a:
+        a.record("m", "read", [2])
+    for key, foreign in ((b"key-a", 1), (b"key-b", 2)):
+        result = verify(path, key)
+        assert result.ok and result.records == 3 and result.keyed == 3 and result.foreign == foreign, result
+    lines = _lines(path)
+    edited = json.loads(lines[0])
+    edited["blocks"] = [99]
+    path.write_text(json.dumps(edited, sort_keys=True, separators=(",", ":")) + "\n" + "".join(lines[1:]))
+    assert "edited" in verify(path, b"key-a").reason  # its own key still catches an edit of its record
