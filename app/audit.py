@@ -115,6 +115,7 @@ class AuditLog:
         self.actor = actor  # who acts: operator and service (default_actor()), in every record when set
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._key = key
+        self._kid = key_id(key) if key is not None else None  # named in every keyed record
         self._fsync = fsync
         self._lock = threading.Lock()
         self._seq, self._head = 0, GENESIS
@@ -137,16 +138,13 @@ class AuditLog:
     def _take_over(self, key: bytes | None) -> int:
         """Verify the log and continue its chain (call under the lock). A crash mid-append leaves a partial
         last line: it is cut, and the bytes cut are returned so that the repair is recorded next."""
-        fd = self._file.fileno()
-        size = os.fstat(fd).st_size
+        size = os.fstat(self._file.fileno()).st_size
         if not size:
             return 0
         result = verify(self.path, key)
         torn = 0
         if not result.ok and result.torn_at is not None:
-            os.ftruncate(fd, result.torn_at)
-            os.fsync(fd)
-            torn = size - result.torn_at
+            torn = self._cut(result.torn_at, size)
         elif not result.ok:
             raise AuditError(f"{self.path} is damaged at line {result.bad_line} ({result.reason}); not appending to "
                              f"it: `minutia audit verify {self.path}` shows it; move it aside to start a new log")
@@ -155,6 +153,12 @@ class AuditLog:
             self._file.flush()
         self._seq, self._head = result.records, result.head
         return torn
+
+    def _cut(self, offset: int, size: int) -> int:
+        """Cut a torn tail at ``offset`` (under the append lock); returns the bytes cut, for the repair record."""
+        os.ftruncate(self._file.fileno(), offset)
+        os.fsync(self._file.fileno())
+        return size - offset
 
     def sync(self) -> None:
         """Make the records so far durable (a store calls it when it flushes a batch of blocks)."""
@@ -187,7 +191,7 @@ class AuditLog:
         if size != self._size:  # another process appended meanwhile (or crashed mid-append)
             last, end = _tail(self.path)
             if end < size:  # a torn tail after the last whole record: cut it, as opening the log would
-                os.ftruncate(self._file.fileno(), end)
+                self._cut(end, size)
                 self._size = end
                 if last is not None:
                     self._seq, self._head = int(last["seq"]), str(last["hash"])
@@ -201,7 +205,7 @@ class AuditLog:
                 **({"actor": self.actor} if self.actor else {})}
         if self._key is not None:
             body["mac"] = KEYED  # a keyed record says so, so that dropping the key is seen as tampering
-            body["kid"] = key_id(self._key)  # which key: stores with other master keys may share one log
+            body["kid"] = self._kid  # which key: stores with other master keys may share one log
         body["prev"] = self._head
         digest = _digest(self._key, self._head, body)
         entry = {**body, "hash": digest}
