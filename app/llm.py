@@ -6,7 +6,6 @@ the assistant code only asks for "complete this prompt".
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import yaml
 
 from app.config import CONFIG_DIR, KVSettings, LLMSettings
 from encoders.errors import InputError
+from encoders.fair_lock import FairLock
 from kvstore.annotations import EntityFinder, TokenFlag, tokens_in_spans
 
 
@@ -97,7 +97,7 @@ class LLMEngine:
             raise InputError(f"prompt set '{settings.prompts}' needs a model with a chat template; {folder} has none")
         model_max = getattr(self.model.config, "max_position_embeddings", None) or settings.max_context_tokens
         self.context_tokens = min(settings.max_context_tokens, int(model_max))
-        self.lock = threading.RLock()  # one forward at a time: a CPU has no spare cores for two
+        self.lock = FairLock(reentrant=True)  # one forward at a time, meetings served in turn: a CPU has no spare cores for two
         self._stops: dict[tuple[str, ...], object] = {}
 
     @classmethod

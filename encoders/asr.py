@@ -6,7 +6,6 @@ so callers can show progress or stream; every word carries its start/end and pro
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -15,6 +14,7 @@ import numpy as np
 
 from encoders.audio import SAMPLE_RATE, check_audio
 from encoders.errors import InputError
+from encoders.fair_lock import FairLock
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class Transcriber:
 
         self.folder = folder
         self._model = WhisperModel(str(folder), device=device, compute_type=compute_type, cpu_threads=cpu_threads)
-        self._lock = threading.Lock()  # one decode at a time per model; CTranslate2 uses all threads anyway
+        self._lock = FairLock()  # one decode at a time, callers served in turn; CTranslate2 uses all threads anyway
 
     def transcribe(self, audio: np.ndarray, options: TranscribeOptions | None = None) -> Iterator[Segment]:
         """Yield segments with word timestamps for 16 kHz mono float32 ``audio``."""

