@@ -194,12 +194,14 @@ class AnswerFinder:
         """
         asks_past = bool(_PAST.search(q.text))
         wanted = _wanted(q)
+        is_price = _price_check(q)
         found = []
         for hit in hits:
             sentence = self.sentences[hit.index]
             if sentence.text.endswith("?"):
                 continue
-            entities = [e for e in merge_date_time(sentence.text, find_entities(sentence.text)) if e.kind in wanted]
+            entities = [e for e in merge_date_time(sentence.text, find_entities(sentence.text))
+                        if e.kind in wanted and is_price(e)]
             if entities:
                 rank = min(wanted.index(e.kind) for e in entities)
                 entities = [e for e in entities if wanted.index(e.kind) == rank]
@@ -332,11 +334,39 @@ def _pick(text: str, entities: list[Entity], words: Sequence[str], asks_past: bo
     return min(pool, key=lambda e: min(distance(e, s) for s in spots))
 
 
+def _price_check(q: Question) -> Callable[[Entity], bool]:
+    """Which entities can answer ``q``: for a question about what something costs, money, a bare number, or a
+    percentage when it asks for a share; for any other question, all of them."""
+    if q.type is not QuestionType.HOW_MUCH or not _ASKS_COST.search(q.text):
+        return lambda e: True
+    share = bool(_ASKS_SHARE.search(q.text))
+
+    def ok(e: Entity) -> bool:
+        if e.kind == "percent":
+            return share
+        if e.kind == "count":
+            return all(w in _NUMBER_WORDS for w in re.findall(r"[a-z]+", e.text.lower()))
+        return True
+
+    return ok
+
+
 _CLAUSE_BREAK = re.compile(r"[;\n•]|[.!?](?:\s|$)")
 
 
 _ONLY_A_FIGURE = (QuestionType.HOW_MUCH, QuestionType.HOW_MANY)
-_ASKS_A_FIGURE = re.compile(r"\bhow (?:much|many)\b|\b(?:cost|price)s? (?:of|for)\b", re.IGNORECASE)  # not "about the budget"
+# Asks for a figure, not about a topic ("the budget for the rehearsal", not "the news about the budget").
+_ASKS_A_FIGURE = re.compile(r"\bhow (?:much|many)\b|\b(?:cost|price|budget|fee)s? (?:of|for|to)\b|\bspend(?:ing)? on\b|"
+                            r"\bset aside\b|\bpay(?:ing)? for\b", re.IGNORECASE)
+# Asks what something costs: a count with a unit that is not money ("4.5 points", "465 boxes") or a
+# percentage is no price (a bare number is: the recogniser may drop the currency of "forty thousand euros").
+_ASKS_COST = re.compile(r"\b(?:cost|costs|price|prices|budget|budgeted|spend|spending|spent|pay|paid|fee|fees|money|"
+                        r"dollars|euros|expensive)\b", re.IGNORECASE)
+_ASKS_SHARE = re.compile(r"\b(?:percent|percentage|share|portion|fraction|proportion|how much of)\b|%", re.IGNORECASE)
+_NUMBER_WORDS = frozenset(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen "
+    "eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred thousand million billion point "
+    "and a k m bn grand".split())
 _PAST = re.compile(r"\b(?:used to|originally|previously|before|last (?:month|week|year|quarter|time)|earlier|"
                    r"was at|were at|had been|we had|it was|initially|at first|old)\b", re.IGNORECASE)
 DECISION_LEAD_IN = 4  # sentences before a decision that may name what it decides

@@ -76,8 +76,12 @@ _PATTERNS: list[tuple[QuestionType, re.Pattern[str]]] = [
         r"think|thinks|thought|shared|gave|presented|announced|introduced|ran|leads?|from)\b")),
     (QuestionType.WHO_WILL, re.compile(r"^(?:who|whom|which (?:person|one|team member|of them))\b|\bwho(?:'s| is)\b")),
     # The words that say what is asked beat the topic's words: "the deadline to update the budget sheet" asks
-    # for a date, "how many cost centers" for a count, "the budget utilization" for a percentage.
+    # for a date, "the budget for the offer deadline" for an amount, "how many cost centers" for a count, "the
+    # budget utilization" for a percentage.
     (QuestionType.HOW_MANY, re.compile(r"\bhow many\b")),
+    (QuestionType.HOW_MUCH, re.compile(
+        r"^what(?:'s| is| was| will be| are)? (?:the |our |their )?(?:total |overall )?(?:budget|cost|price|fee)s? "
+        r"(?:for|of|to)\b|\bhow much money\b")),
     (QuestionType.WHEN, re.compile(r"^(?:by )?when\b|^(?!.*\bhow much\b).*(?:\b(?:deadline|due date)\b|\bwhat (?:date|day)\b)")),
     (QuestionType.METRIC, re.compile(r"^(?!.*\bhow much\b).*\b(?:utili[sz]ation|overrun|percentage|ratio|margin|rate)\b")),
     (QuestionType.HOW_MUCH, re.compile(

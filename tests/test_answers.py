@@ -174,3 +174,20 @@ def test_what_is_asked_beats_the_topic_words(question, expected):
                ("SPEAKER_01", "The payment page needs two more weeks of work. We also need one more designer."),
                ("SPEAKER_02", "Sarah said the budget is on track."), ("SPEAKER_00", "Thanks everyone."))
     assert expected in AnswerFinder(t).answer(question).text.lower()
+
+
+def test_a_price_is_not_read_from_a_date_a_score_or_a_share():
+    """The rehearsal's date, the app's rating and a conversion rate are said; no price for any of them."""
+    t = _turns(("SPEAKER_00", "We have the rehearsal on Wednesday the twenty fifth of June."),
+               ("SPEAKER_01", "The app store rating is four point five points."),
+               ("SPEAKER_02", "Conversion is at thirty nine percent."),
+               ("SPEAKER_01", "Sounds good. The catering costs two thousand dollars."),
+               ("SPEAKER_00", "Anna, can you call the app store team by Friday?"),
+               ("SPEAKER_01", "The offer deadline is Friday, August thirty first."))
+    finder = AnswerFinder(t, generate=lambda q, ev: ("$1,000.", 0.9))
+    for question in ("What is the budget for the rehearsal?", "How much will it cost to call the app store team?",
+                     "How much money is set aside for calling the app store team?",
+                     "What is the budget for the offer deadline?", "How much are they spending on the conversion?"):
+        assert finder.answer(question).text == NOT_IN_MEETING, question
+    assert finder.answer("What is the budget for the catering?").text.lower() == "two thousand dollars"
+    assert "thirty nine percent" in finder.answer("What is the conversion percentage?").text.lower()
