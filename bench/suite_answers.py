@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.config import load_settings  # noqa: E402
 from app.transcript import Transcript, load_transcript  # noqa: E402
-from bench.suites.score import answer_correct, repeats_itself  # noqa: E402
+from bench.suites.score import ABSENT_TYPES, answer_correct, repeats_itself  # noqa: E402
 
 
 def meetings(folder: Path, limit: int | None) -> list[Path]:
@@ -76,7 +76,7 @@ def _close(heard: str, name: str) -> bool:
 
 def cited_key(answer, question: dict) -> bool:
     """The answer's key (an expected keyword, or the person) occurs in a cited line or is its speaker."""
-    if question["type"] == "absent":
+    if question["type"] in ABSENT_TYPES:
         return not answer.citations
     if question["type"] == "yes_no":  # the key of a yes/no answer is the matter itself: most of its focus words
         from app.questions import parse_question
@@ -91,13 +91,24 @@ def cited_key(answer, question: dict) -> bool:
         answer_correct(cited, question)
 
 
-def transcript_for(meeting: Path, source: str, settings, runtime) -> Transcript:
+def transcript_for(meeting: Path, source: str, settings, cache: Path | None = None) -> Transcript:
+    """The meeting's transcript from ``source``; batch transcripts are kept in ``cache`` when given, so
+    answer rules can be re-scored without re-running Whisper and the diarizer (delete it after code changes
+    to the recogniser, diarizer or naming)."""
     if source == "reference":
         return load_transcript(meeting / "reference.json")
+    kept = cache / f"{meeting.name}.json" if cache else None
+    if kept is not None and kept.is_file():
+        return load_transcript(kept)
     from app.pipeline import transcribe_recording
+    from app.transcript import atomic_write, to_json
 
     audio = next(p for p in sorted(meeting.glob("meeting.*")))
-    return transcribe_recording(audio, settings)
+    transcript = transcribe_recording(audio, settings)
+    if kept is not None:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(kept, to_json(transcript))
+    return transcript
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--attendees", action="store_true", help="give each meeting's attendee names as asr.hotwords "
                     "(what a calendar invite lists; batch source only)")
+    ap.add_argument("--transcripts", type=Path, default=None, help="keep batch transcripts in this folder and "
+                    "reuse them on the next run (batch source only)")
     ap.add_argument("--show-wrong", action="store_true", help="list wrong answers (development seeds only: never "
                     "read the evaluation seeds' answers)")
     args = ap.parse_args(argv)
@@ -157,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                 given = reference["speakers"] if args.attendees else []
                 transcript = transcript_for(meeting, args.source,
                                             settings.model_copy(update={"asr": settings.asr.model_copy(update={"hotwords": given})}),
-                                            runtime)
+                                            args.transcripts if args.source == "batch" else None)
                 if assistant is not None:
                     ask = lambda q, t=transcript: assistant.ask(t, q)  # noqa: E731
                 else:

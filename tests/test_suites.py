@@ -125,9 +125,12 @@ def test_questions_types_and_evidence(suite):
         turns = json.loads(m.reference.read_text())["turns"]
         qs = m.questions
         types = {q["type"] for q in qs}
-        assert 8 <= len(qs) <= 12 and len(types) >= 6 and "absent" in types
+        assert 8 <= len(qs) <= 13 and len(types) >= 6 and "absent" in types
+        # at most one question asks the price of something said without one, and it comes last
+        assert [q["type"] for q in qs].count("figure_not_said") <= 1
+        assert all(q["type"] != "figure_not_said" for q in qs[:-1])
         for q in qs:
-            if q["type"] == "absent":
+            if q["type"] in ("absent", "figure_not_said"):
                 assert q["keywords"] == [] and q["evidence_turn"] is None
             else:
                 assert 0 <= q["evidence_turn"] < len(turns)

@@ -130,6 +130,12 @@ ABSENT_AMOUNT_Q = ("How much will the {item} cost?", "What is the budget for the
 ABSENT_WHEN_Q = ("When is the {event}?", "What is the date of the {event}?")
 ABSENT_WHO_Q = ("Who is going to {task}?", "Who is responsible for {gerund}?")
 ABSENT_METRIC_Q = ("What is the {metric}?", "What did they say the {metric} is?")
+# Figures never given for things the meeting does talk about (a date said, no price): a made-up answer
+# would lift another line's amount.
+FIGURE_NOT_SAID_EVENT_Q = ("How much will the {event} cost?", "What is the budget for the {event}?",
+                           "How much are they spending on the {event}?")
+FIGURE_NOT_SAID_TASK_Q = ("How much will it cost to {task}?", "What is the budget for {gerund}?",
+                          "How much money is set aside for {gerund}?")
 
 CLOSINGS = ("Thanks, everyone.", "Great, that's all for today.", "Okay, thank you all. Talk soon.",
             "Good meeting, everyone. Thanks.", "That's it from me. Thanks for your time.")

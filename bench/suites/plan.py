@@ -252,7 +252,7 @@ class Planner:
 def plan_meeting(seed: int) -> MeetingSpec:
     """The whole plan of one meeting: people, facts, turns and questions."""
     from .dialogue import Dialogue
-    from .questions import make_questions
+    from .questions import figure_not_said, make_questions
 
     planner = Planner(seed)
     rng = planner.rng
@@ -265,6 +265,7 @@ def plan_meeting(seed: int) -> MeetingSpec:
                        speakers, facts, [])
     spec.turns = Dialogue(spec, stream(seed, "dialogue")).build()
     spec.questions = make_questions(spec, planner.unused, stream(seed, "questions"))
+    spec.questions += figure_not_said(spec, stream(seed, "questions/figure-not-said"))
     return spec
 
 

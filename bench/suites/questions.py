@@ -4,6 +4,7 @@ Keywords: a flat list means any one form must appear in a correct answer ("12,00
 thousand"); a list of lists (what_decided) means every group must be matched by one of its forms.
 "absent" questions ask for something the meeting never mentions; their keywords are empty and
 `asks` says what a made-up answer would contain ("amount", "date", "person", "number").
+"figure_not_said" questions ask the price of something the meeting does talk about, without a price.
 """
 
 from __future__ import annotations
@@ -121,6 +122,23 @@ class QuestionMaker:
                                         None, asks))
                     break
         return out
+
+
+def figure_not_said(spec: MeetingSpec, rng: random.Random) -> list[Question]:
+    """One question asking the price of an event or task the meeting talks about without a price (type
+    "figure_not_said"; the right answer says the meeting does not say). Drawn from its own random stream and
+    added after the others, so a meeting's other questions stay what they were before this type existed."""
+    priced = " ".join(f.data["item"] for f in spec.facts if f.kind == "amount")
+    options = []
+    for f in spec.facts:
+        if f.kind in ("event", "move") and not mentioned(f.data["event"], priced):
+            options.append(rng.choice(P.FIGURE_NOT_SAID_EVENT_Q).format(event=f.data["event"]))
+        elif f.kind == "action" and not mentioned(f.data["task"], priced):
+            task = f.data["task"]
+            options.append(rng.choice(P.FIGURE_NOT_SAID_TASK_Q).format(task=task, gerund=gerund(task)))
+    if not options:
+        return []
+    return [Question(rng.choice(options), "figure_not_said", NOT_SAID, [], None, "amount")]
 
 
 def mentioned(phrase: str, text: str) -> bool:

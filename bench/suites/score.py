@@ -20,6 +20,8 @@ from pathlib import Path
 from .topics import NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
+# Question types whose right answer is that the meeting does not say (nothing to cite).
+ABSENT_TYPES = ("absent", "figure_not_said")
 
 
 @lru_cache(maxsize=1)
@@ -108,7 +110,7 @@ def yes_no_correct(answer: str, expected: str) -> bool:
 def answer_correct(answer_text: str, question: dict) -> bool:
     """Whether an answer to one facts.json question is right (see the module docstring)."""
     qtype = question.get("type")
-    if qtype == "absent":
+    if qtype in ABSENT_TYPES:
         return says_not_mentioned(answer_text) and not makes_something_up(answer_text, question.get("asks"))
     if qtype == "yes_no":
         expected = "yes" if any(str(k).lower() == "yes" for k in question["keywords"]) else "no"
