@@ -77,6 +77,22 @@ def test_introduction_outweighs_a_misheard_address_and_names_stay_unique():
     assert speaker_names(t) == {"SPEAKER_00": "Fiona", "SPEAKER_01": "Wei"}
 
 
+def test_an_introduction_is_not_outvoted_by_stray_addresses_and_fillers_are_no_names():
+    """Seen on generated meetings: "Hi, all. I'm Sophia." lost to three addresses the turn order handed to
+    her label; "Hey, it's Carlos" heard as "Okay, it's Carlos"; "Thanks, yeah" made a speaker "Yeah"."""
+    t = _turns(
+        ("SPEAKER_00", "Okay, it's Carlos. I look after the events team. Jamal, can you start?"),
+        ("SPEAKER_02", "Hi, all. I'm Sophia. I work in finance."),
+        ("SPEAKER_01", "Sure. The venue is booked. Anna, what do you think?"),
+        ("SPEAKER_02", "Looks good. Tom, any news?"),
+        ("SPEAKER_01", "Thanks, yeah. Nothing new."),
+        ("SPEAKER_02", "Okay."),
+    )
+    names = speaker_names(t)
+    assert names["SPEAKER_00"] == "Carlos" and names["SPEAKER_02"] == "Sophia", names
+    assert "Yeah" not in names.values()
+
+
 def test_known_names_fix_the_spelling_heard():
     """The attendees a user gives (asr.hotwords) correct a misheard name; without them it stays as heard,
     and a name far from every known one is not forced onto one."""
