@@ -10,7 +10,6 @@ ranks.
 
 from __future__ import annotations
 
-import functools
 import logging
 import re
 import threading
@@ -27,11 +26,18 @@ log = logging.getLogger(__name__)
 logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
 
 
-@functools.cache
-def _stemmer():
-    import snowballstemmer
+_local = threading.local()
 
-    return snowballstemmer.stemmer("english")
+
+def _stemmer():
+    """This thread's stemmer: a snowball stemmer keeps the word it works on in the instance, so one shared
+    by two threads (two bot rooms asking at once) mixes their words and can raise IndexError."""
+    stemmer = getattr(_local, "stemmer", None)
+    if stemmer is None:
+        import snowballstemmer
+
+        stemmer = _local.stemmer = snowballstemmer.stemmer("english")
+    return stemmer
 
 
 # Ways of saying the same thing that share no word: "let's meet again on Monday" is the next meeting.
