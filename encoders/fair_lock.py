@@ -49,9 +49,11 @@ class FairLock:
             return True
 
     def release(self) -> None:
+        """Like ``threading.Lock``, a plain FairLock may be released by another thread (a generator that holds
+        it across yields is closed by whichever thread collects it); a reentrant one only by its holder."""
         with self._state:
-            if self._owner != threading.get_ident():
-                raise RuntimeError("release of a FairLock this thread does not hold")
+            if self._owner is None or (self.reentrant and self._owner != threading.get_ident()):
+                raise RuntimeError("release of a FairLock that is not held (by this thread)")
             self._depth -= 1
             if self._depth == 0:
                 self._owner = None

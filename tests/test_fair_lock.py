@@ -82,3 +82,20 @@ def test_a_waiter_that_times_out_leaves_the_queue():
     assert results["patient"] is True
     assert lock.acquire(blocking=False)  # free again, nobody left waiting
     lock.release()
+
+
+def test_a_plain_lock_is_released_by_the_thread_that_closes_its_holder():
+    """Transcriber.transcribe holds the lock across yields; an abandoned generator is closed by whichever
+    thread collects it, and a lock that refused that release left the recogniser locked for good."""
+    lock = FairLock()
+
+    def holder():
+        with lock:
+            yield 1
+            yield 2
+
+    gen = holder()
+    next(gen)
+    threading.Thread(target=gen.close).start()
+    assert lock.acquire(timeout=5)
+    lock.release()
