@@ -25,7 +25,7 @@ from app.entities import Entity, find_entities, merge_date_time
 from app.questions import Question, QuestionType, content_words, parse_question
 from app.retrieval import Embedder, Hit, SentenceIndex, stems
 from app.sentences import Sentence, split_sentences
-from app.textnorm import normalize
+from app.textnorm import NUMBER_WORDS, normalize
 from app.transcript import Transcript, format_time
 
 NOT_IN_MEETING = "The meeting does not say."
@@ -363,10 +363,7 @@ _ASKS_A_FIGURE = re.compile(r"\bhow (?:much|many)\b|\b(?:cost|price|budget|fee)s
 _ASKS_COST = re.compile(r"\b(?:cost|costs|price|prices|budget|budgeted|spend|spending|spent|pay|paid|fee|fees|money|"
                         r"dollars|euros|expensive)\b", re.IGNORECASE)
 _ASKS_SHARE = re.compile(r"\b(?:percent|percentage|share|portion|fraction|proportion|how much of)\b|%", re.IGNORECASE)
-_NUMBER_WORDS = frozenset(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen "
-    "eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred thousand million billion point "
-    "and a k m bn grand".split())
+_NUMBER_WORDS = NUMBER_WORDS | frozenset("billion point and a k m bn grand".split())
 _PAST = re.compile(r"\b(?:used to|originally|previously|before|last (?:month|week|year|quarter|time)|earlier|"
                    r"was at|were at|had been|we had|it was|initially|at first|old)\b", re.IGNORECASE)
 DECISION_LEAD_IN = 4  # sentences before a decision that may name what it decides
