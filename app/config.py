@@ -20,9 +20,11 @@ from pydantic_settings import (
 )
 
 from encoders.errors import InputError
+from kvstore.modality import MODALITY_NAMES
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 DEFAULT_PRESET = "cpu-small"
+ModalityName = Literal[MODALITY_NAMES]  # the config keys of per-modality KV policies
 
 
 def default_home() -> Path:
@@ -97,7 +99,7 @@ class KVSettings(BaseModel):
         2048, ge=0, description="no compression before this many tokens (the ratio of a short prompt or meeting start is tiny)"
     )
     drop_last_resort: bool = Field(True, description="quantize first; drop only the fewest blocks the budget forces out")
-    modalities: dict[Literal["text", "audio", "video"], "ModalitySettings"] = Field(
+    modalities: dict[ModalityName, "ModalitySettings"] = Field(
         default_factory=dict, description="per-modality tier policy (e.g. slide text to int4, speech kept at int8)"
     )
     idle_compact_seconds: float = Field(10.0, gt=0, description="live meetings: compact the block pools after this long without input")
@@ -129,6 +131,32 @@ class ModalitySettings(BaseModel):
     warm_kinds: tuple[Literal["int8", "int4", "int2", "fp8"], ...] | None = None
     allow_drop: bool = True
     preferred: Literal["full", "int8", "int4", "int2", "fp8"] | None = None
+
+
+def tiered_cache_config(kv: KVSettings, budget_bytes: int | None = None):
+    """The one KVSettings -> kvstore TieredCacheConfig conversion, for batch prompts and live meetings.
+
+    A live meeting is open-ended, so its budget is ``budget_ratio`` of the tokens seen so far (never under
+    ``budget_floor_tokens``); a batch prompt's length is known, so the caller gives it in bytes.
+    """
+    from kvstore.config import ModalityPolicy, TieredCacheConfig  # kvstore loads torch: not at config time
+
+    return TieredCacheConfig(
+        block_size=kv.block_size,
+        compress=kv.compress,
+        budget_ratio=None if budget_bytes is not None else kv.budget_ratio,
+        budget_bytes=budget_bytes,
+        budget_floor_tokens=kv.budget_floor_tokens,
+        drop_last_resort=kv.drop_last_resort,
+        sink_tokens=kv.sink_tokens,
+        recent_tokens=kv.recent_tokens,
+        recent_budget_share=kv.recent_budget_share,
+        warm_kinds=tuple(kv.warm_kinds),
+        decode_top_k_blocks=kv.decode_top_k_blocks,
+        modalities={name: ModalityPolicy(**policy.model_dump()) for name, policy in kv.modalities.items()},
+        device_cap_bytes=None if kv.device_cap_mib is None else int(kv.device_cap_mib * (1 << 20)),
+        watermark=kv.watermark,
+    )
 
 
 class StoreSettings(BaseModel):

@@ -18,14 +18,11 @@ from typing import Any, Iterator
 
 import torch
 
-from app.config import KVSettings
+from app.config import KVSettings, tiered_cache_config
 from app.llm import LLMEngine
 from app.transcript import format_time
 from encoders.errors import InputError
 from kvstore.annotations import EntityFinder, TokenFlag, tokens_in_spans
-
-MODALITIES = ("text", "audio", "video")
-
 
 @dataclass(frozen=True)
 class ContextLine:
@@ -102,7 +99,7 @@ class MeetingContext:
             return DynamicCache(config=self.engine.model.config)
         from kvstore.cache import TieredCache
 
-        return TieredCache(config=self.engine.model.config, settings=meeting_cache_config(self.kv))
+        return TieredCache(config=self.engine.model.config, settings=tiered_cache_config(self.kv))
 
     def _attach(self, cold_tier: Any) -> None:
         if cold_tier is not None and hasattr(self.cache, "attach_cold_tier"):
@@ -373,27 +370,6 @@ class MeetingContext:
                              compression_ratio=1.0, bytes_by_tier={"device": held}, bytes_by_modality={},
                              prefetch_hit_rate=None, mode="normal")
             return stats
-
-
-def meeting_cache_config(kv: KVSettings):
-    """The TieredCache settings of a live meeting (open-ended: the budget is a share of the tokens seen)."""
-    from kvstore.config import ModalityPolicy, TieredCacheConfig
-
-    return TieredCacheConfig(
-        block_size=kv.block_size,
-        compress=kv.compress,
-        budget_ratio=kv.budget_ratio,
-        budget_floor_tokens=kv.budget_floor_tokens,
-        drop_last_resort=kv.drop_last_resort,
-        sink_tokens=kv.sink_tokens,
-        recent_tokens=kv.recent_tokens,
-        recent_budget_share=kv.recent_budget_share,
-        warm_kinds=tuple(kv.warm_kinds),
-        decode_top_k_blocks=kv.decode_top_k_blocks,
-        modalities={name: ModalityPolicy(**policy.model_dump()) for name, policy in kv.modalities.items()},
-        device_cap_bytes=None if kv.device_cap_mib is None else int(kv.device_cap_mib * (1 << 20)),
-        watermark=kv.watermark,
-    )
 
 
 def _line_flags(line: ContextLine) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from app.config import CONFIG_DIR, KVSettings, LLMSettings
+from app.config import CONFIG_DIR, KVSettings, LLMSettings, tiered_cache_config
 from encoders.errors import InputError
 from encoders.fair_lock import FairLock
 from kvstore.annotations import EntityFinder, TokenFlag, tokens_in_spans
@@ -127,25 +127,11 @@ class LLMEngine:
 
             return DynamicCache(config=self.model.config)
         from kvstore.cache import TieredCache
-        from kvstore.config import TieredCacheConfig
 
-        return TieredCache(
-            config=self.model.config,
-            settings=TieredCacheConfig(
-                block_size=self.kv.block_size,
-                compress=self.kv.compress,
-                budget_ratio=None,
-                # a short prompt is not squeezed: the budget never falls below budget_floor_tokens at full precision
-                budget_bytes=int(max(self.kv.budget_ratio * expected_tokens, self.kv.budget_floor_tokens)
-                                 * self.full_kv_bytes_per_token()),
-                sink_tokens=self.kv.sink_tokens,
-                recent_tokens=self.kv.recent_tokens,
-                recent_budget_share=self.kv.recent_budget_share,
-                drop_last_resort=self.kv.drop_last_resort,
-                warm_kinds=tuple(self.kv.warm_kinds),
-                decode_top_k_blocks=self.kv.decode_top_k_blocks,
-            ),
-        )
+        # a short prompt is not squeezed: the budget never falls below budget_floor_tokens at full precision
+        budget_tokens = max(self.kv.budget_ratio * expected_tokens, self.kv.budget_floor_tokens)
+        budget_bytes = int(budget_tokens * self.full_kv_bytes_per_token())
+        return TieredCache(config=self.model.config, settings=tiered_cache_config(self.kv, budget_bytes))
 
     def live_prompts(self) -> "LivePrompts":
         """The answer and summary templates cut at ``{transcript}``, for a meeting held in the KV cache.

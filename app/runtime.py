@@ -14,7 +14,7 @@ import threading
 import uuid
 from typing import TYPE_CHECKING, Any, Callable
 
-from app.config import Settings
+from app.config import Settings, tiered_cache_config
 from encoders.errors import InputError
 
 if TYPE_CHECKING:
@@ -177,7 +177,6 @@ class Runtime:
         return session
 
     def _resume(self, store, session_id: str, autosave: bool) -> "MeetingSession":
-        from app.context import meeting_cache_config
         from app.session import MeetingSession, SavedMeeting
         from kvstore.persist import SessionNotFound, load_session
         from kvstore.stores import StoreError
@@ -185,7 +184,7 @@ class Runtime:
         cold = self.cold_tier(session_id)
         try:
             cache, metadata = load_session(store, session_id, self.engine.model.config,
-                                           settings=meeting_cache_config(self.settings.kv), cold_tier=cold)
+                                           settings=tiered_cache_config(self.settings.kv), cold_tier=cold)
         except (SessionNotFound, StoreError) as exc:
             if cold is not None:
                 cold.close()

@@ -13,6 +13,8 @@ from typing import Iterable, Sequence
 
 import torch
 
+from kvstore.modality import Modality  # noqa: F401  (re-exported: token annotations carry it)
+
 
 class TokenFlag(enum.IntFlag):
     NONE = 0
@@ -21,28 +23,6 @@ class TokenFlag(enum.IntFlag):
     SLIDE_CHANGE = 4  # a slide / scene change happened at this time
     ENTITY = 8  # a named entity, number, code, ...
     TIMESTAMP = 16  # an explicit time marker in the transcript
-
-
-class Modality(enum.IntEnum):
-    """Which stream a token came from; each modality has its own budget and stats (DESIGN: KV store)."""
-
-    TEXT = 0
-    AUDIO = 1
-    VIDEO = 2
-
-    @classmethod
-    def parse(cls, value: "Modality | int | str") -> "Modality":
-        """``"audio"`` / ``Modality.AUDIO`` / ``1`` -> ``Modality.AUDIO`` (clear error otherwise)."""
-        if isinstance(value, str):
-            try:
-                return cls[value.upper()]
-            except KeyError:
-                raise ValueError(f"unknown modality {value!r} (expected text, audio or video)") from None
-        return cls(int(value))
-
-    @property
-    def label(self) -> str:
-        return self.name.lower()
 
 
 class TokenAnnotations:

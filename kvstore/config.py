@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from kvstore.modality import MODALITY_NAMES
 from kvstore.scoring.combined import ScoreWeights
 
 
@@ -15,7 +16,6 @@ def _default_fidelity() -> dict[str, float]:
     return {"full": 1.0, "int8": 0.99, "fp8": 0.97, "int4": 0.9, "int2": 0.7}
 
 
-MODALITY_NAMES = ("text", "audio", "video")  # = kvstore.annotations.Modality / kvstore.timeline.MODALITIES
 
 
 @dataclass(frozen=True)

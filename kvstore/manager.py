@@ -67,10 +67,11 @@ class ManagerStats:
     placement_hit_rate: float | None = None
 
     @property
-    def prefetch_hit_rate(self) -> float:
+    def prefetch_hit_rate(self) -> float | None:
+        """Share of prefetched blocks found resident; None when nothing was requested (shown as n/a)."""
         if self.placement_hit_rate is not None:
             return self.placement_hit_rate
-        return self.prefetch_hits / self.prefetch_requests if self.prefetch_requests else 1.0
+        return self.prefetch_hits / self.prefetch_requests if self.prefetch_requests else None
 
 
 class KVCacheManager:
@@ -207,7 +208,7 @@ class KVCacheManager:
             stats.bytes_per_tier = dict(placed["bytes_per_tier"])
             stats.mode = str(placed["mode"])
             stats.transfer_gbps = dict(placed["transfer_gbps"])
-            stats.placement_hit_rate = float(placed["prefetch_hit_rate"])
+            stats.placement_hit_rate = placed["prefetch_hit_rate"]  # None until the placement serves a read
         for tier in Tier:
             stats.per_tier[tier] = TierUsage()
         for layer_idx, layer in enumerate(self.cache.layers):

@@ -132,12 +132,14 @@ class HitRateWindow:
         return self.mode
 
     @property
-    def rate(self) -> float:
-        return sum(self._hits) / len(self._hits) if self._hits else 1.0
+    def rate(self) -> float | None:
+        """Share of the last ``window`` reads found resident; None before the first read (nothing to rate)."""
+        return sum(self._hits) / len(self._hits) if self._hits else None
 
     @property
-    def overall_rate(self) -> float:
-        return self.total_hits / self.total_reads if self.total_reads else 1.0
+    def overall_rate(self) -> float | None:
+        """Share of all reads found resident; None ("n/a") when nothing was read, never a made-up 100%."""
+        return self.total_hits / self.total_reads if self.total_reads else None
 
 
 @dataclass

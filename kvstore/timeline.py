@@ -20,14 +20,11 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import torch
 
-MODALITIES: tuple[str, ...] = ("text", "audio", "video")  # codes 0, 1, 2 = kvstore.annotations.Modality
+from kvstore.modality import MODALITY_NAMES as MODALITIES, Modality
 
 
 def modality_code(modality: str) -> int:
-    try:
-        return MODALITIES.index(modality)
-    except ValueError:
-        raise ValueError(f"unknown modality {modality!r} (expected one of {', '.join(MODALITIES)})") from None
+    return int(Modality.parse(modality))
 
 
 @dataclass(frozen=True)

@@ -133,3 +133,26 @@ def test_empty_preset_file_gives_defaults(tmp_path):
     s = load_settings(str(path))
     assert s.llm.model == "gemma-3-270m" and s.asr.beam_size == 5
     assert isinstance(s.home, Path)
+
+
+def test_one_conversion_to_cache_settings_for_batch_and_live():
+    """Batch prompts (a byte budget) and live meetings (a ratio) get every knob from the same conversion."""
+    from app.config import tiered_cache_config
+
+    kv = load_settings(overrides={"kv": {"device_cap_mib": 64, "watermark": 0.7, "modalities": {"audio": {"preferred": "int8"}},
+                                          "warm_kinds": ["int8", "int4"]}}).kv
+    live, batch = tiered_cache_config(kv), tiered_cache_config(kv, budget_bytes=1 << 20)
+    assert live.budget_ratio == kv.budget_ratio and live.budget_bytes is None
+    assert batch.budget_ratio is None and batch.budget_bytes == 1 << 20
+    for cfg in (live, batch):
+        assert cfg.device_cap_bytes == 64 << 20 and cfg.watermark == 0.7
+        assert cfg.modalities["audio"].preferred == "int8" and cfg.warm_kinds == ("int8", "int4")
+        assert cfg.budget_floor_tokens == kv.budget_floor_tokens and cfg.recent_tokens == kv.recent_tokens
+
+
+def test_modality_names_come_from_the_one_enum(tmp_path):
+    from kvstore.modality import MODALITY_NAMES, Modality
+
+    assert MODALITY_NAMES == tuple(m.name.lower() for m in Modality) == ("text", "audio", "video")
+    with pytest.raises(InputError, match="modalities"):
+        load_settings(overrides={"kv": {"modalities": {"smell": {"preferred": "int8"}}}})

@@ -40,6 +40,8 @@ def test_demote_promote_free_and_stats() -> None:
     assert manager.promote(0, [3]) == 1
     assert layer.table.format[:4].tolist() == [BlockFormat.FULL, BlockFormat.INT8, BlockFormat.INT4, BlockFormat.FULL]
     assert manager.free(0, [5, 6, 99]) == 2  # block 99 does not exist
+
+    assert manager.stats().prefetch_hit_rate is None, "no prefetch asked yet: n/a, not 100%"
     assert manager.prefetch(0, [4, 5, 6, 7]).tolist() == [True, False, False, True]
 
     stats = manager.stats()

@@ -36,6 +36,14 @@ def _placement(tmp_path: Path, cap_blocks: int = 10, window: HitRateWindow | Non
                          PlacementPolicy(host_bytes=10 * BLOCK), window)
 
 
+def test_hit_rate_is_not_applicable_before_any_read(tmp_path: Path) -> None:
+    placement = _placement(tmp_path)
+    placement.put("b0", b"x" * BLOCK, score=1.0)
+    assert placement.stats()["prefetch_hit_rate"] is None and placement.stats()["window_hit_rate"] is None
+    placement.read("b0")
+    assert placement.stats()["prefetch_hit_rate"] in (0.0, 1.0)
+
+
 def test_plan_follows_scores_modality_and_budgets(tmp_path: Path) -> None:
     placement = _placement(tmp_path)
     for i in range(30):
