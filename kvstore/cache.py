@@ -194,6 +194,9 @@ class TieredCache(Cache):
         self.priorities.truncate(-(-checkpoint.seq_length // self.settings.block_size))
         del self._checkpoints[position:]
 
+    def note_refused_recalls(self, count: int) -> None:
+        self.refused_recalls += count
+
     def checkpoint_length(self) -> int:
         """Tokens before the first open checkpoint (the meeting, without a question's tokens)."""
         return self._checkpoints[0].seq_length if self._checkpoints else self.get_seq_length()
@@ -202,8 +205,8 @@ class TieredCache(Cache):
         """Keep what was added since ``checkpoint`` and forget the checkpoint (compression resumes)."""
         position = self._checkpoint_position(checkpoint)
         for layer, state in zip(self.layers, checkpoint.layer_states):
-            if isinstance(layer, TieredLayer) and state is not None:
-                del layer._recalled[state.recalled:]  # recalled blocks stay resident
+            if isinstance(layer, TieredLayer):
+                layer.keep_recalls(state)  # recalled blocks stay resident
         del self._checkpoints[position:]
 
     def _checkpoint_position(self, checkpoint: CacheCheckpoint) -> int:
@@ -303,7 +306,7 @@ class TieredCache(Cache):
             for layer in self.tiered_layers:
                 if layer.is_initialized and len(layer.cold):
                     rows = torch.nonzero(torch.isin(layer.cold.block_index, blocks)).flatten()
-                    wanted += layer._cold_ids(rows)
+                    wanted += layer.cold_index.ids(rows)
             self.cold_tier.request(wanted)
             self.cold_tier.wait()
             for layer in self.tiered_layers:

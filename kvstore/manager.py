@@ -134,7 +134,7 @@ class KVCacheManager:
         rows = rows[lower]
         if rows.numel():
             self._movable(layer, rows)
-            layer._convert_rows(rows, fmt)
+            layer.convert_rows(rows, fmt)
         return int(rows.numel())
 
     def promote(self, layer_idx: int, blocks: torch.Tensor | list[int]) -> int:
@@ -144,7 +144,7 @@ class KVCacheManager:
         rows = rows[layer.table.format[rows] != BlockFormat.FULL]
         if rows.numel():
             self._movable(layer, rows)
-            layer._convert_rows(rows, BlockFormat.FULL)
+            layer.convert_rows(rows, BlockFormat.FULL)
         return int(rows.numel())
 
     def free(self, layer_idx: int, blocks: torch.Tensor | list[int]) -> int:
@@ -156,7 +156,7 @@ class KVCacheManager:
         rows, _ = self._rows(layer, blocks)
         if rows.numel():
             self._movable(layer, rows)
-            layer._drop_rows(rows)
+            layer.drop_rows(rows)
         return int(rows.numel())
 
     def prefetch(self, layer_idx: int, blocks: torch.Tensor | list[int]) -> torch.Tensor:

@@ -214,7 +214,7 @@ def test_decode_top_k_reads_only_the_selected_blocks(monkeypatch) -> None:
 
     (Random tiny models attend almost uniformly, so this checks the mechanism, not Quest's recall.)
     """
-    import kvstore.layers as layers_module
+    import kvstore.layer_attention as layers_module  # the part that reads the blocks
 
     listed: list[int] = []
     real = layers_module.ops.mixed_sparse_attention

@@ -130,7 +130,7 @@ def test_promoted_window_is_kept_and_read() -> None:
     layer = promoted.tiered_layers[0]
     n_past = len(layer.table)
     query = torch.randn(1, 4, 1, 16)
-    chosen = layer._select_blocks(query, n_past, 2)
+    chosen = layer.attention.select_blocks(layer.storage, query, n_past, 2, layer.cumulative_length)
     pinned_rows = torch.searchsorted(layer.table.block_index, blocks)
     assert set(pinned_rows.tolist()) <= set(chosen[0, 0].tolist())
     # unpinned, the boost still ranks them above their neighbours; rollback forgets promotions past it
