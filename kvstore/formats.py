@@ -49,8 +49,7 @@ FORMATS: tuple[Format, ...] = (
     Format("fp8", 3, 8, 0.97, cpu_code=5, native_from=(8, 9)),  # e4m3, absmax scale, ~2.5%
     Format("int2", 4, 2, 0.7, cpu_code=6),  # asymmetric, ~30%: the last step before dropping
 )
-FULL = FORMATS[0]
-QUANTIZED: tuple[Format, ...] = FORMATS[1:]
+QUANTIZED: tuple[Format, ...] = tuple(f for f in FORMATS if f.name != "full")
 BY_NAME: dict[str, Format] = {f.name: f for f in FORMATS}
 NAMES: tuple[str, ...] = tuple(BY_NAME)
 QUANTIZED_NAMES: tuple[str, ...] = tuple(f.name for f in QUANTIZED)
@@ -61,10 +60,6 @@ class _FormatEnum(enum.IntEnum):
     def kind(self) -> str:
         """Name used by kvstore.quant's registry and the configs (``"full"`` for full precision)."""
         return self.name.lower()
-
-    @property
-    def spec(self) -> Format:
-        return BY_NAME[self.kind]
 
     @classmethod
     def from_kind(cls, kind: str) -> "BlockFormat":
