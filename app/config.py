@@ -20,10 +20,14 @@ from pydantic_settings import (
 )
 
 from encoders.errors import InputError
+from kvstore.formats import NAMES, QUANTIZED_NAMES
 from kvstore.modality import MODALITY_NAMES
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 DEFAULT_PRESET = "cpu-small"
+# Block formats a config may name (kvstore.formats): the quantized ones, and all of them with "full".
+WarmKind = Literal[QUANTIZED_NAMES]
+FormatName = Literal[NAMES]
 ModalityName = Literal[MODALITY_NAMES]  # the config keys of per-modality KV policies
 
 
@@ -93,7 +97,7 @@ class KVSettings(BaseModel):
     sink_tokens: int = 4
     recent_tokens: int = 256
     recent_budget_share: float = Field(0.0625, ge=0, le=1, description="the full-precision recent window takes at most this share of the budget")
-    warm_kinds: tuple[Literal["int8", "int4", "int2", "fp8"], ...] = ("int8", "int4", "int2")
+    warm_kinds: tuple[WarmKind, ...] = ("int8", "int4", "int2")
     decode_top_k_blocks: int | None = None
     budget_floor_tokens: int = Field(
         2048, ge=0, description="no compression before this many tokens (the ratio of a short prompt or meeting start is tiny)"
@@ -128,9 +132,9 @@ class ModalitySettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     budget_share: float | None = Field(None, gt=0, le=1)
-    warm_kinds: tuple[Literal["int8", "int4", "int2", "fp8"], ...] | None = None
+    warm_kinds: tuple[WarmKind, ...] | None = None
     allow_drop: bool = True
-    preferred: Literal["full", "int8", "int4", "int2", "fp8"] | None = None
+    preferred: FormatName | None = None
 
 
 def tiered_cache_config(kv: KVSettings, budget_bytes: int | None = None):

@@ -57,6 +57,7 @@ import torch
 
 from kernels import reference as ref
 from kernels.reference import AttentionPartial, GlobalSummary, PagedSource, QuantizedTensor
+from kvstore.formats import QUANTIZED
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +66,9 @@ CFLAGS = ["-O3", "-march=native", "-fopenmp", "-ffp-contract=fast"]
 LDFLAGS = ["-fopenmp"]
 MAX_OUTLIERS = 64
 
-# Storage codes shared with the C++ side.
+# Storage codes shared with the C++ side (enum Kind): full precision by dtype, the others from kvstore.formats.
 _FULL_KINDS = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
-_QUANT_KINDS = {"int8": 3, "int4": 4, "fp8": 5, "int2": 6}
+_QUANT_KINDS = {f.name: f.cpu_code for f in QUANTIZED}
 _PARAM_DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
 _lock = threading.Lock()

@@ -36,16 +36,18 @@ from typing import Literal, Sequence
 
 import torch
 
-QuantKind = Literal["int8", "int4", "int2", "fp8"]
+from kvstore.formats import BY_NAME, QUANTIZED, QUANTIZED_NAMES
+
+QuantKind = Literal[QUANTIZED_NAMES]
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = float(torch.finfo(torch.float8_e4m3fn).max)  # 448
-_INT_LEVELS = {"int8": 255, "int4": 15, "int2": 3}
-_CODE_BITS = {"int8": 8, "int4": 4, "int2": 2}
+# The integer formats: asymmetric with 2^bits levels (FP8 is the one float format, absmax-scaled).
+_INT_LEVELS = {f.name: (1 << f.bits) - 1 for f in QUANTIZED if f.name != "fp8"}
 
 
 def codes_per_byte(kind: str) -> int:
     """How many codes one stored byte holds: 2 for INT4, 4 for INT2, else 1."""
-    return 8 // _CODE_BITS.get(kind, 8)
+    return BY_NAME[kind].codes_per_byte if kind in BY_NAME else 1
 
 
 # --------------------------------------------------------------------------------------------------
@@ -189,7 +191,7 @@ def quantize(
     and zero points; they are rounded conservatively so the per-element error bound of the integer
     formats (half a step) holds with the stored parameters.
     """
-    if kind not in ("int8", "int4", "int2", "fp8"):
+    if kind not in QUANTIZED_NAMES:
         raise ValueError(f"unknown quantization kind {kind!r}")
     axis = _normalize_axis(axis, x.ndim)
     outlier_values = None
@@ -216,7 +218,7 @@ def quantize(
         codes = ((groups - zero.float().unsqueeze(-1)) / safe.unsqueeze(-1)).round().clamp(0, levels)
         codes = codes.to(torch.uint8).reshape(*groups.shape[:-2], -1)  # group axis last
         if codes_per_byte(kind) > 1:
-            codes = pack_codes(codes, _CODE_BITS[kind], -1)
+            codes = pack_codes(codes, BY_NAME[kind].bits, -1)
         data = codes.movedim(-1, axis).contiguous()
         zero = zero.movedim(-1, axis).contiguous()
     return QuantizedTensor(
@@ -241,7 +243,7 @@ def dequantize(qt: QuantizedTensor, dtype: torch.dtype | None = None) -> torch.T
     else:
         codes = qt.data.movedim(axis, -1)
         if codes_per_byte(qt.kind) > 1:
-            codes = unpack_codes(codes, _CODE_BITS[qt.kind], -1)
+            codes = unpack_codes(codes, BY_NAME[qt.kind].bits, -1)
         values = codes.float()
     length = values.shape[-1]
     values = values.reshape(*values.shape[:-1], length // qt.group_size, qt.group_size)
@@ -513,7 +515,7 @@ def _outlier_rows(qt: QuantizedTensor, n_heads: int) -> torch.Tensor | None:
 
 
 def _fused_layout_ok(qt: QuantizedTensor, axis: int) -> bool:
-    if len(qt.shape) != 4 or qt.axis != axis or qt.kind not in ("int8", "int4", "int2", "fp8"):
+    if len(qt.shape) != 4 or qt.axis != axis or qt.kind not in QUANTIZED_NAMES:
         return False
     length = qt.shape[axis]
     if qt.group_size <= 0 or length % qt.group_size:

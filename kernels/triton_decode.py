@@ -33,13 +33,15 @@ import triton.language as tl
 
 from kernels import reference as ref
 from kernels.reference import AttentionPartial, GlobalSummary, PagedSource, QuantizedTensor
+from kvstore.formats import QUANTIZED, BlockFormat
 
-KIND_FULL = 0
-KIND_INT8 = 1
-KIND_INT4 = 2
-KIND_FP8 = 3
-KIND_INT2 = 4
-_KIND_CODES = {"int8": KIND_INT8, "int4": KIND_INT4, "fp8": KIND_FP8, "int2": KIND_INT2}
+# KIND: the format's code (kvstore.formats); the literals the device code branches on are checked against it.
+KIND_FULL = int(BlockFormat.FULL)
+KIND_INT8 = int(BlockFormat.INT8)
+KIND_INT4 = int(BlockFormat.INT4)
+KIND_FP8 = int(BlockFormat.FP8)
+KIND_INT2 = int(BlockFormat.INT2)
+_KIND_CODES = {f.name: f.code for f in QUANTIZED}
 MAX_SOURCES = 4
 _LOG2E = 1.4426950408889634
 
@@ -93,10 +95,10 @@ def _load_tile(op, slot, h, offs_t, offs_d, t_mask, d_mask, H: tl.constexpr, BS:
     sh = op[11]
     row = slot.to(tl.int64) * BS + offs_t  # token row in [P * BS]
     mask = t_mask[:, None] & d_mask[None, :]
-    if KIND == 0:
+    if KIND == 0:  # full
         x = tl.load(data + (row[:, None] * H + h) * D + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
     else:
-        if KIND == 2:
+        if KIND == 2:  # int4
             if ALONG_T:
                 prow = slot.to(tl.int64) * (BS // 2) + offs_t // 2
                 byte = tl.load(data + (prow[:, None] * H + h) * D + offs_d[None, :], mask=mask, other=0)
@@ -105,7 +107,7 @@ def _load_tile(op, slot, h, offs_t, offs_d, t_mask, d_mask, H: tl.constexpr, BS:
                 byte = tl.load(data + (row[:, None] * H + h) * (D // 2) + offs_d[None, :] // 2, mask=mask, other=0)
                 shift = ((offs_d % 2) * 4)[None, :]
             code = ((byte.to(tl.int32) >> shift) & 15).to(tl.float32)
-        elif KIND == 4:  # INT2: four codes per byte, the first in the low bits
+        elif KIND == 4:  # int2: four codes per byte, the first in the low bits
             if ALONG_T:
                 prow = slot.to(tl.int64) * (BS // 4) + offs_t // 4
                 byte = tl.load(data + (prow[:, None] * H + h) * D + offs_d[None, :], mask=mask, other=0)
@@ -114,7 +116,7 @@ def _load_tile(op, slot, h, offs_t, offs_d, t_mask, d_mask, H: tl.constexpr, BS:
                 byte = tl.load(data + (row[:, None] * H + h) * (D // 4) + offs_d[None, :] // 4, mask=mask, other=0)
                 shift = ((offs_d % 4) * 2)[None, :]
             code = ((byte.to(tl.int32) >> shift) & 3).to(tl.float32)
-        elif KIND == 1:
+        elif KIND == 1:  # int8
             code = tl.load(data + (row[:, None] * H + h) * D + offs_d[None, :], mask=mask, other=0).to(tl.float32)
         else:
             byte = tl.load(data + (row[:, None] * H + h) * D + offs_d[None, :], mask=mask, other=0)
@@ -124,7 +126,7 @@ def _load_tile(op, slot, h, offs_t, offs_d, t_mask, d_mask, H: tl.constexpr, BS:
         else:
             poff = slot.to(tl.int64) * sp + offs_t[:, None] * st + h * sh + (offs_d // GROUP)[None, :]
         s = tl.load(scale + poff, mask=mask, other=0.0).to(tl.float32)
-        if KIND == 3:
+        if KIND == 3:  # fp8
             x = code * s
         else:
             z = tl.load(zero + poff, mask=mask, other=0.0).to(tl.float32)

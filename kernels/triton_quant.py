@@ -23,9 +23,10 @@ import triton.language as tl
 
 from kernels import reference as ref
 from kernels.reference import QuantizedTensor
+from kvstore.formats import QUANTIZED
 
 _PARAM_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
-_KINDS = {"int8": 1, "int4": 2, "fp8": 3, "int2": 4}
+_KINDS = {f.name: f.code for f in QUANTIZED}  # KIND: the format's code (the literals below are checked against it)
 
 
 @triton.jit
@@ -139,7 +140,7 @@ def _quantize_kernel(
     else:  # repeats: the group statistics below stay the same
         x2 = x0
         x3 = x1
-    if KIND == 3:
+    if KIND == 3:  # fp8
         absmax = tl.maximum(tl.max(tl.where(mask, tl.abs(x0), 0.0), 1), tl.max(tl.where(mask, tl.abs(x1), 0.0), 1))
         scale_f, scale_s = _to_param(tl.math.div_rn(absmax, tl.full(absmax.shape, 448.0, tl.float32)), PARAM, True)
         safe = tl.where(scale_f > 0, scale_f, 1.0)
@@ -148,9 +149,9 @@ def _quantize_kernel(
         tl.store(codes_ptr + off0, c0, mask=mask)
         tl.store(codes_ptr + off0 + C, c1, mask=mask)
     else:
-        if KIND == 4:
+        if KIND == 4:  # int2
             levels = 3.0
-        elif KIND == 2:
+        elif KIND == 2:  # int4
             levels = 15.0
         else:
             levels = 255.0
@@ -166,12 +167,12 @@ def _quantize_kernel(
         c0 = _int_codes(x0, zero_f, safe, levels)
         c1 = _int_codes(x1, zero_f, safe, levels)
         tl.store(zero_ptr + rows, zero_s, mask=row_mask)
-        if KIND == 1:
+        if KIND == 1:  # int8
             tl.store(codes_ptr + off0, c0, mask=mask)
             tl.store(codes_ptr + off0 + C, c1, mask=mask)
         else:  # packed: the first code of each run in the low bits, as kernels.reference.pack_codes lays them out
             off_packed = (a[:, None] * (L // PER) + gi[:, None] * SUB + j[None, :]) * C + c[:, None]
-            if KIND == 4:
+            if KIND == 4:  # int2
                 c2 = _int_codes(x2, zero_f, safe, levels)
                 c3 = _int_codes(x3, zero_f, safe, levels)
                 packed = c0 | (c1 << 2) | (c2 << 4) | (c3 << 6)

@@ -1,6 +1,7 @@
 """KV store: blocks + page table, quantizers, importance scoring, tiers, manager, transformers Cache adapter.
 
-Modules: ``blocks`` (allocator, pools, page table), ``quant`` (INT8/INT4/FP8 quantizers), ``scoring``
+Modules: ``formats`` (the table of block formats), ``blocks`` (allocator, pools, page table),
+``quant`` (INT8/INT4/INT2/FP8 quantizers, one per quantized format), ``scoring``
 (importance scorers and the budget planner), ``annotations`` (structural flags and modality per
 token), ``layers`` / ``cache`` (TieredCache for stock transformers models), ``attention`` (the
 ``minutia_sparse`` AttentionInterface function), ``manager`` (KVCacheManager), ``timeline``

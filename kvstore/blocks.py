@@ -1,7 +1,7 @@
 """Fixed-size KV blocks: slab allocators, block pools and the logical -> physical page table.
 
-A layer's KV lives in fixed-size blocks (64 tokens by default). Each storage format (full precision,
-INT8, INT4, FP8) has its own :class:`BlockPool`: preallocated tensors indexed by a physical slot,
+A layer's KV lives in fixed-size blocks (64 tokens by default). Each storage format (kvstore.formats:
+full precision, INT8, INT4, FP8, INT2) has its own :class:`BlockPool`: preallocated tensors indexed by a physical slot,
 handed out by a :class:`SlabAllocator` free list. The :class:`PageTable` maps the layer's logical
 blocks, in order, to (format, physical slot per batch row) and carries per-block metadata.
 
@@ -17,31 +17,13 @@ Compaction happens at two levels:
 
 from __future__ import annotations
 
-import enum
 import heapq
 from dataclasses import dataclass
 from typing import Iterable
 
 import torch
 
-
-class BlockFormat(enum.IntEnum):
-    """How a block's K/V are stored: L1 hot = FULL, L2 warm = one of the quantized formats."""
-
-    FULL = 0
-    INT8 = 1
-    INT4 = 2
-    FP8 = 3
-    INT2 = 4
-
-    @property
-    def kind(self) -> str:
-        """Name used by kvstore.quant's registry (``"full"`` for full precision)."""
-        return self.name.lower()
-
-    @classmethod
-    def from_kind(cls, kind: str) -> "BlockFormat":
-        return cls[kind.upper()]
+from kvstore.formats import BlockFormat
 
 
 class SlabAllocator:

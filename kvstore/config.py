@@ -6,16 +6,14 @@ from dataclasses import dataclass, field
 
 import torch
 
+from kvstore.formats import FORMATS, QUANTIZED_NAMES
 from kvstore.modality import MODALITY_NAMES
 from kvstore.scoring.combined import ScoreWeights
 
 
 def _default_fidelity() -> dict[str, float]:
-    # Share of a block's value kept by each format; roughly 1 - relative error of the format on KV
-    # activations (INT8 ~0.5%, FP8 ~2.5%, INT4 ~8%, INT2 ~30%), so quantizing usually beats dropping.
-    return {"full": 1.0, "int8": 0.99, "fp8": 0.97, "int4": 0.9, "int2": 0.7}
-
-
+    """Share of a block's value kept by each format (kvstore.formats)."""
+    return {f.name: f.fidelity for f in FORMATS}
 
 
 @dataclass(frozen=True)
@@ -88,7 +86,7 @@ class TieredCacheConfig:
     def __post_init__(self) -> None:
         if self.block_size <= 0:
             raise ValueError("block_size must be positive")
-        unknown = set(self.warm_kinds) - {"int8", "int4", "int2", "fp8"}
+        unknown = set(self.warm_kinds) - set(QUANTIZED_NAMES)
         if unknown:
             raise ValueError(f"unknown warm formats {sorted(unknown)}")
         if self.budget_ratio is not None and self.budget_ratio < 0:

@@ -1,11 +1,13 @@
-"""KV quantizers (INT8, INT4, INT2, FP8 e4m3), one file each, looked up by name."""
+"""KV quantizers (INT8, INT4, INT2, FP8 e4m3), one per quantized format of kvstore.formats, looked up by name."""
 
 from kvstore.quant.base import GroupQuantizer, effective_group_size
-from kvstore.quant.fp8 import Fp8Quantizer
-from kvstore.quant.int2 import Int2Quantizer
-from kvstore.quant.int4 import Int4Quantizer
-from kvstore.quant.int8 import Int8Quantizer
 from kvstore.quant.registry import QUANTIZERS, get_quantizer, register_quantizer
+
+# Names kept for callers that import a format's class directly.
+Int8Quantizer = QUANTIZERS["int8"]
+Int4Quantizer = QUANTIZERS["int4"]
+Int2Quantizer = QUANTIZERS["int2"]
+Fp8Quantizer = QUANTIZERS["fp8"]
 
 __all__ = [
     "Fp8Quantizer",

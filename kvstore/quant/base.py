@@ -10,6 +10,7 @@ import torch
 
 from kernels import dispatch as ops  # Triton on CUDA, the torch reference elsewhere
 from kernels.reference import QuantizedTensor
+from kvstore.formats import BY_NAME
 
 
 def effective_group_size(group_size: int, length: int) -> int:
@@ -53,4 +54,10 @@ class GroupQuantizer:
     @classmethod
     def natively_supported(cls, device: torch.device | str) -> bool:
         """Whether the device computes on this format natively (storage works everywhere)."""
-        return True
+        need = BY_NAME[cls.kind].native_from
+        if need is None:
+            return True
+        device = torch.device(device)
+        if device.type != "cuda" or not torch.cuda.is_available():
+            return False
+        return torch.cuda.get_device_capability(device) >= need

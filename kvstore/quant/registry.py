@@ -1,20 +1,33 @@
-"""Quantizers by name, so configs can say ``warm_kinds: [int8, int4]``."""
+"""Quantizers by name, so configs can say ``warm_kinds: [int8, int4]``: one per quantized row of kvstore.formats.
+
+Every format quantizes group-wise through the kernels (:class:`GroupQuantizer`); a row only sets the
+class's ``kind`` and ``bits``, so the registry is built from the table and a new format needs no module here.
+"""
 
 from __future__ import annotations
 
 from typing import Any, TypeVar
 
+from kvstore.formats import BY_NAME, QUANTIZED, Format
 from kvstore.quant.base import GroupQuantizer
-
-QUANTIZERS: dict[str, type[GroupQuantizer]] = {}
 
 Q = TypeVar("Q", bound=type[GroupQuantizer])
 
 
+def quantizer_class(fmt: Format) -> type[GroupQuantizer]:
+    """``Int8Quantizer`` & co.: the frozen dataclass GroupQuantizer with the row's kind and bits."""
+    name = fmt.name.capitalize() + "Quantizer"
+    return type(name, (GroupQuantizer,), {"kind": fmt.name, "bits": fmt.bits, "__module__": __name__, "__qualname__": name})
+
+
+QUANTIZERS: dict[str, type[GroupQuantizer]] = {f.name: quantizer_class(f) for f in QUANTIZED}
+globals().update({cls.__name__: cls for cls in QUANTIZERS.values()})  # module attributes, so instances pickle
+
+
 def register_quantizer(cls: Q) -> Q:
-    """Class decorator: make ``cls`` available under ``cls.kind``."""
-    if not cls.kind:
-        raise ValueError(f"{cls.__name__} has no kind")
+    """Class decorator: serve the table's format ``cls.kind`` with ``cls`` (a quantizer that is not a plain group one)."""
+    if cls.kind not in BY_NAME or BY_NAME[cls.kind] not in QUANTIZED:
+        raise ValueError(f"{cls.__name__}: {cls.kind!r} is not a quantized format of kvstore.formats")
     QUANTIZERS[cls.kind] = cls
     return cls
 
