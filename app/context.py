@@ -341,24 +341,13 @@ class MeetingContext:
             stats: dict[str, Any] = {"tokens": self.tokens, "lines": self.lines, "full": self.full}
             cache = self.cache
             if hasattr(cache, "kv_bytes"):
-                from kvstore.manager import KVCacheManager
+                from kvstore.report import kv_report
 
-                cold = getattr(cache, "cold_tier", None)
-                summary = KVCacheManager(cache, placement=None if cold is None else cold.placement).summary()
-                held = int(cache.kv_bytes(include_sliding=False))
-                full = int(cache.full_precision_bytes())
-                stats.update(
-                    kv_bytes=int(cache.kv_bytes()),
-                    tiered_kv_bytes=held,
-                    full_precision_bytes=full,
-                    budget_bytes=int(cache.budget_bytes()),
-                    compression_ratio=round(full / held, 3) if held else 1.0,
-                    bytes_by_tier={tier.lower(): u["bytes"] for tier, u in summary["tiers"].items()}
-                    | {f"cold_{tier}": n for tier, n in summary["bytes_per_tier"].items() if tier != "device"},
-                    bytes_by_modality={mod.lower(): u["bytes"] for mod, u in summary["modalities"].items()},
-                    prefetch_hit_rate=summary.get("prefetch_hit_rate"),
-                    mode=summary.get("mode", "normal"),
-                )
+                report = kv_report(cache).as_dict()
+                stats.update({key: report[key] for key in (
+                    "kv_bytes", "tiered_kv_bytes", "full_precision_bytes", "budget_bytes", "bytes_by_tier",
+                    "bytes_by_modality", "prefetch_hit_rate", "mode")})
+                stats["compression_ratio"] = round(report["compression_ratio"], 3)
             else:
                 held = sum(
                     t.numel() * t.element_size()

@@ -2,6 +2,10 @@
 (compressed to the configured budget) and with transformers' DynamicCache, side by side, and from the
 3 most relevant turns versus the whole transcript.
 
+The sample's prompts are shorter than the configured ``budget_floor_tokens`` (2048), under which the
+cache never compresses; the TieredCache rows set the floor to 0 so the budget (25% of each prompt's
+full KV bytes) really applies, and report how many prompts the cache compressed.
+
 A question counts as answered when the answer contains one of the fact's keywords
 (samples/standup/facts.json). Uses the reference transcript, so ASR errors do not enter.
 
@@ -45,19 +49,25 @@ def main(argv: list[str] | None = None) -> int:
         ("TieredCache, whole transcript", True, 0),
     )
     for label, enabled, turns in modes:
-        settings = load_settings(args.config, {"kv": {"enabled": enabled}, "llm": {"answer_context_turns": turns}})
-        assistant = Assistant(LLMEngine.from_settings(settings.llm, settings.home, settings.kv))
+        kv = {"enabled": enabled, **({"budget_floor_tokens": 0} if enabled else {})}
+        settings = load_settings(args.config, {"kv": kv, "llm": {"answer_context_turns": turns}})
+        engine = LLMEngine.from_settings(settings.llm, settings.home, settings.kv)
+        caches = _record_caches(engine)
+        assistant = Assistant(engine)
         correct, started = 0, time.perf_counter()
         for fact in facts:
             answer = assistant.ask(transcript, fact["question"])
             ok = hit(answer.text, fact["keywords"])
             correct += ok
             rows.append({"cache": label, "question": fact["question"], "answer": answer.text, "correct": ok})
-        totals[label] = {"correct": correct, "total": len(facts), "seconds": round(time.perf_counter() - started, 1)}
+        compressed = sum(1 for cache in caches if _compressed(cache))
+        totals[label] = {"correct": correct, "total": len(facts), "seconds": round(time.perf_counter() - started, 1),
+                         "prompts": len(caches), "compressed_prompts": compressed if enabled else None}
     print(f"model: {settings.llm.model}, kv budget {settings.kv.budget_ratio:.0%}, {os.cpu_count()} cores")
-    print("| cache | correct | seconds |\n|---|---|---|")
+    print("| cache | correct | seconds | prompts compressed |\n|---|---|---|---|")
     for label, t in totals.items():
-        print(f"| {label} | {t['correct']}/{t['total']} | {t['seconds']} |")
+        squeezed = "-" if t["compressed_prompts"] is None else f"{t['compressed_prompts']}/{t['prompts']}"
+        print(f"| {label} | {t['correct']}/{t['total']} | {t['seconds']} | {squeezed} |")
     n = len(facts)
     print("\n| question | " + " | ".join(label for label, _, _ in modes) + " |")
     print("|---" * (len(modes) + 1) + "|")
@@ -68,6 +78,26 @@ def main(argv: list[str] | None = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "ask_accuracy.json").write_text(json.dumps({"totals": totals, "rows": rows}, indent=2) + "\n")
     return 0
+
+
+def _record_caches(engine: LLMEngine) -> list:
+    """Keep every cache the engine builds, to count afterwards how many were compressed."""
+    made, build = [], engine.new_cache
+
+    def recording(expected_tokens: int):
+        made.append(build(expected_tokens))
+        return made[-1]
+
+    engine.new_cache = recording
+    return made
+
+
+def _compressed(cache) -> bool:
+    """Whether any block of the cache left full precision (quantized, dropped or evicted)."""
+    stats = cache.stats() if hasattr(cache, "kv_bytes") else None
+    if stats is None:
+        return False
+    return stats["tiers"]["L2_WARM"]["blocks"] > 0 or stats["tiers"]["L3_COLD"]["tokens"] > 0
 
 
 if __name__ == "__main__":

@@ -718,8 +718,8 @@ def prepare_minutia(model, ids, meeting: Meeting, budget: float, args, mode: str
         return out
 
     formats: dict[str, int] = {}
-    for layer in cache.tiered_layers:
-        for kind, info in layer.stats()["formats"].items():
+    for entry in cache.stats()["layers"]:
+        for kind, info in entry.get("formats", {}).items():
             formats[kind] = formats.get(kind, 0) + info["blocks"]
     tokens_kept = sum(layer.kept_tokens() for layer in cache.tiered_layers) / max(cache.num_tiered_layers, 1)
     sliding = cache.kv_bytes() - cache.kv_bytes(include_sliding=False)

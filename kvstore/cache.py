@@ -365,62 +365,14 @@ class TieredCache(Cache):
         return sum(layer.budget() for layer in self.tiered_layers)
 
     def stats(self) -> dict[str, Any]:
-        """Dashboard numbers, all measured from the storage tensors.
+        """Dashboard numbers, all measured from the storage tensors: :func:`kvstore.report.kv_report`.
 
         ``bytes_by_tier``: L1 (full-precision blocks), L2 (quantized blocks), L3 (summaries of
-        dropped blocks), ``metadata`` (page table, key bounds, scores) and ``sliding`` (the window
-        layers). ``bytes_by_modality``: block bytes of each stream; ``modalities`` adds tokens seen /
-        kept and bytes per format. ``compression_ratio`` = full-precision bytes / tiered KV bytes.
+        dropped blocks), ``metadata`` (page table, key bounds, scores), ``sliding`` (the window
+        layers) and ``cold_<location>`` (the cold tier off the device). ``bytes_by_modality``: block
+        bytes of each stream; ``modalities`` adds tokens seen / kept and bytes per format.
+        ``compression_ratio`` = full-precision bytes / tiered KV bytes.
         """
-        by_tier = {"L1": 0, "L2": 0, "L3": 0, "metadata": 0, "sliding": 0}
-        modalities = {
-            m.label: {"tokens_seen": 0, "tokens_kept": 0, "bytes": 0, "bytes_by_format": {}} for m in Modality
-        }
-        for layer in self.layers:
-            if not isinstance(layer, TieredLayer):
-                by_tier["sliding"] += layer.kv_bytes()
-                continue
-            if not layer.is_initialized:
-                continue
-            table = layer.table
-            by_tier["L3"] += layer.summary.nbytes()
-            by_tier["metadata"] += layer.metadata_bytes() - layer.summary.nbytes()
-            modality = self.annotations.block_modality(table.block_index, layer.block_size)
-            for fmt, pool in layer.pools.items():
-                in_fmt = table.format == fmt
-                block_bytes = layer.batch * pool.slot_bytes
-                by_tier["L1" if fmt == BlockFormat.FULL else "L2"] += int(in_fmt.sum()) * block_bytes
-                for m in Modality:
-                    rows = in_fmt & (modality == int(m))
-                    n_rows = int(rows.sum())
-                    if not n_rows:
-                        continue
-                    entry = modalities[m.label]
-                    entry["tokens_kept"] += int(table.fill[rows].sum())
-                    entry["bytes"] += n_rows * block_bytes
-                    kind = BlockFormat(fmt).kind
-                    entry["bytes_by_format"][kind] = entry["bytes_by_format"].get(kind, 0) + n_rows * block_bytes
-        seq = self.get_seq_length()
-        seen = self.annotations.tokens_by_modality(seq).tolist()
-        layers = max(self.num_tiered_layers, 1)
-        for m in Modality:
-            modalities[m.label]["tokens_seen"] = int(seen[int(m)])
-            modalities[m.label]["tokens_kept"] //= layers  # mean over tiered layers
-        tiered = self.kv_bytes(include_sliding=False)
-        full = self.full_precision_bytes()
-        return {
-            "tokens": seq,
-            "seq_length": seq,
-            "device_cap_bytes": self.settings.device_cap_bytes,
-            "peak_device_bytes": self.peak_device_bytes,
-            "refused_recalls": self.refused_recalls,
-            "kv_bytes": self.kv_bytes(),
-            "tiered_kv_bytes": tiered,
-            "full_precision_bytes": full,
-            "budget_bytes": self.budget_bytes(),
-            "compression_ratio": full / tiered if tiered else 1.0,
-            "bytes_by_tier": by_tier,
-            "bytes_by_modality": {name: entry["bytes"] for name, entry in modalities.items()},
-            "modalities": modalities,
-            "layers": [layer.stats() for layer in self.layers],
-        }
+        from kvstore.report import kv_report
+
+        return kv_report(self).as_dict()

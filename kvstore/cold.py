@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kvstore import block_ids
 from kvstore.placement import Prefetcher, Tier, TierPlacement
 from kvstore.stores.base import StoreError, pack_block, unpack_block
 
@@ -54,7 +55,7 @@ class ColdTier:
 
     @staticmethod
     def block_id(layer_idx: int, block: int, fmt: int) -> str:
-        return f"L{layer_idx}.b{block}.f{fmt}"
+        return block_ids.block_id(layer_idx, block, fmt)
 
     def evict(self, layer_idx: int, block: int, fmt: int, payload: dict[str, torch.Tensor], score: float,
               modality: int) -> bool:

@@ -322,7 +322,7 @@ class TieredLayer(CacheLayerMixin):
         self.storage.compact()
 
     # ------------------------------------------------------------------------------------------
-    # Checkpoints, stats and saved state (kvstore.layer_state)
+    # Checkpoints and saved state (kvstore.layer_state)
     # ------------------------------------------------------------------------------------------
 
     def snapshot(self) -> TieredLayerSnapshot | None:
@@ -342,28 +342,6 @@ class TieredLayer(CacheLayerMixin):
         """A checkpoint released: the blocks recalled since ``snap`` stay resident."""
         if snap is not None and self.is_initialized:
             self.cold_index.keep_recalls(snap.recalled)
-
-    def stats(self) -> dict[str, Any]:
-        if not self.is_initialized:
-            return {"tokens_seen": 0}
-        per_format = {}
-        for fmt, pool in self.pools.items():
-            rows = int((self.table.format == fmt).sum())
-            per_format[BlockFormat(fmt).kind] = {
-                "blocks": rows,
-                "used_bytes": pool.used_bytes(),
-                "reserved_bytes": pool.reserved_bytes(),
-            }
-        return {
-            "tokens_seen": self.cumulative_length,
-            "tokens_kept": self.kept_tokens(),
-            "tokens_summarised": float(self.summary.count.mean()) if self.summary.count.numel() else 0.0,
-            "formats": per_format,
-            "metadata_bytes": self.metadata_bytes(),
-            "kv_bytes": self.kv_bytes(),
-            "full_precision_bytes": self.full_precision_bytes(),
-            "budget_bytes": self.budget(),
-        }
 
     def state_dict(self) -> dict[str, Any]:
         """Everything this layer holds except block payloads (:meth:`block_payload`), on the CPU."""
@@ -414,6 +392,3 @@ class SlidingWindowLayer(DynamicSlidingWindowLayer):
         if not self.is_initialized:
             return 0
         return self.keys.untyped_storage().nbytes() + self.values.untyped_storage().nbytes()
-
-    def stats(self) -> dict[str, Any]:
-        return {"tokens_seen": self.cumulative_length, "kv_bytes": self.kv_bytes(), "sliding_window": self.sliding_window}

@@ -1,77 +1,29 @@
-"""KVCacheManager: explicit block movement between tiers, and stats measured from tensor storage.
+"""KVCacheManager: explicit block movement between precision tiers, prefetch, and the one KV report.
 
 TieredCache moves blocks by itself when it is over budget; the manager is the handle the app uses
 for everything else: demote what the controller says is cold, promote what a question is about
-(query-aware promotion, seed 4), drop blocks, pre-grow pools before a large prefill, ask whether the
-blocks a step will read are resident (prefetch; hit rate, seed 6.4), and report bytes per tier,
-layer and modality.
+(query-aware promotion, seed 4), drop blocks, pre-grow pools before a large prefill, prefetch the
+blocks a step will read (resident ones count as hits; cold ones are handed to the cold tier's
+prefetcher; hit rate, seed 6.4), copy blocks into a tier placement, and :meth:`report` bytes per
+precision tier, location, layer and modality (kvstore.report, the one account everyone reads).
 
-Tiers here are storage classes: L1 hot = full precision, L2 warm = quantized (INT8 / FP8 / INT4),
-L3 cold = dropped into the layer's Global Summary. Every pool currently lives on the layer's device;
-host/disk placement of L2/L3 is future work and will plug in behind ``prefetch``.
+Precision tiers (L1 hot = full precision, L2 warm = quantized, L3 cold = the Global Summary) are
+:class:`~kvstore.report.PrecisionTier`; where a block lives (device / host / disk / redis) is
+:class:`kvstore.placement.Tier`.
 """
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
-from kvstore.annotations import Modality
 from kvstore.blocks import BlockFormat
 from kvstore.cache import TieredCache
 from kvstore.layers import TieredLayer
+from kvstore.block_ids import block_id
 from kvstore.placement import TierPlacement
+from kvstore.report import KVReport, kv_report
 from kvstore.stores.base import pack_block
-
-
-class Tier(enum.IntEnum):
-    L1_HOT = 1
-    L2_WARM = 2
-    L3_COLD = 3
-
-
-def tier_of(fmt: BlockFormat | int) -> Tier:
-    return Tier.L1_HOT if int(fmt) == BlockFormat.FULL else Tier.L2_WARM
-
-
-@dataclass
-class TierUsage:
-    """Blocks, tokens and bytes in one tier (bytes from the storage tensors' element sizes)."""
-
-    blocks: int = 0
-    tokens: int = 0
-    bytes: int = 0
-    reserved_bytes: int = 0
-
-    def add(self, other: "TierUsage") -> None:
-        self.blocks += other.blocks
-        self.tokens += other.tokens
-        self.bytes += other.bytes
-        self.reserved_bytes += other.reserved_bytes
-
-
-@dataclass
-class ManagerStats:
-    per_tier: dict[Tier, TierUsage] = field(default_factory=dict)
-    per_layer: dict[int, dict[Tier, TierUsage]] = field(default_factory=dict)
-    per_modality: dict[Modality, TierUsage] = field(default_factory=dict)
-    prefetch_requests: int = 0
-    prefetch_hits: int = 0
-    # memory-hierarchy placement (kvstore.placement), when a TierPlacement is attached
-    bytes_per_tier: dict[str, int] = field(default_factory=dict)  # device / host / disk / redis
-    mode: str = "normal"  # "fallback": L1/L2-only after a low prefetch hit rate
-    transfer_gbps: dict[str, float] = field(default_factory=dict)  # per tier pair, e.g. "disk->device"
-    placement_hit_rate: float | None = None
-
-    @property
-    def prefetch_hit_rate(self) -> float | None:
-        """Share of prefetched blocks found resident; None when nothing was requested (shown as n/a)."""
-        if self.placement_hit_rate is not None:
-            return self.placement_hit_rate
-        return self.prefetch_hits / self.prefetch_requests if self.prefetch_requests else None
 
 
 class KVCacheManager:
@@ -160,17 +112,26 @@ class KVCacheManager:
         return int(rows.numel())
 
     def prefetch(self, layer_idx: int, blocks: torch.Tensor | list[int]) -> torch.Tensor:
-        """Make the given blocks readable for the next step; returns which ones are (misses = dropped).
+        """Make the given blocks readable for the next step; returns which ones are resident now.
 
-        All pools are resident on the layer's device today, so this only checks residency and
-        records the hit rate; host/disk tiers will start their copies here.
+        Resident blocks count as hits. Blocks waiting in the cold tier are handed to its prefetcher,
+        which stages them on the device while the current step computes (a later :meth:`recall`
+        reads them from there); dropped blocks are misses for good.
         """
         layer = self._layer(layer_idx)
         blocks = torch.as_tensor(blocks, dtype=torch.long).flatten()
         _, found = self._rows(layer, blocks)
         self._prefetch_requests += int(blocks.numel())
         self._prefetch_hits += int(found.sum())
+        tier = self.cache.cold_tier
+        if tier is not None and len(layer.cold) and not bool(found.all()):
+            rows = torch.nonzero(torch.isin(layer.cold.block_index, blocks[~found])).flatten()
+            tier.request([i for i in layer.cold_index.ids(rows) if not tier.staged(i)])
         return found
+
+    def recall(self, layer_idx: int, blocks: torch.Tensor | list[int]) -> int:
+        """Bring the given blocks back from the cold tier into the layer's pools; returns how many came."""
+        return self._layer(layer_idx).recall(torch.as_tensor(blocks, dtype=torch.long).flatten())
 
     def spill(self, layer_idx: int, blocks: torch.Tensor | list[int] | None = None,
               score: float | None = None) -> int:
@@ -193,66 +154,15 @@ class KVCacheManager:
             data = pack_block(layer.block_payload(row), layer=layer_idx, block=block,
                               format=int(layer.table.format[row]))
             value = float(score) if scores is None else float(scores[row])
-            self.placement.put(f"L{layer_idx}.b{block}", data, value, int(modality[row]))
+            self.placement.put(block_id(layer_idx, block), data, value, int(modality[row]))
         return int(rows.numel())
 
     # ------------------------------------------------------------------------------------------
-    # stats
+    # the report
     # ------------------------------------------------------------------------------------------
 
-    def stats(self) -> ManagerStats:
-        """Usage per tier, per tiered layer and per modality; bytes are counted from the pools' tensors."""
-        stats = ManagerStats(prefetch_requests=self._prefetch_requests, prefetch_hits=self._prefetch_hits)
-        if self.placement is not None:
-            placed = self.placement.stats()
-            stats.bytes_per_tier = dict(placed["bytes_per_tier"])
-            stats.mode = str(placed["mode"])
-            stats.transfer_gbps = dict(placed["transfer_gbps"])
-            stats.placement_hit_rate = placed["prefetch_hit_rate"]  # None until the placement serves a read
-        for tier in Tier:
-            stats.per_tier[tier] = TierUsage()
-        for layer_idx, layer in enumerate(self.cache.layers):
-            if not isinstance(layer, TieredLayer) or not layer.is_initialized:
-                continue
-            per_layer = {tier: TierUsage() for tier in Tier}
-            table = layer.table
-            modality = self.cache.annotations.block_modality(table.block_index, layer.block_size)
-            for fmt, pool in layer.pools.items():
-                in_fmt = table.format == fmt
-                usage = TierUsage(
-                    blocks=int(in_fmt.sum()),
-                    tokens=int(table.fill[in_fmt].sum()),
-                    bytes=pool.used_bytes(),
-                    reserved_bytes=pool.reserved_bytes(),
-                )
-                per_layer[tier_of(fmt)].add(usage)
-                block_bytes = layer.batch * pool.slot_bytes
-                for mod in modality[in_fmt].unique().tolist():
-                    rows = in_fmt & (modality == mod)
-                    stats.per_modality.setdefault(Modality(mod), TierUsage()).add(
-                        TierUsage(int(rows.sum()), int(table.fill[rows].sum()), int(rows.sum()) * block_bytes,
-                                  int(rows.sum()) * block_bytes)
-                    )
-            summary = layer.summary
-            per_layer[Tier.L3_COLD].add(TierUsage(
-                blocks=0,
-                tokens=int(summary.count.max()) if summary.count.numel() else 0,
-                bytes=summary.nbytes(),
-                reserved_bytes=summary.nbytes(),
-            ))
-            stats.per_layer[layer_idx] = per_layer
-            for tier, usage in per_layer.items():
-                stats.per_tier[tier].add(usage)
-        return stats
-
-    def summary(self) -> dict[str, Any]:
-        """Plain-dict stats for logs and the metrics endpoint."""
-        stats = self.stats()
-        return {
-            "tiers": {t.name: vars(u) for t, u in stats.per_tier.items()},
-            "modalities": {m.name: vars(u) for m, u in stats.per_modality.items()},
-            "prefetch_hit_rate": stats.prefetch_hit_rate,
-            "bytes_per_tier": stats.bytes_per_tier,
-            "mode": stats.mode,
-            "transfer_gbps": stats.transfer_gbps,
-        }
+    def report(self) -> KVReport:
+        """The one account of the cache's KV (kvstore.report) plus this manager's prefetch counts."""
+        report = kv_report(self.cache, self.placement)
+        report.prefetch_requests, report.prefetch_hits = self._prefetch_requests, self._prefetch_hits
+        return report

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers.configuration_utils import PreTrainedConfig
 
+from kvstore import block_ids
 from kvstore.cache import TieredCache
 from kvstore.config import TieredCacheConfig
 from kvstore.crypto import EncryptedStore
@@ -158,21 +159,21 @@ class SessionWriter:
         for idx, layer in enumerate(cache.layers):
             if isinstance(layer, TieredLayer):
                 tensors, plain = _flatten(layer.state_dict())
-                add(f"L{idx}.state", pack_block(tensors, **plain))
+                add(block_ids.layer_record_id(idx, "state"), pack_block(tensors, **plain))
                 first = len(names)
                 if layer.is_initialized:
                     for row, block in enumerate(layer.table.block_index.tolist()):
-                        add(f"L{idx}.b{block}", pack_block(layer.block_payload(row)))
+                        add(block_ids.block_id(idx, block), pack_block(layer.block_payload(row)))
                 cold = len(names)
                 if layer.is_initialized and cache.cold_tier is not None:
                     for row, block in enumerate(layer.cold.block_index.tolist()):
-                        add(f"L{idx}.c{block}", pack_block(layer.cold_payload(row)))
+                        add(block_ids.cold_block_id(idx, block), pack_block(layer.cold_payload(row)))
                 layers.append({"kind": "tiered", "state": names[first - 1], "blocks": names[first:cold],
                                "cold": names[cold:]})
             elif isinstance(layer, SlidingWindowLayer):
                 keys, values, length, initialized = layer.snapshot()
                 tensors = {"keys": keys, "values": values} if initialized else {}
-                add(f"L{idx}.window", pack_block(tensors, cumulative_length=length, initialized=bool(initialized)))
+                add(block_ids.layer_record_id(idx, "window"), pack_block(tensors, cumulative_length=length, initialized=bool(initialized)))
                 layers.append({"kind": "sliding", "state": names[-1]})
             else:
                 raise TypeError(f"layer {idx} ({type(layer).__name__}) cannot be persisted")

@@ -127,8 +127,8 @@ def test_manager_stats_report_tiers(tmp_path: Path) -> None:
     block_bytes = len(placement.read("L0.b0"))
     placement.controller.cap_bytes = 4 * block_bytes
     placement.rebalance()
-    summary = manager.summary()
-    tiers = summary["bytes_per_tier"]
+    summary = manager.report().as_dict()
+    tiers = summary["bytes_per_location"]
     assert set(tiers) == {"device", "host", "disk", "redis"} and sum(tiers.values()) > 0
     assert 0 < tiers["device"] <= 4 * block_bytes
     assert summary["mode"] == "normal" and summary["transfer_gbps"]
