@@ -24,7 +24,7 @@ class LogState:
         self.nbytes = 0
         self.locs: dict[Key, Loc] = {}  # newest record of each live block that is on disk
         self.damaged: dict[Key, str] = {}  # live blocks whose newest record is unreadable
-        self.pending: dict[Key, tuple[Buffer, bytes]] = {}  # queued puts: (payload, header + names)
+        self.pending: dict[Key, tuple[Buffer]] = {}  # queued puts: (payload,), a new tuple per put
         self.pending_bytes = 0
         self.failed: dict[Key, OSError] = {}  # puts the writer could not write
         self.failed_deletes: dict[Key, OSError] = {}
