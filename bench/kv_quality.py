@@ -663,9 +663,11 @@ def minutia_settings(args, **overrides: Any):
     options = dict(compress=True, block_size=args.block_size, recent_tokens=args.recent_tokens,
                    warm_kinds=tuple(k.strip() for k in args.warm_kinds.split(",") if k.strip()),
                    drop_last_resort=args.drop_last_resort)
-    if args.weights:
-        a, b, c, d = (float(x) for x in args.weights.split(","))
-        options["weights"] = ScoreWeights(accumulated=a, query=b, position=c, structural=d)
+    if args.weights:  # a,b,c,d of the four built-in terms, or name=weight pairs (any registered scorer)
+        pairs = [item.split("=") for item in args.weights.split(",")]
+        named = all(len(pair) == 2 for pair in pairs)
+        options["weights"] = ({name.strip(): float(w) for name, w in pairs} if named
+                              else ScoreWeights(*(float(pair[0]) for pair in pairs)))
     return TieredCacheConfig(**{**options, **overrides})
 
 
@@ -1197,8 +1199,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="mark turn starts / speaker changes for minutia's structural bonus (off by default: on "
                         "meeting transcripts nearly every 64-token block holds a turn start)")
     p.add_argument("--weights", default=None,
-                   help="minutia's score weights a,b,c,d (accumulated, query, position, structural; default: the "
-                        "library's)")
+                   help="minutia's score weights a,b,c,d (accumulated, query, position, structural) or name=weight "
+                        "pairs of registered scorers (kvstore.scoring; default: the library's)")
     p.add_argument("--entities", action=argparse.BooleanOptionalAction, default=True,
                    help="mark numbers and names (kvstore.annotations.EntityFinder, as the app does) for minutia's "
                         "structural bonus")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -9,6 +10,7 @@ import torch
 from kvstore.formats import FORMATS, QUANTIZED_NAMES
 from kvstore.modality import MODALITY_NAMES
 from kvstore.scoring.combined import ScoreWeights
+from kvstore.scoring.registry import SCORERS
 
 
 def _default_fidelity() -> dict[str, float]:
@@ -70,7 +72,9 @@ class TieredCacheConfig:
     param_dtype: torch.dtype = torch.float16
     outlier_channels: int = 0  # full-precision channels per KV head in quantized blocks
     fidelity: dict[str, float] = field(default_factory=_default_fidelity)
-    weights: ScoreWeights = field(default_factory=ScoreWeights)
+    # Importance score: registered scorer name (kvstore.scoring.registry) -> weight; a new scorer is one
+    # module and one entry here, e.g. ``{**ScoreWeights(), "mine": 0.5}``.
+    weights: Mapping[str, float] = field(default_factory=ScoreWeights)
     observation_window: int = 32  # recent queries kept per layer for the query-aware score
     # Blocks read per decode step and KV head on top of the always-read ones (sinks, recent window,
     # tail), chosen by Quest bound against the current query; None reads every kept block.
@@ -89,6 +93,9 @@ class TieredCacheConfig:
         unknown = set(self.warm_kinds) - set(QUANTIZED_NAMES)
         if unknown:
             raise ValueError(f"unknown warm formats {sorted(unknown)}")
+        unknown = set(self.weights) - set(SCORERS)
+        if unknown:
+            raise ValueError(f"unknown scorers {sorted(unknown)} (registered: {', '.join(sorted(SCORERS))})")
         if self.budget_ratio is not None and self.budget_ratio < 0:
             raise ValueError("budget_ratio must be >= 0")
         if not 0 <= self.recent_budget_share <= 1:

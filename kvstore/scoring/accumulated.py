@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from kvstore.scoring.inputs import BlockScoringInputs
+from kvstore.scoring.registry import register_scorer
 
 
+@register_scorer("accumulated")
 @dataclass(frozen=True)
 class AccumulatedAttentionScorer:
     """Mean attention mass per observing query (H2O / SnapKV evidence).
@@ -17,6 +20,7 @@ class AccumulatedAttentionScorer:
     been looked at by more queries than recent ones.
     """
 
+    normalize: ClassVar[bool] = True  # attention mass has no fixed scale
     per_observation: bool = True
 
     def score(self, inputs: BlockScoringInputs) -> torch.Tensor:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from kvstore.scoring.inputs import BlockScoringInputs
+from kvstore.scoring.registry import register_scorer
 
 
+@register_scorer("position")
 @dataclass(frozen=True)
 class PositionScorer:
     """1 for blocks holding one of the first ``sink_tokens`` or the last ``recent_tokens`` tokens.
@@ -17,6 +20,7 @@ class PositionScorer:
     wins. :meth:`protected` names the blocks the budget must keep at full precision.
     """
 
+    normalize: ClassVar[bool] = False  # 1 means protected, whatever the other blocks score
     sink_tokens: int = 4
     recent_tokens: int = 256
     recency_ramp: float = 0.1

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from kvstore.scoring.inputs import BlockScoringInputs
+from kvstore.scoring.registry import register_scorer
 
 
+@register_scorer("query")
 @dataclass(frozen=True)
 class QueryAwareScorer:
     """Quest upper bound ``sum_d max(q_d kmin_d, q_d kmax_d)`` turned into a relative attention weight.
@@ -17,6 +20,8 @@ class QueryAwareScorer:
     possible share of the softmax relative to the strongest block, which is what matters for keeping
     it, and is averaged over the recent queries.
     """
+
+    normalize: ClassVar[bool] = True  # relative weights: only the ranking among blocks counts
 
     def score(self, inputs: BlockScoringInputs) -> torch.Tensor:
         if inputs.queries is None or inputs.key_min is None or inputs.key_max is None or inputs.num_blocks == 0:

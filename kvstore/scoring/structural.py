@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
 from kvstore.annotations import TokenFlag
 from kvstore.scoring.inputs import BlockScoringInputs
+from kvstore.scoring.registry import register_scorer
 
 
 def _default_weights() -> dict[TokenFlag, float]:
@@ -22,6 +24,7 @@ def _default_weights() -> dict[TokenFlag, float]:
     }
 
 
+@register_scorer("structural")
 @dataclass(frozen=True)
 class StructuralBonusScorer:
     """``max`` of the weights of the flags present in the block: the ``1[structural]`` term of seed 2.2.
@@ -31,6 +34,7 @@ class StructuralBonusScorer:
     while a rare one (a slide change, the one block with a name) keeps its full bonus.
     """
 
+    normalize: ClassVar[bool] = False  # a bonus in flag-weight units, 0 when no block has one
     flag_weights: dict[TokenFlag, float] = field(default_factory=_default_weights)
     rarity: bool = True
 
