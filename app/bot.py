@@ -36,6 +36,7 @@ from aiortc.mediastreams import MediaStreamError
 from prometheus_client import Gauge
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.events import Failed, LineClosed, SessionEvent, SlideShown, StateChanged, TentativeChanged, WordsCommitted
 from app.metrics import Metrics
 from app.signaling import JoinRefused, RateLimiter, create_app
 
@@ -748,29 +749,27 @@ class RoomBot:
         peer.send(answer_message(answer, elapsed))
 
     # ------------------------------------------------------------------ session events (from session threads)
-    def _on_event(self, room: Room, session: "MeetingSession", event: Any) -> None:
+    def _on_event(self, room: Room, session: "MeetingSession", event: SessionEvent) -> None:
+        """The one place session events become data-channel messages."""
         if session is not room.session:  # the room went on in a new session
             return
-        kind, payload = getattr(event, "kind", None), getattr(event, "payload", None)
-        if kind == "words":
-            room.recent_words.extend(payload or [])
-            for caption in captions(payload or []):
-                room.broadcast(caption)
-            self._release_lines(room)
-        elif kind == "line":
-            if getattr(payload, "modality", "audio") != "audio":
-                return
-            # The session closes a line before it reports the line's last words: label it once they are here.
-            room.held_lines.append(payload)
-            asyncio.get_running_loop().call_later(0.5, self._release_lines, room)
-        elif kind == "tentative":
-            room.broadcast({"type": "tentative", "text": str(payload or "")})
-        elif kind == "slide":
-            room.broadcast({"type": "slide", **(jsonable(payload) if isinstance(jsonable(payload), dict) else
-                                                {"text": str(payload)})})
-        elif kind in ("state", "error"):
-            self._release_lines(room)
-            room.broadcast({"type": kind, "value": jsonable(payload)})
+        match event:
+            case WordsCommitted(words):
+                room.recent_words.extend(words)
+                for caption in captions(words):
+                    room.broadcast(caption)
+                self._release_lines(room)
+            case LineClosed(line) if line.modality == "audio":
+                # The session closes a line before it reports the line's last words: label it once they are here.
+                room.held_lines.append(line)
+                asyncio.get_running_loop().call_later(0.5, self._release_lines, room)
+            case TentativeChanged(text):
+                room.broadcast({"type": "tentative", "text": text})
+            case SlideShown(slide):
+                room.broadcast({"type": "slide", **jsonable(slide)})
+            case StateChanged(value) | Failed(value):
+                self._release_lines(room)
+                room.broadcast({"type": event.kind, "value": value})
 
     def _release_lines(self, room: Room) -> None:
         lines, room.held_lines = room.held_lines, []
