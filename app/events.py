@@ -8,7 +8,7 @@ from these events in one place (app/bot.py, ``RoomBot._on_event``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Union
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -25,54 +25,60 @@ class Slide:
     thumbnail: np.ndarray | None = None  # HxWx3 uint8, small
 
 
+class SessionEvent:
+    """Base of the events below; ``kind`` is the event's name (logs, tests), given as a class keyword."""
+
+    kind: ClassVar[str]
+
+    def __init_subclass__(cls, kind: str, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.kind = kind
+
+
 @dataclass(frozen=True)
-class WordsCommitted:
+class WordsCommitted(SessionEvent, kind="words"):
     """Words the recogniser committed, with their diarizer labels (SPEAKER_xx), in order."""
 
     words: tuple[TranscriptWord, ...]
-    kind: ClassVar[str] = "words"
 
 
 @dataclass(frozen=True)
-class LineClosed:
+class LineClosed(SessionEvent, kind="line"):
     """A transcript line closed for the LLM (a sentence, or a speaker change); its speaker is a name once known."""
 
     line: ContextLine
-    kind: ClassVar[str] = "line"
 
 
 @dataclass(frozen=True)
-class TentativeChanged:
+class TentativeChanged(SessionEvent, kind="tentative"):
     """The recogniser's uncommitted tail ("" once it is committed)."""
 
     text: str
-    kind: ClassVar[str] = "tentative"
 
 
 @dataclass(frozen=True)
-class SlideShown:
+class SlideShown(SessionEvent, kind="slide"):
+    """The vision worker read a new slide."""
+
     slide: Slide
-    kind: ClassVar[str] = "slide"
 
 
 @dataclass(frozen=True)
-class Answered:
+class Answered(SessionEvent, kind="answer"):
+    """A question asked of the session was answered (in the asker's thread)."""
+
     answer: Answer
-    kind: ClassVar[str] = "answer"
 
 
 @dataclass(frozen=True)
-class StateChanged:
-    state: str  # "live" | "finished"
-    kind: ClassVar[str] = "state"
+class StateChanged(SessionEvent, kind="state"):
+    """The session went "live" (input arrived) or "finished" (all input transcribed and prefilled)."""
+
+    state: str
 
 
 @dataclass(frozen=True)
-class Failed:
+class Failed(SessionEvent, kind="error"):
     """A worker failed: the session is in the "error" state with this message."""
 
     message: str
-    kind: ClassVar[str] = "error"
-
-
-SessionEvent = Union[WordsCommitted, LineClosed, TentativeChanged, SlideShown, Answered, StateChanged, Failed]
