@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from transformers.cache_utils import CacheLayerMixin, DynamicSlidingWindowLayer
@@ -19,7 +19,33 @@ from kvstore.scoring import DROP, BlockScoringInputs, CombinedScorer, PositionSc
 from kvstore.stores.base import unpack_block
 
 if TYPE_CHECKING:
-    from kvstore.cache import TieredCache
+    from kvstore.annotations import BlockPriorities, TokenAnnotations
+    from kvstore.cold import ColdTier
+
+
+class CacheOwner(Protocol):
+    """What a layer reads from the cache that holds it (kvstore.cache.TieredCache, which imports this module,
+    never the other way round)."""
+
+    annotations: TokenAnnotations
+    priorities: BlockPriorities
+    cold_tier: ColdTier | None
+    refused_recalls: int
+
+    @property
+    def sparse_attention(self) -> bool: ...
+
+    @property
+    def num_tiered_layers(self) -> int: ...
+
+    @property
+    def compression_suspended(self) -> bool: ...
+
+    def checkpoint_length(self) -> int: ...
+
+    def watermark_budget_per_layer(self) -> int | None: ...
+
+    def device_room(self) -> int | None: ...
 
 
 def _select_rows(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -66,7 +92,7 @@ class TieredLayer(CacheLayerMixin):
     is_sliding = False
     is_compileable = False
 
-    def __init__(self, layer_idx: int, settings: TieredCacheConfig, owner: "TieredCache") -> None:
+    def __init__(self, layer_idx: int, settings: TieredCacheConfig, owner: CacheOwner) -> None:
         super().__init__()
         self.layer_idx = layer_idx
         self.settings = settings
