@@ -23,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
@@ -43,7 +43,11 @@ from encoders.errors import InputError
 from encoders.ring import ItemRing, RingBuffer
 
 if TYPE_CHECKING:
-    from app.runtime import Runtime
+    from app.config import Settings
+    from app.llm import LLMEngine
+    from encoders.asr import Transcriber
+    from encoders.vision import VisionPipeline
+    from kvstore.cold import ColdTier
 
 log = logging.getLogger("minutia.session")
 
@@ -82,8 +86,27 @@ class SavedMeeting:
     metadata: dict
 
 
+class SharedModels(Protocol):
+    """What a session takes from the process it runs in (app.runtime.Runtime, which creates sessions: the
+    runtime imports this module, never the other way round)."""
+
+    settings: Settings
+
+    @property
+    def transcriber(self) -> Transcriber: ...
+
+    @property
+    def engine(self) -> LLMEngine: ...
+
+    def vision_pipeline(self) -> VisionPipeline: ...
+
+    def cold_tier(self, session_id: str) -> ColdTier | None: ...
+
+    def session_store(self, create_key: bool = True) -> Any: ...
+
+
 class MeetingSession:
-    def __init__(self, runtime: "Runtime", session_id: str, source: str = "live", autosave: bool = False,
+    def __init__(self, runtime: SharedModels, session_id: str, source: str = "live", autosave: bool = False,
                  restored: SavedMeeting | None = None) -> None:
         self.runtime = runtime
         self.settings = runtime.settings
