@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
-import fractions
 import hmac
 import json
 import logging
@@ -36,6 +35,7 @@ from aiortc.mediastreams import MediaStreamError
 from prometheus_client import Gauge
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.events import Failed, LineClosed, SessionEvent, SlideShown, StateChanged, TentativeChanged, WordsCommitted
 from app.metrics import Metrics
 from app.signaling import JoinRefused, RateLimiter, create_app
 
@@ -748,29 +748,27 @@ class RoomBot:
         peer.send(answer_message(answer, elapsed))
 
     # ------------------------------------------------------------------ session events (from session threads)
-    def _on_event(self, room: Room, session: "MeetingSession", event: Any) -> None:
+    def _on_event(self, room: Room, session: "MeetingSession", event: SessionEvent) -> None:
+        """The one place session events become data-channel messages."""
         if session is not room.session:  # the room went on in a new session
             return
-        kind, payload = getattr(event, "kind", None), getattr(event, "payload", None)
-        if kind == "words":
-            room.recent_words.extend(payload or [])
-            for caption in captions(payload or []):
-                room.broadcast(caption)
-            self._release_lines(room)
-        elif kind == "line":
-            if getattr(payload, "modality", "audio") != "audio":
-                return
-            # The session closes a line before it reports the line's last words: label it once they are here.
-            room.held_lines.append(payload)
-            asyncio.get_running_loop().call_later(0.5, self._release_lines, room)
-        elif kind == "tentative":
-            room.broadcast({"type": "tentative", "text": str(payload or "")})
-        elif kind == "slide":
-            room.broadcast({"type": "slide", **(jsonable(payload) if isinstance(jsonable(payload), dict) else
-                                                {"text": str(payload)})})
-        elif kind in ("state", "error"):
-            self._release_lines(room)
-            room.broadcast({"type": kind, "value": jsonable(payload)})
+        match event:
+            case WordsCommitted(words):
+                room.recent_words.extend(words)
+                for caption in captions(words):
+                    room.broadcast(caption)
+                self._release_lines(room)
+            case LineClosed(line) if line.modality == "audio":
+                # The session closes a line before it reports the line's last words: label it once they are here.
+                room.held_lines.append(line)
+                asyncio.get_running_loop().call_later(0.5, self._release_lines, room)
+            case TentativeChanged(text):
+                room.broadcast({"type": "tentative", "text": text})
+            case SlideShown(slide):
+                room.broadcast({"type": "slide", **jsonable(slide)})
+            case StateChanged(value) | Failed(value):
+                self._release_lines(room)
+                room.broadcast({"type": event.kind, "value": value})
 
     def _release_lines(self, room: Room) -> None:
         lines, room.held_lines = room.held_lines, []
@@ -861,184 +859,3 @@ def run_bot(runtime: "Runtime", settings: BotSettings, host: str = "127.0.0.1", 
         server.serve_forever()
     finally:
         runtime.close()
-
-
-# ---------------------------------------------------------------------- the peer side (tests, smoke checks)
-class FileAudioTrack(MediaStreamTrack):
-    """A recording's audio as a WebRTC track: 20 ms frames of 48 kHz stereo s16, paced at ``speed`` x real time:
-    ``lead_seconds`` of silence (a participant who speaks later), the recording from ``start`` for ``seconds``,
-    ``tail_seconds`` of silence, then the end of the track."""
-
-    kind = "audio"
-    RATE, FRAME = 48000, 960
-
-    def __init__(self, path: str | Path, speed: float = 1.0, start: float = 0.0, seconds: float | None = None,
-                 tail_seconds: float = 2.0, loop: bool = False, lead_seconds: float = 0.0) -> None:
-        super().__init__()
-        resampler = av.AudioResampler(format="s16", layout="stereo", rate=self.RATE)
-        with av.open(str(path)) as container:
-            pcm = np.concatenate([out.to_ndarray().reshape(-1, 2) for frame in container.decode(audio=0)
-                                  for out in resampler.resample(frame)])
-        if loop and seconds is not None:  # play the recording again until `seconds` are covered
-            pcm = np.concatenate([pcm] * (1 + int((start + seconds) * self.RATE) // len(pcm)))
-        end = len(pcm) if seconds is None else min(len(pcm), int((start + seconds) * self.RATE))
-        lead, tail = (np.zeros((int(t * self.RATE), 2), np.int16) for t in (lead_seconds, tail_seconds))
-        self.pcm = np.concatenate([lead, pcm[int(start * self.RATE):end], tail])
-        self.speed = speed
-        self.sent = 0
-        self._started: float | None = None
-
-    async def recv(self) -> av.AudioFrame:
-        if self.readyState != "live" or self.sent >= len(self.pcm):
-            self.stop()
-            raise MediaStreamError
-        self._started = self._started or time.perf_counter()
-        delay = self._started + self.sent / self.RATE / self.speed - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        block = self.pcm[self.sent:self.sent + self.FRAME]
-        if len(block) < self.FRAME:
-            block = np.concatenate([block, np.zeros((self.FRAME - len(block), 2), np.int16)])
-        frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(block).reshape(1, -1), format="s16", layout="stereo")
-        frame.sample_rate, frame.pts = self.RATE, self.sent
-        frame.time_base = fractions.Fraction(1, self.RATE)
-        self.sent += self.FRAME
-        return frame
-
-
-class FileVideoTrack(MediaStreamTrack):
-    """A recording's video frames as a WebRTC track, paced at ``speed`` x real time from ``start`` for ``seconds``."""
-
-    kind = "video"
-
-    def __init__(self, path: str | Path, speed: float = 1.0, start: float = 0.0, seconds: float | None = None) -> None:
-        super().__init__()
-        self.speed, self.start = speed, start
-        self.end = float("inf") if seconds is None else start + seconds
-        self._container = av.open(str(path))
-        self._frames = self._container.decode(video=0)
-        self._started: float | None = None
-        self.sent = 0
-
-    async def recv(self) -> av.VideoFrame:
-        for frame in self._frames:
-            if frame.time is None or frame.time < self.start:
-                continue
-            if frame.time > self.end or self.readyState != "live":
-                break
-            self._started = self._started or time.perf_counter()
-            offset = frame.time - self.start
-            delay = self._started + offset / self.speed - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            out = av.VideoFrame.from_ndarray(frame.to_ndarray(format="rgb24"), format="rgb24")
-            out.pts, out.time_base = int(offset / self.speed * 90000), fractions.Fraction(1, 90000)
-            self.sent += 1
-            return out
-        self._container.close()
-        self.stop()
-        raise MediaStreamError
-
-
-def slide_image(lines: Sequence[str], size: tuple[int, int] = (640, 360)) -> np.ndarray:
-    """A plain slide (dark text on white) as HxWx3 uint8 RGB."""
-    from PIL import Image, ImageDraw, ImageFont
-
-    image = Image.new("RGB", size, "white")
-    draw = ImageDraw.Draw(image)
-    try:
-        font = ImageFont.truetype("DejaVuSans-Bold.ttf", 28)
-    except OSError:
-        font = ImageFont.load_default()
-    for row, line in enumerate(lines):
-        draw.text((30, 30 + row * 48), line, fill="black", font=font)
-    return np.asarray(image)
-
-
-class ImageTrack(MediaStreamTrack):
-    """A video track that shows one still image at a few frames a second."""
-
-    kind = "video"
-
-    def __init__(self, image: np.ndarray, fps: float = 5.0) -> None:
-        super().__init__()
-        self.image, self.fps = image, fps
-        self.frames = 0
-        self._started: float | None = None
-
-    async def recv(self) -> av.VideoFrame:
-        self._started = self._started or time.perf_counter()
-        delay = self._started + self.frames / self.fps - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        frame = av.VideoFrame.from_ndarray(self.image, format="rgb24")
-        frame.pts, frame.time_base = int(self.frames * 90000 / self.fps), fractions.Fraction(1, 90000)
-        self.frames += 1
-        return frame
-
-
-class RoomClient:
-    """A peer that joins a room over HTTP signaling and collects the bot's data-channel messages."""
-
-    def __init__(self, url: str, room: str, token: str | None, tracks: Sequence[Any] = ()) -> None:
-        self.url, self.room, self.token = url.rstrip("/"), room, token
-        self.pc = RTCPeerConnection(ice_configuration())
-        for track in tracks:
-            sender = self.pc.addTrack(track)
-            # A track that ends hangs up its sender (RTCP BYE), so the bot sees the end of that stream.
-            track.on("ended", lambda sender=sender: asyncio.ensure_future(sender.stop()))
-        self.channel = self.pc.createDataChannel("minutia")
-        self.messages: list[dict] = []
-        self.peer_id: str | None = None
-        self._arrived = asyncio.Event()
-        self._open = asyncio.Event()
-        self.channel.on("open", self._open.set)
-        self.channel.on("message", self._on_message)
-
-    def _on_message(self, message: str) -> None:
-        self.messages.append(json.loads(message))
-        self._arrived.set()
-
-    async def offer(self) -> str:
-        await self.pc.setLocalDescription(await self.pc.createOffer())
-        return self.pc.localDescription.sdp
-
-    async def join(self, timeout: float = 20.0) -> "RoomClient":
-        """Post the offer; raises httpx.HTTPStatusError with the bot's message on refusal."""
-        import httpx
-
-        sdp = await self.offer()
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token is not None else {}
-        async with httpx.AsyncClient(timeout=timeout) as http:
-            response = await http.post(f"{self.url}/rooms/{self.room}/offer", json={"sdp": sdp, "type": "offer"},
-                                       headers=headers)
-        response.raise_for_status()
-        body = response.json()
-        self.peer_id = body["peer_id"]
-        await self.pc.setRemoteDescription(RTCSessionDescription(body["sdp"], body["type"]))
-        await asyncio.wait_for(self._open.wait(), timeout)
-        return self
-
-    def send(self, text: str) -> None:
-        self.channel.send(text)
-
-    async def wait_for(self, predicate: Any, timeout: float) -> dict:
-        """The first message (old or new) for which ``predicate`` is true."""
-        deadline = time.monotonic() + timeout
-        seen = 0
-        while True:
-            for message in self.messages[seen:]:
-                if predicate(message):
-                    return message
-            seen = len(self.messages)
-            self._arrived.clear()
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"no matching message in {timeout} s; last: {self.messages[-3:]}")
-            try:
-                await asyncio.wait_for(self._arrived.wait(), left)
-            except asyncio.TimeoutError:
-                pass
-
-    async def close(self) -> None:
-        await self.pc.close()

@@ -228,7 +228,8 @@ def live(
 
     from app.pipeline import resolve_input
     from app.runtime import Runtime
-    from app.session import SessionEvent, replay
+    from app.events import Failed, LineClosed, SessionEvent, SlideShown
+    from app.session import replay
     from app.transcript import write_all
 
     if speed < 0:
@@ -253,14 +254,14 @@ def live(
         runtime.warm_up()
 
     def show(event: SessionEvent) -> None:
-        if event.kind == "line":
-            line = event.payload
-            who = "Slide" if line.modality == "video" else line.speaker
-            out.print(f"[dim]{escape(_at(line.start, 0))}[/] [bold]{escape(str(who))}[/]: {escape(line.text)}")
-        elif event.kind == "slide":
-            out.print(f"[magenta]slide at {_at(event.payload.time, 0)}[/]: {escape(event.payload.text[:120])}")
-        elif event.kind == "error":
-            err.print(f"[red]session error:[/] {escape(str(event.payload))}")
+        match event:
+            case LineClosed(line):
+                who = "Slide" if line.modality == "video" else line.speaker
+                out.print(f"[dim]{escape(_at(line.start, 0))}[/] [bold]{escape(str(who))}[/]: {escape(line.text)}")
+            case SlideShown(slide):
+                out.print(f"[magenta]slide at {_at(slide.time, 0)}[/]: {escape(slide.text[:120])}")
+            case Failed(message):
+                err.print(f"[red]session error:[/] {escape(message)}")
 
     session.subscribe(show)
     stop = threading.Event()

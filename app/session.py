@@ -23,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
@@ -32,6 +32,8 @@ from app.answers import Answer, AnswerFinder
 from app.assistant import Assistant, MeetingSummary
 from app.summary import build_summary
 from app.context import ContextLine, MeetingContext, PlacedLine, confidence
+from app.events import (Answered, Failed, LineClosed, SessionEvent, Slide, SlideShown, StateChanged,
+                        TentativeChanged, WordsCommitted)
 from app.retrieval import default_embedder
 from app.sentences import Sentence
 from app.speakers import rename_speakers, speaker_names
@@ -41,7 +43,11 @@ from encoders.errors import InputError
 from encoders.ring import ItemRing, RingBuffer
 
 if TYPE_CHECKING:
-    from app.runtime import Runtime
+    from app.config import Settings
+    from app.llm import LLMEngine
+    from encoders.asr import Transcriber
+    from encoders.vision import VisionPipeline
+    from kvstore.cold import ColdTier
 
 log = logging.getLogger("minutia.session")
 
@@ -49,19 +55,6 @@ _SENTENCE_END = re.compile(r"[.?!…]$")
 MAX_LINE_WORDS = 40  # a line the LLM reads is closed at a sentence end, a speaker change, or this
 AUDIO_RING_SECONDS = 120  # audio waiting for the recogniser; older audio is dropped (counted) beyond this
 VIDEO_RING_FRAMES = 8  # frames waiting for the vision worker; the oldest are dropped beyond this
-
-
-@dataclass(frozen=True)
-class Slide:
-    time: float
-    text: str
-    thumbnail: np.ndarray | None = None  # HxWx3 uint8, small
-
-
-@dataclass(frozen=True)
-class SessionEvent:
-    kind: str  # "words" | "line" | "tentative" | "slide" | "answer" | "state" | "error"
-    payload: Any = None
 
 
 @dataclass
@@ -93,8 +86,27 @@ class SavedMeeting:
     metadata: dict
 
 
+class SharedModels(Protocol):
+    """What a session takes from the process it runs in (app.runtime.Runtime, which creates sessions: the
+    runtime imports this module, never the other way round)."""
+
+    settings: Settings
+
+    @property
+    def transcriber(self) -> Transcriber: ...
+
+    @property
+    def engine(self) -> LLMEngine: ...
+
+    def vision_pipeline(self) -> VisionPipeline: ...
+
+    def cold_tier(self, session_id: str) -> ColdTier | None: ...
+
+    def session_store(self, create_key: bool = True) -> Any: ...
+
+
 class MeetingSession:
-    def __init__(self, runtime: "Runtime", session_id: str, source: str = "live", autosave: bool = False,
+    def __init__(self, runtime: SharedModels, session_id: str, source: str = "live", autosave: bool = False,
                  restored: SavedMeeting | None = None) -> None:
         self.runtime = runtime
         self.settings = runtime.settings
@@ -341,14 +353,14 @@ class MeetingSession:
                 self._commit_lags = self._commit_lags[-2000:]
             for word in committed:
                 self._add_to_line(word)
-            self._emit(SessionEvent("words", committed))
+            self._emit(WordsCommitted(tuple(committed)))
         tentative = " ".join(w.text for w in update.tentative)
         with self._lock:
             changed = tentative != self._tentative
             self._tentative = "" if final else tentative
         if changed or words:
             self._bump()
-            self._emit(SessionEvent("tentative", self._tentative))
+            self._emit(TentativeChanged(self._tentative))
 
     def _add_to_line(self, word: TranscriptWord) -> None:
         """Lines are sentences. An online diarizer flips labels for a word or two inside a sentence, so
@@ -380,7 +392,7 @@ class MeetingSession:
         )
         self._last_line_speaker = label
         self._append_line(line, words=len(words))
-        self._emit(SessionEvent("line", line))
+        self._emit(LineClosed(line))
 
     def _append_line(self, line: ContextLine, words: int = 0) -> None:
         """Queue a line for the KV; ``words``: committed words it closes (0 for a slide)."""
@@ -418,7 +430,7 @@ class MeetingSession:
                     self._slide_embeddings[event.time] = event.embedding
                 self._append_line(ContextLine("video", event.time, event.time, None, slide.text, slide_change=True))
                 self._bump()
-                self._emit(SessionEvent("slide", slide))
+                self._emit(SlideShown(slide))
         self._vision_done.set()
 
     def _llm_worker(self) -> None:
@@ -491,10 +503,10 @@ class MeetingSession:
         lines = self._lines_for_retrieval(transcript)
         if not lines.turns:
             answer = Answer(question, "Nothing has been said yet.", [], 0, 0.0)
-            self._emit(SessionEvent("answer", answer))
+            self._emit(Answered(answer))
             return answer
         answer = AnswerFinder(lines, default_embedder(), partial(self._model_answer, transcript)).answer(question)
-        self._emit(SessionEvent("answer", answer))
+        self._emit(Answered(answer))
         return answer
 
     def _model_answer(self, transcript: Transcript, question: str, evidence: Sequence[Sentence]) -> tuple[str, float] | None:
@@ -718,14 +730,14 @@ class MeetingSession:
                 return
             self._state = state
             self._version += 1
-        self._emit(SessionEvent("state", state))
+        self._emit(StateChanged(state))
 
     def _fail(self, message: str) -> None:
         with self._lock:
             self._state, self._error = "error", message
             self._version += 1
         self._finished.set()
-        self._emit(SessionEvent("error", message))
+        self._emit(Failed(message))
 
     @property
     def state(self) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -19,7 +19,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
 if TYPE_CHECKING:
-    from app.bot import RoomBot
+    from app.metrics import Metrics
 
 log = logging.getLogger("minutia.signaling")
 
@@ -118,11 +118,22 @@ class RateLimiter:
         return True
 
 
+class Bot(Protocol):
+    """What the endpoints call (app.bot.RoomBot, which serves them: the bot imports this module, never the
+    other way round)."""
+
+    metrics: Metrics
+
+    async def join(self, room_name: str, token: str | None, sdp: str, client: str = "?") -> tuple[str, str]: ...
+
+    def peer_counts(self) -> dict[str, int]: ...
+
+
 _bearer = HTTPBearer(auto_error=False, description="the room's token")
 _ERRORS = {code: {"model": Problem} for code in (400, 401, 403, 404, 413, 429, 503)}
 
 
-def create_app(bot: "RoomBot") -> FastAPI:
+def create_app(bot: Bot) -> FastAPI:
     """The signaling API for one bot; /metrics serves the bot's Prometheus registry."""
     api = FastAPI(title="minutia room bot", version="1", docs_url=None, redoc_url=None)
 

@@ -25,10 +25,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from app.bot import BotServer, BotSettings, FileAudioTrack, RoomClient
+from app.bot import BotServer, BotSettings
 from app.config import load_settings
 from app.models import EMBEDDED_ASR, EMBEDDED_LLM, models_dir
 from app.runtime import Runtime
+from app.testing.peers import FileAudioTrack, RoomClient
 
 ROOT = Path(__file__).resolve().parent.parent
 AUDIO = ROOT / "samples" / "standup" / "meeting.ogg"

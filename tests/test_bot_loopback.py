@@ -15,10 +15,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.bot import BotServer, BotSettings, FileAudioTrack, FileVideoTrack, ImageTrack, RoomClient, slide_image
+from app.bot import BotServer, BotSettings
 from app.config import load_settings
 from app.models import EMBEDDED_ASR, EMBEDDED_LLM, models_dir
 from app.runtime import Runtime
+from app.testing.peers import FileAudioTrack, FileVideoTrack, ImageTrack, RoomClient, slide_image
 
 ROOT = Path(__file__).resolve().parent.parent
 VIDEO = ROOT / "samples" / "standup-video" / "meeting.webm"

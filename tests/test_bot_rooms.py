@@ -13,10 +13,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.bot import BotServer, BotSettings, FileAudioTrack, RoomClient
+from app.bot import BotServer, BotSettings
 from app.config import load_settings
 from app.models import EMBEDDED_ASR, models_dir
 from app.runtime import Runtime
+from app.testing.peers import FileAudioTrack, RoomClient
 
 ROOT = Path(__file__).resolve().parent.parent
 AUDIO = ROOT / "samples" / "standup" / "meeting.ogg"

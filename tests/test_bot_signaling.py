@@ -14,9 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.bot import BotServer, BotSettings, RoomClient, listen_ice_hosts, restrict_ice_hosts
+from app.bot import BotServer, BotSettings, listen_ice_hosts, restrict_ice_hosts
 from app.config import load_settings
 from app.runtime import Runtime
+from app.testing.peers import RoomClient
 
 ROOMS = {"alpha": "token-alpha", "beta": "token-beta", "fuzz": "token-fuzz"}
 EXPECTED_REFUSALS = {400, 401, 403, 404, 413, 422, 429, 503}
