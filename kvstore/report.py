@@ -17,7 +17,6 @@ from kvstore.blocks import BlockFormat
 from kvstore.modality import Modality
 
 if TYPE_CHECKING:
-    from kvstore.cache import TieredCache
     from kvstore.placement import TierPlacement
 
 
@@ -123,8 +122,9 @@ class KVReport:
         }
 
 
-def kv_report(cache: "TieredCache", placement: "TierPlacement | None" = None) -> KVReport:
-    """Measure ``cache`` (and ``placement``, default: the cache's cold tier's) into one :class:`KVReport`."""
+def kv_report(cache: Any, placement: "TierPlacement | None" = None) -> KVReport:
+    """Measure ``cache`` (a kvstore.cache.TieredCache, which imports this module) and ``placement``
+    (default: the cache's cold tier's) into one :class:`KVReport`."""
     from kvstore.layers import TieredLayer
 
     if placement is None and cache.cold_tier is not None:
