@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 
 from app.actions import ActionItem, Decision, extract_action_items, extract_decisions
 from app.entities import Entity, find_entities, merge_date_time
-from app.questions import Question, QuestionType, content_words, parse_question
+from app.questions import Question, QuestionType, content_words, parse_question, topic_words
 from app.retrieval import Embedder, Hit, SentenceIndex, stems
 from app.sentences import Sentence, split_sentences
 from app.textnorm import NUMBER_WORDS, normalize
@@ -145,7 +145,7 @@ class AnswerFinder:
         if q.type is QuestionType.HOW_MANY and self._counts(q, self.sentences[hit.index]):
             return True
         # A question about nothing in particular ("What is the total budget?") needs its frame words.
-        focus = set(stems(" ".join(q.focus))) or set(stems(q.text))
+        focus = set(stems(" ".join(q.focus))) or set(stems(" ".join(topic_words(q.text)))) or set(stems(q.text))
         sentence = self.sentences[hit.index]
         if focus:
             present = set(stems(f"{sentence.context} {sentence.text} {sentence.speaker}"))

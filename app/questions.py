@@ -58,7 +58,14 @@ _GENERIC = (
     "figures cost costs price budget amount date group people reach reached recorded measured collected total "
     "final overall exactly approximately roughly about around much many big large"
 )
-_PHRASES = re.compile(r"\b(?:this time|right now|so far|at the moment|at this point|for now|these days)\b")
+# Words that place a question in time or scope, not in a topic: "so far", and "this phase" / "the current
+# project", which point at what the meeting is about whether or not it names it.
+_PHRASES = re.compile(
+    r"\b(?:this time|right now|so far|at the moment|at this point|for now|these days|"
+    r"(?:this|the current|the whole|our) (?:phase|project|quarter|sprint|stage|period|cycle|programme|program|"
+    r"initiative|effort))\b")
+# The words that only say an amount or a count is asked: a question with no other topic needs none of them said.
+_ASKS_AMOUNT = re.compile(r"\bhow (?:much|many)(?: money)?\b")
 FRAME_WORDS = {t: frozenset(words.split()) | frozenset(_GENERIC.split()) for t, words in _FRAME.items()}
 
 _AUX = r"(?:is|are|was|were|do|does|did|will|would|can|could|has|have|had|should|shall|isn't|aren't|wasn't|didn't|doesn't|won't)"
@@ -129,3 +136,9 @@ def parse_question(question: str) -> Question:
     frame = FRAME_WORDS[qtype]
     focus = tuple(dict.fromkeys(w for w in content_words(_PHRASES.sub(" ", question.lower())) if w not in frame))
     return Question(" ".join(question.split()), qtype, focus)
+
+
+def topic_words(question: str) -> list[str]:
+    """The content words a question about nothing in particular still needs said ("What is the total budget?",
+    "How much money has been spent so far?" -> spent): without its time/scope phrases and "how much money"."""
+    return content_words(_ASKS_AMOUNT.sub(" ", _PHRASES.sub(" ", question.lower())))

@@ -115,7 +115,9 @@ def finder():
     ("How much will the pilot cost?", "twelve thousand dollars"),
     ("What's the price of the pilot?", "twelve thousand dollars"),
     ("How much has been spent so far?", "thirty thousand dollars"),
+    ("How much money has been spent so far?", "thirty thousand dollars"),  # "money" only says an amount is asked
     ("What is the total budget?", "fifty thousand dollars"),
+    ("What is the total budget for this phase?", "fifty thousand dollars"),  # "this phase": the meeting's own scope
     ("When does the pilot start?", "monday, march tenth"),
     ("Who will send the new contract?", "bob"),
     ("Who is going to write the test plan?", "alice"),
@@ -136,6 +138,8 @@ def test_answers_on_the_sample(finder, question, expected):
     "How much will the catering cost?",
     "When is the office party?",
     "Who will hire the new designer?",
+    "What is the budget for the marketing phase?",  # a phase the meeting never names is a topic, not its scope
+    "How much money was spent on catering so far?",
 ])
 def test_questions_the_meeting_does_not_answer(finder, question):
     answer = finder.answer(question)
