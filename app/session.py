@@ -45,7 +45,7 @@ from encoders.ring import ItemRing, RingBuffer
 if TYPE_CHECKING:
     from app.config import Settings
     from app.llm import LLMEngine
-    from encoders.asr import Transcriber
+    from app.session_speech import Diarizer, SpeechRecogniser
     from encoders.vision import VisionPipeline
     from kvstore.cold import ColdTier
 
@@ -93,10 +93,12 @@ class SharedModels(Protocol):
     settings: Settings
 
     @property
-    def transcriber(self) -> Transcriber: ...
+    def transcriber(self) -> SpeechRecogniser: ...
 
     @property
     def engine(self) -> LLMEngine: ...
+
+    def online_diarizer(self) -> Diarizer: ...
 
     def vision_pipeline(self) -> VisionPipeline: ...
 
@@ -294,7 +296,6 @@ class MeetingSession:
         return run
 
     def _speech_worker(self) -> None:
-        from encoders.online_diarize import make_online_diarizer
         from encoders.streaming import StreamingOptions, StreamingTranscriber
 
         asr_settings = self.settings.asr
@@ -304,9 +305,7 @@ class MeetingSession:
                              min_chunk_seconds=asr_settings.stream_min_chunk_seconds,
                              hotwords=tuple(asr_settings.hotwords)),
         )
-        diarization = self.settings.diarization
-        diarizer = make_online_diarizer(diarization.backend, diarization.model)
-        diarizer.max_speakers = diarization.max_speakers
+        diarizer = self.runtime.online_diarizer()
         step = asr.options.min_chunk_seconds
         piece = int(step * SAMPLE_RATE)
         # A backlog is never skipped over; it is caught up in longer steps, because every decode costs one
