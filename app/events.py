@@ -7,12 +7,15 @@ from these events in one place (app/bot.py, ``RoomBot._on_event``).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Callable, ClassVar, NamedTuple
 
 import numpy as np
 
 if TYPE_CHECKING:
+    from threading import RLock
+
     from app.answers import Answer
     from app.context import ContextLine
     from app.transcript import TranscriptWord
@@ -82,3 +85,45 @@ class Failed(SessionEvent, kind="error"):
     """A worker failed: the session is in the "error" state with this message."""
 
     message: str
+
+
+class SessionOutput(NamedTuple):
+    """Where a session's parts put what they make: lines for the KV (``append_line(line, words it closes)``),
+    events for the listeners, and ``bump``, which tells readers the session changed; ``lock`` guards it all."""
+
+    lock: RLock
+    append_line: Callable[[ContextLine, int], None]
+    emit: Callable[[SessionEvent], None]
+    bump: Callable[[], None]
+
+
+class Listeners:
+    """The callbacks subscribed to one session's events, under the session's lock; a callback that raises is
+    logged and the others still hear the event (a broken listener must not stop the meeting)."""
+
+    def __init__(self, lock: RLock, session_id: str) -> None:
+        self._lock = lock
+        self._session_id = session_id
+        self._callbacks: list[Callable[[SessionEvent], None]] = []
+
+    def subscribe(self, callback: Callable[[SessionEvent], None]) -> Callable[[], None]:
+        """Add ``callback``; returns the function that removes it."""
+        with self._lock:
+            self._callbacks.append(callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if callback in self._callbacks:
+                    self._callbacks.remove(callback)
+
+        return unsubscribe
+
+    def emit(self, event: SessionEvent) -> None:
+        with self._lock:
+            callbacks = list(self._callbacks)
+        for callback in callbacks:
+            try:
+                callback(event)
+            except Exception:
+                logging.getLogger("minutia.session").exception("session %s: listener failed on %s",
+                                                               self._session_id, event.kind)

@@ -20,19 +20,25 @@ from encoders.errors import InputError
 if TYPE_CHECKING:
     from app.llm import LLMEngine
     from app.session import MeetingSession
-    from encoders.asr import Transcriber
+    from app.session_speech import Diarizer, SpeechRecogniser
 
 log = logging.getLogger("minutia.runtime")
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 class Runtime:
-    def __init__(self, settings: Settings) -> None:
+    """The settings' models, built on first use; ``transcriber``, ``engine`` and ``diarizer`` (a factory, one
+    diarizer per session) replace them, so that sessions run on small stand-ins in tests."""
+
+    def __init__(self, settings: Settings, *, transcriber: SpeechRecogniser | None = None,
+                 engine: LLMEngine | None = None, diarizer: Callable[[], Diarizer] | None = None) -> None:
         self.settings = settings
         self._sessions: dict[str, MeetingSession] = {}
         self._lock = threading.Lock()
         self._load_lock = threading.Lock()
-        self._models: dict[str, Any] = {}
+        given = {"asr": transcriber, "llm": engine}
+        self._models: dict[str, Any] = {name: model for name, model in given.items() if model is not None}
+        self._diarizer = diarizer
         self._claims: dict[str, Any] = {}  # session id -> SessionClaim, for sessions that write the store
 
     # ------------------------------------------------------------------ shared models
@@ -51,7 +57,7 @@ class Runtime:
         return self._shared("llm", lambda: LLMEngine.from_settings(self.settings.llm, self.settings.home, self.settings.kv))
 
     @property
-    def transcriber(self) -> "Transcriber":
+    def transcriber(self) -> "SpeechRecogniser":
         from app.models import EMBEDDED_ASR, resolve_model
         from encoders.asr import Transcriber
 
@@ -62,6 +68,17 @@ class Runtime:
             return Transcriber(folder, asr.device, asr.compute_type, asr.cpu_threads)
 
         return self._shared("asr", load)
+
+    def online_diarizer(self) -> "Diarizer":
+        """A diarizer per session (its speakers are those of one stream)."""
+        if self._diarizer is not None:
+            return self._diarizer()
+        from encoders.online_diarize import make_online_diarizer
+
+        diarization = self.settings.diarization
+        diarizer = make_online_diarizer(diarization.backend, diarization.model)
+        diarizer.max_speakers = diarization.max_speakers
+        return diarizer
 
     def vision_pipeline(self):
         """A vision pipeline per session (its keyframe state is per stream) over one shared CLIP model."""

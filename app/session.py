@@ -11,33 +11,34 @@ Threads (seed 11.3; DESIGN "Data flow"):
 
 A worker that fails puts the session into the "error" state with the message; other sessions of
 the same runtime are not affected.
+
+``MeetingSession`` holds the shared state and wires the parts, each with one job: the words and the
+lines they close (app/session_speech.py), slides (app/session_vision.py), questions and summaries
+(app/session_answers.py), checkpoints (app/session_store.py).
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from functools import partial
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 
 from app.actions import ActionItem, extract_action_items
-from app.answers import Answer, AnswerFinder
-from app.assistant import Assistant, MeetingSummary
-from app.summary import build_summary
-from app.context import ContextLine, MeetingContext, PlacedLine, confidence
-from app.events import (Answered, Failed, LineClosed, SessionEvent, Slide, SlideShown, StateChanged,
-                        TentativeChanged, WordsCommitted)
-from app.retrieval import default_embedder
-from app.sentences import Sentence
+from app.answers import Answer
+from app.assistant import MeetingSummary
+from app.context import ContextLine, MeetingContext, PlacedLine
+from app.events import Answered, Failed, Listeners, SessionEvent, SessionOutput, Slide, StateChanged
+from app.session_answers import MeetingQuestions
+from app.session_speech import SpeechLines
+from app.session_store import Checkpoints, LineLedger, LineMark, SavedState
+from app.session_vision import SlideWatcher
 from app.speakers import rename_speakers, speaker_names
-from app.transcript import Transcript, TranscriptWord, Turn, join_words, realign_to_sentences, turns_from_words
+from app.transcript import Transcript, TranscriptWord, realign_to_sentences, turns_from_words
 from encoders.audio import SAMPLE_RATE
 from encoders.errors import InputError
 from encoders.ring import ItemRing, RingBuffer
@@ -45,14 +46,12 @@ from encoders.ring import ItemRing, RingBuffer
 if TYPE_CHECKING:
     from app.config import Settings
     from app.llm import LLMEngine
-    from encoders.asr import Transcriber
+    from app.session_speech import Diarizer, SpeechRecogniser
     from encoders.vision import VisionPipeline
     from kvstore.cold import ColdTier
 
 log = logging.getLogger("minutia.session")
 
-_SENTENCE_END = re.compile(r"[.?!…]$")
-MAX_LINE_WORDS = 40  # a line the LLM reads is closed at a sentence end, a speaker change, or this
 AUDIO_RING_SECONDS = 120  # audio waiting for the recogniser; older audio is dropped (counted) beyond this
 VIDEO_RING_FRAMES = 8  # frames waiting for the vision worker; the oldest are dropped beyond this
 
@@ -72,12 +71,6 @@ class SessionSnapshot:
     counters: dict = field(default_factory=dict)
 
 
-class _Mark(NamedTuple):
-    words: int
-    slides: int
-    last_speaker: str | None
-
-
 @dataclass
 class SavedMeeting:
     """A meeting loaded from the session store: its KV cache and the app state saved with it."""
@@ -93,10 +86,12 @@ class SharedModels(Protocol):
     settings: Settings
 
     @property
-    def transcriber(self) -> Transcriber: ...
+    def transcriber(self) -> SpeechRecogniser: ...
 
     @property
     def engine(self) -> LLMEngine: ...
+
+    def online_diarizer(self) -> Diarizer: ...
 
     def vision_pipeline(self) -> VisionPipeline: ...
 
@@ -113,7 +108,8 @@ class MeetingSession:
         self.session_id = session_id
         self.source = source
         self._lock = threading.RLock()
-        self._listeners: list[Callable[[SessionEvent], None]] = []
+        self._listeners = Listeners(self._lock, session_id)
+        self._emit = self._listeners.emit
         self._state = "idle"
         self._error: str | None = None
         self._version = 0
@@ -125,23 +121,11 @@ class MeetingSession:
         self._received_samples = 0
 
         self._words: list[TranscriptWord] = []  # committed, with diarizer labels
-        self._diarized: list[int] = []  # the diarizer's word number -> index in _words
-        self._line: list[TranscriptWord] = []  # committed words of the line not yet closed
-        self._last_line_speaker: str | None = None
-        self._tentative = ""
+        last_speaker: str | None = None  # label of the last line closed
         self._slides: list[Slide] = []
-        self._commit_lags: list[float] = []
-        self._ttfts: list[float] = []
         self._snapshot_cache: tuple[int, Transcript, dict[str, str]] | None = None
 
-        self._pending_lines: deque[ContextLine] = deque()  # closed lines waiting for the LLM worker
-        # What the KV holds once the n-th line handed to the LLM worker is prefilled: a checkpoint saves the
-        # words, slides and position of the lines the KV has, so that transcript, KV and position agree.
-        self._lined_words = 0  # committed words in closed lines (the rest are in the open line)
-        self._line_marks: list[_Mark] = []
-        self._base_mark = _Mark(0, 0, None)  # what the KV held when this process took the meeting over
-        self._base_lines = 0
-        self._slide_embeddings: dict[float, np.ndarray] = {}  # slide time -> CLIP embedding, until on the timeline
+        self._ledger = LineLedger()  # closed lines on their way into the KV
         self._speech_done = threading.Event()
         self._vision_done = threading.Event()
         self._context: MeetingContext | None = None
@@ -150,14 +134,18 @@ class MeetingSession:
         self._flush_all = threading.Event()  # prefill even a short backlog now (someone is waiting for it)
         self.timeline = _make_timeline()
         self.autosave = autosave
-        self._writer = None  # kvstore.persist.SessionWriter, made on the first save
         self.on_transfer: Callable[[str, str, int, float], None] | None = None  # (source, target, bytes, s) per save
-        self._saved_at = time.monotonic()  # wall clock of the last checkpoint
-        self._saved_lines = -1
         self._time_offset = 0.0  # stream time at which this process's input starts (a resumed meeting goes on)
         self._restored = restored
         if restored is not None:
-            self._restore_state(restored.metadata)
+            last_speaker = self._restore_state(restored.metadata)
+        self._checkpoints = Checkpoints(runtime.session_store, session_id, self._ledger.base_lines if restored else -1)
+        output = SessionOutput(self._lock, self._append_line, self._emit, self._bump)
+        self._speech = SpeechLines(output, self._words, last_speaker=last_speaker, names=self._names,
+                                   stream_seconds=lambda: self.stream_seconds, time_offset=lambda: self._time_offset)
+        self._vision = SlideWatcher(session_id, output, self._slides, runtime.vision_pipeline)
+        self._questions = MeetingQuestions(self._lock, self._slides, self.timeline, self._wait_for_context,
+                                           lambda: self._prompts)
 
         self._threads = [
             threading.Thread(target=self._guard(self._speech_worker), name=f"speech-{session_id}", daemon=True),
@@ -232,12 +220,7 @@ class MeetingSession:
                 TranscriptWord(tok, round(start + i * step, 3), round(start + (i + 1) * step, 3), turn.speaker)
                 for i, tok in enumerate(tokens)
             ]
-            with self._lock:
-                self._words.extend(words)
-            change = turn.speaker != self._last_line_speaker
-            self._last_line_speaker = turn.speaker
-            self._append_line(ContextLine("audio", start, end, turn.speaker, " ".join(tokens), speaker_change=change),
-                              words=len(words))
+            self._speech.add_turn(words, turn.speaker, start, end)
             clock = end
         with self._lock:
             if self._received_samples == int(round(self._time_offset * SAMPLE_RATE)):
@@ -249,7 +232,7 @@ class MeetingSession:
         """Block until every closed line is in the KV cache (benchmarks and tests measure after this)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         context = self._wait_for_context(timeout or 300.0)
-        while self._pending_lines or context.pending_lines:
+        while self._ledger.pending or context.pending_lines:
             if self._error:
                 raise InputError(f"the session failed: {self._error}")
             if deadline is not None and time.monotonic() > deadline:
@@ -294,7 +277,6 @@ class MeetingSession:
         return run
 
     def _speech_worker(self) -> None:
-        from encoders.online_diarize import make_online_diarizer
         from encoders.streaming import StreamingOptions, StreamingTranscriber
 
         asr_settings = self.settings.asr
@@ -304,133 +286,19 @@ class MeetingSession:
                              min_chunk_seconds=asr_settings.stream_min_chunk_seconds,
                              hotwords=tuple(asr_settings.hotwords)),
         )
-        diarization = self.settings.diarization
-        diarizer = make_online_diarizer(diarization.backend, diarization.model)
-        diarizer.max_speakers = diarization.max_speakers
-        step = asr.options.min_chunk_seconds
-        piece = int(step * SAMPLE_RATE)
-        # A backlog is never skipped over; it is caught up in longer steps, because every decode costs one
-        # whole Whisper window however little new audio it brings.
-        catch_up = max(piece, int(asr_settings.stream_catch_up_seconds * SAMPLE_RATE))
-        pending = 0.0
-        while not self._closed.is_set():
-            behind = self._audio.available >= 2 * piece
-            chunk = self._audio.read(max_items=catch_up if behind else piece, timeout=0.2)
-            if len(chunk.data):
-                asr.insert_audio(chunk.data)
-                diarizer.insert_audio(chunk.data)
-                pending += len(chunk.data) / SAMPLE_RATE
-            if pending >= step:
-                pending = 0.0
-                self._commit(asr.process(), diarizer)
-            if self._audio.exhausted:
-                self._commit(asr.finish(), diarizer, final=True)
-                break
-        self._close_line()
+        diarizer = self.runtime.online_diarizer()
+        self._speech.run(self._audio, self._closed, asr, diarizer, asr_settings.stream_catch_up_seconds)
         self._speech_done.set()
-
-    def _commit(self, update, diarizer, final: bool = False) -> None:
-        now_stream = self.stream_seconds
-        words = list(update.committed)
-        if words:
-            labels = diarizer.label_words(words)
-            changes = diarizer.take_changes()  # re-clustering may move earlier words to another speaker
-            offset = self._time_offset
-            committed = [
-                TranscriptWord(w.text, round(offset + w.start, 3), round(offset + w.end, 3), label, round(w.probability, 4))
-                for w, label in zip(words, labels)
-            ]
-            with self._lock:
-                for change in changes:
-                    if change.index < len(self._diarized):
-                        pos = self._diarized[change.index]
-                        old = self._words[pos]
-                        self._words[pos] = TranscriptWord(old.text, old.start, old.end, change.new, old.probability)
-                self._diarized.extend(range(len(self._words), len(self._words) + len(committed)))
-                self._words.extend(committed)
-                self._version += 1  # the lines closed below read the names of this transcript
-                self._commit_lags.extend(max(0.0, now_stream - w.end) for w in committed)
-                self._commit_lags = self._commit_lags[-2000:]
-            for word in committed:
-                self._add_to_line(word)
-            self._emit(WordsCommitted(tuple(committed)))
-        tentative = " ".join(w.text for w in update.tentative)
-        with self._lock:
-            changed = tentative != self._tentative
-            self._tentative = "" if final else tentative
-        if changed or words:
-            self._bump()
-            self._emit(TentativeChanged(self._tentative))
-
-    def _add_to_line(self, word: TranscriptWord) -> None:
-        """Lines are sentences. An online diarizer flips labels for a word or two inside a sentence, so
-        a line is split at a speaker change only once the new label has held for three words."""
-        self._line.append(word)
-        if _SENTENCE_END.search(word.text) or len(self._line) >= MAX_LINE_WORDS:
-            self._close_line()
-            return
-        tail = self._line[-3:]
-        if len(self._line) > 3 and len({w.speaker for w in tail}) == 1 and tail[0].speaker != _majority(self._line[:-3]):
-            self._line = self._line[:-3]
-            self._close_line()
-            self._line = tail
-
-    def _close_line(self) -> None:
-        if not self._line:
-            return
-        words, self._line = self._line, []
-        label = _majority(words)
-        with self._lock:
-            names = self._names()
-        line = ContextLine(
-            modality="audio",
-            start=words[0].start,
-            end=words[-1].end,
-            speaker=names.get(label, label),
-            text=join_words(w.text for w in words),
-            speaker_change=label != self._last_line_speaker,
-        )
-        self._last_line_speaker = label
-        self._append_line(line, words=len(words))
-        self._emit(LineClosed(line))
 
     def _append_line(self, line: ContextLine, words: int = 0) -> None:
         """Queue a line for the KV; ``words``: committed words it closes (0 for a slide)."""
         with self._lock:
-            self._lined_words += words
-            if not line.text.strip():  # the context skips a blank line; its words go with the next mark
+            if not self._ledger.add(line, words, len(self._slides), self._speech.last_speaker):
                 return
-            self._line_marks.append(_Mark(self._lined_words, len(self._slides), self._last_line_speaker))
-            self._pending_lines.append(line)
         self._prefill_wakeup.set()
 
     def _vision_worker(self) -> None:
-        pipeline = None
-        while not self._closed.is_set():
-            items = self._frames.get(max_items=1, timeout=0.2)
-            if not items:
-                if self._frames.exhausted:
-                    break
-                continue
-            if pipeline is None:
-                pipeline = self.runtime.vision_pipeline()
-            for _, (t, frame) in items:
-                try:
-                    event = pipeline.feed(frame, t)
-                except InputError as exc:  # one bad frame (e.g. time going backwards) is skipped, not fatal
-                    log.warning("session %s: frame at %.2f s skipped: %s", self.session_id, t, exc)
-                    continue
-                if event is None or not event.text.strip():
-                    continue
-                text = "; ".join(part.strip() for part in event.text.splitlines() if part.strip())
-                slide = Slide(event.time, text, event.thumbnail)
-                with self._lock:
-                    self._slides.append(slide)
-                if event.embedding is not None:
-                    self._slide_embeddings[event.time] = event.embedding
-                self._append_line(ContextLine("video", event.time, event.time, None, slide.text, slide_change=True))
-                self._bump()
-                self._emit(SlideShown(slide))
+        self._vision.run(self._frames, self._closed)
         self._vision_done.set()
 
     def _llm_worker(self) -> None:
@@ -451,22 +319,23 @@ class MeetingSession:
         while True:
             self._prefill_wakeup.wait(timeout=0.5)
             self._prefill_wakeup.clear()
-            if self._pending_lines or context.pending_lines:
+            if self._ledger.pending or context.pending_lines:
                 busy_at, compacted = time.monotonic(), False
             elif not compacted and time.monotonic() - busy_at >= self.settings.kv.idle_compact_seconds:
                 context.compact()  # input is idle: give the pools' free slots back (a page-table remap)
                 compacted = True
-            self._drain_lines(context)
+            self._ledger.drain(context)
             done = self._speech_done.is_set() and self._vision_done.is_set()
             if done or self._closed.is_set():
-                self._drain_lines(context)
+                self._ledger.drain(context)
                 context.flush()
                 break
             flush_all = self._flush_all.is_set()
             self._flush_all.clear()
             context.flush(min_tokens=0 if flush_all else context.prefill_chunk_tokens)
-            if (self.autosave and time.monotonic() - self._saved_at >= self.settings.store.autosave_seconds
-                    and context.lines + context.pending_lines != self._saved_lines and self._said_anything()):
+            if (self.autosave and self._checkpoints.due(self.settings.store.autosave_seconds,
+                                                        context.lines + context.pending_lines)
+                    and self._said_anything()):
                 context.flush()  # every closed line into the KV: the checkpoint holds all but the open line
                 self.save()
         if self.autosave and not self._closed.is_set() and self._said_anything():
@@ -478,13 +347,9 @@ class MeetingSession:
         with self._lock:
             return bool(self._words or self._slides)
 
-    def _drain_lines(self, context: MeetingContext) -> None:
-        while self._pending_lines:
-            context.append(self._pending_lines.popleft())
-
     def _place_on_timeline(self, placed: PlacedLine) -> None:
         line = placed.line
-        embedding = self._slide_embeddings.pop(line.start, None) if line.modality == "video" else None
+        embedding = self._vision.embeddings.pop(line.start, None) if line.modality == "video" else None
         self.timeline.add(
             line.modality, line.start, line.end, placed.token_start, placed.token_end, speaker=line.speaker,
             text=line.text, embedding=embedding,
@@ -499,64 +364,12 @@ class MeetingSession:
             raise InputError("the question is empty")
         if len(question) > 2000:
             raise InputError(f"the question is {len(question)} characters long; keep it under 2000")
-        transcript = self.transcript()
-        lines = self._lines_for_retrieval(transcript)
-        if not lines.turns:
-            answer = Answer(question, "Nothing has been said yet.", [], 0, 0.0)
-            self._emit(Answered(answer))
-            return answer
-        answer = AnswerFinder(lines, default_embedder(), partial(self._model_answer, transcript)).answer(question)
+        answer = self._questions.ask(question, self.transcript())
         self._emit(Answered(answer))
         return answer
 
-    def _model_answer(self, transcript: Transcript, question: str, evidence: Sequence[Sentence]) -> tuple[str, float] | None:
-        """The model's answer from the meeting's KV cache, the evidence lines repeated after it."""
-        engine = self.runtime.engine
-        context = self._wait_for_context()
-        excerpt = "\n".join(ContextLine("audio", s.start or 0.0, s.end or s.start or 0.0, s.speaker, s.text).render().rstrip()
-                            for s in evidence)
-        tail = self._prompts.answer_tail.replace("{question}", question)
-        suffix = f"\nMost relevant lines:\n{excerpt}\n{tail}" if excerpt else tail
-        try:
-            generation = context.generate(suffix, 48, stop=("\n",), focus=self._focus(evidence))
-        except InputError:  # the meeting outgrew the model's positions: read the transcript instead
-            found = Assistant(engine).model_answer(transcript, question, evidence)
-            return None if found is None else found[:2]
-        with self._lock:
-            self._ttfts.append(generation.time_to_first_token)
-            self._ttfts = self._ttfts[-200:]
-        text = generation.text.strip()
-        if not text or engine.prompts.not_found.lower() in text.lower():
-            return None
-        return text, confidence(generation)
-
-    def _lines_for_retrieval(self, transcript: Transcript) -> Transcript:
-        """Spoken turns and slides, in time order, as one list of turns to rank against a question."""
-        with self._lock:
-            slides = list(self._slides)
-        turns = list(transcript.turns) + [Turn("Slide", s.text, s.time, s.time) for s in slides]
-        turns.sort(key=lambda t: t.start or 0.0)
-        return Transcript(turns=turns, source=transcript.source)
-
-    def _focus(self, evidence: Sequence[Sentence]) -> list[tuple[int, int]]:
-        """Token ranges of the evidence lines' time windows (query-aware promotion, via the timeline)."""
-        ranges: list[tuple[int, int]] = []
-        for sentence in evidence:
-            if sentence.start is not None:
-                ranges.extend(self.timeline.tokens_in(sentence.start, sentence.end if sentence.end is not None else sentence.start))
-        return ranges
-
     def summary(self) -> MeetingSummary:
-        transcript = self.transcript()
-        if not transcript.turns:
-            return MeetingSummary("Nothing has been said yet.")
-        context = self._wait_for_context()
-        engine = self.runtime.engine
-        stop = ("\n",) if engine.prompts.style == "completion" else ()
-        generation = context.generate(self._prompts.summary_tail, engine.settings.max_new_tokens, stop=stop)
-        prefix = engine.prompts.summary_prefix
-        text = f"{prefix} {generation.text}".strip() if prefix else generation.text
-        return build_summary(transcript, text)
+        return self._questions.summary(self.transcript())
 
     def action_items(self) -> list[ActionItem]:
         return extract_action_items(self.transcript())
@@ -574,22 +387,8 @@ class MeetingSession:
         Incremental: blocks unchanged since the last save are not written again. ``minutia resume``
         (or Runtime.resume_session) continues from here without prefilling anything again.
         """
-        from kvstore.persist import SessionWriter
-        from kvstore.stores import StoreError
-
         context = self._wait_for_context()
-        if not hasattr(context.cache, "tiered_layers"):
-            raise InputError("saving a meeting needs minutia's TieredCache (kv.enabled: true)")
-        with context._lock:
-            if self._writer is None:
-                self._writer = SessionWriter(self.runtime.session_store(), self.session_id, source=self.source)
-            metadata = self._state_dict(context)
-            try:
-                with _inference_mode():
-                    report = self._writer.save(context.cache, metadata)
-            except StoreError as exc:
-                raise InputError(f"session {self.session_id} could not be saved: {exc}") from exc
-            self._saved_at, self._saved_lines = time.monotonic(), metadata["lines"]
+        report = self._checkpoints.save(context, self.source, lambda: self._state_dict(context))
         if self.on_transfer is not None:
             self.on_transfer("device", self.settings.store.backend, report.bytes_written, report.seconds)
         return report
@@ -601,47 +400,30 @@ class MeetingSession:
         continuation has to bring again."""
         lines = context.lines
         with self._lock:
-            drained = not self._pending_lines and not context.pending_lines and not self._line
+            drained = not self._ledger.pending and not context.pending_lines and not self._speech.line
             complete = self._speech_done.is_set() and drained
             if complete or context.full:
                 # All of it: at the end nothing is left out; with the model's positions used up no further line
                 # enters the KV, and answers read the transcript instead, so the transcript must go on.
-                mark = _Mark(len(self._words), len(self._slides), self._last_line_speaker)
+                mark = LineMark(len(self._words), len(self._slides), self._speech.last_speaker)
             else:
-                mark = self._line_marks[lines - self._base_lines - 1] if lines > self._base_lines else self._base_mark
+                mark = self._ledger.mark(lines)
             words = self._words[:mark.words]
             if complete:
                 position = self.stream_seconds
             else:
                 position = max(self._time_offset, words[-1].end if words else 0.0)
-            return {
-                "format": "minutia.session/1",
-                "source": self.source,
-                "stream_seconds": round(position, 3),
-                "received_seconds": round(self.stream_seconds, 3),
-                "lines": lines,
-                "last_line_speaker": mark.last_speaker,
-                "words": [[w.text, w.start, w.end, w.speaker, w.probability] for w in words],
-                "slides": [[s.time, s.text] for s in self._slides[:mark.slides]],
-                "timeline": self.timeline.to_dict(),
-            }
+            return SavedState(self.source, position, self.stream_seconds, lines, mark.last_speaker, words,
+                              self._slides[:mark.slides], self.timeline).to_dict()
 
-    def _restore_state(self, meta: dict) -> None:
-        if meta.get("format") != "minutia.session/1":
-            raise InputError(f"session {self.session_id} was not saved by a meeting session")
-        from kvstore.timeline import TimelineIndex
-
-        self.source = meta.get("source", self.source)
-        self._words = [TranscriptWord(t, s, e, spk, p) for t, s, e, spk, p in meta["words"]]
-        self._slides = [Slide(t, text) for t, text in meta["slides"]]
-        self.timeline = TimelineIndex.from_dict(meta["timeline"])
-        self._last_line_speaker = meta.get("last_line_speaker")
-        self._time_offset = float(meta["stream_seconds"])
+    def _restore_state(self, meta: dict) -> str | None:
+        """Take the saved words, slides and position over; returns the label of the last line saved."""
+        saved = SavedState.from_dict(meta, self.session_id, self.source)
+        self.source, self._words, self._slides, self.timeline = saved.source, saved.words, saved.slides, saved.timeline
+        self._time_offset = saved.position
         self._received_samples = int(round(self._time_offset * SAMPLE_RATE))
-        self._lined_words = len(self._words)
-        self._base_mark = _Mark(len(self._words), len(self._slides), self._last_line_speaker)
-        self._base_lines = int(meta.get("lines", 0))
-        self._saved_lines = self._base_lines
+        self._ledger = LineLedger(LineMark(len(self._words), len(self._slides), saved.last_speaker), saved.lines)
+        return saved.last_speaker
 
     # ------------------------------------------------------------------ views
     def _names(self) -> dict[str, str]:
@@ -668,9 +450,10 @@ class MeetingSession:
     def snapshot(self) -> SessionSnapshot:
         transcript = self.transcript()
         with self._lock:
-            lag = self._commit_lags[-1] if self._commit_lags else None
+            lags, ttfts = self._speech.commit_lags, self._questions.ttfts
+            lag = lags[-1] if lags else None
             kv = self._context.stats() if self._context is not None else {}
-            kv["question_ttft"] = self._ttfts[-1] if self._ttfts else None
+            kv["question_ttft"] = ttfts[-1] if ttfts else None
             counters = {
                 "audio_dropped_samples": self._audio.stats.dropped,
                 "video_dropped_frames": self._frames.stats.dropped,
@@ -682,7 +465,7 @@ class MeetingSession:
                 state=self._state,
                 stream_seconds=round(self.stream_seconds, 3),
                 transcript=transcript,
-                tentative=self._tentative,
+                tentative=self._speech.tentative,
                 slides=list(self._slides),
                 kv=kv,
                 commit_lag=lag,
@@ -697,28 +480,12 @@ class MeetingSession:
 
     def commit_lags(self) -> list[float]:
         with self._lock:
-            return list(self._commit_lags)
+            return list(self._speech.commit_lags)
 
     # ------------------------------------------------------------------ events and state
     def subscribe(self, callback: Callable[[SessionEvent], None]) -> Callable[[], None]:
-        with self._lock:
-            self._listeners.append(callback)
-
-        def unsubscribe() -> None:
-            with self._lock:
-                if callback in self._listeners:
-                    self._listeners.remove(callback)
-
-        return unsubscribe
-
-    def _emit(self, event: SessionEvent) -> None:
-        with self._lock:
-            listeners = list(self._listeners)
-        for callback in listeners:
-            try:
-                callback(event)
-            except Exception:  # a broken listener must not stop the meeting
-                log.exception("session %s: listener failed on %s", self.session_id, event.kind)
+        """Hear the session's events (app/events.py); returns the function that stops it."""
+        return self._listeners.subscribe(callback)
 
     def _bump(self) -> None:
         with self._lock:
@@ -753,20 +520,6 @@ class MeetingSession:
                 thread.join(timeout=10)
         if self._context is not None:
             self._context.close()
-
-
-def _majority(words: list[TranscriptWord]) -> str:
-    """The speaker who spoke most of ``words`` (by duration)."""
-    spoken: dict[str, float] = {}
-    for w in words:
-        spoken[w.speaker] = spoken.get(w.speaker, 0.0) + max(w.end - w.start, 0.01)
-    return max(spoken, key=spoken.__getitem__)
-
-
-def _inference_mode():
-    import torch
-
-    return torch.inference_mode()
 
 
 def _make_timeline():

@@ -1,0 +1,168 @@
+"""The speech side of a meeting session: the parts it is made of, and what the session needs from each."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Callable, Iterator, Protocol, Sequence
+
+from app.context import ContextLine
+from app.events import LineClosed, SessionOutput, TentativeChanged, WordsCommitted
+from app.transcript import TranscriptWord, join_words
+from encoders.audio import SAMPLE_RATE
+
+if TYPE_CHECKING:
+    from threading import Event
+
+    import numpy as np
+
+    from encoders.asr import Segment, TranscribeOptions, Word
+    from encoders.online_diarize import LabelChange
+    from encoders.ring import RingBuffer
+    from encoders.streaming import StreamingTranscriber, StreamUpdate
+
+_SENTENCE_END = re.compile(r"[.?!…]$")
+MAX_LINE_WORDS = 40  # a line the LLM reads is closed at a sentence end, a speaker change, or this
+
+
+class SpeechRecogniser(Protocol):
+    """What the streaming recogniser calls on its model (encoders.asr.Transcriber; a stand-in in tests)."""
+
+    def transcribe(self, audio: np.ndarray, options: TranscribeOptions | None = None) -> Iterator[Segment]: ...
+
+
+class Diarizer(Protocol):
+    """What a session calls on its online diarizer (encoders.online_diarize.OnlineDiarizer; a stand-in in tests)."""
+
+    def insert_audio(self, samples: np.ndarray) -> None: ...
+
+    def label_words(self, words: Sequence[Word]) -> list[str]: ...
+
+    def take_changes(self) -> list[LabelChange]: ...
+
+
+class SpeechLines:
+    """The committed words of one stream and the lines they close: each word gets its diarizer label (moved
+    when the diarizer re-clusters), and lines close at a sentence end, a held speaker change or a length cap.
+
+    Works on the session's word list under the session's lock; closed lines and events go to ``output``.
+    """
+
+    def __init__(self, output: SessionOutput, words: list[TranscriptWord], *, last_speaker: str | None,
+                 stream_seconds: Callable[[], float], time_offset: Callable[[], float],
+                 names: Callable[[], dict[str, str]]) -> None:
+        self._lock, self._append_line, self._emit, self._bump = output
+        self._words = words  # committed, with diarizer labels
+        self._stream_seconds = stream_seconds
+        self._time_offset = time_offset
+        self._names = names
+        self.last_speaker = last_speaker  # label of the last line closed (a change starts a new turn)
+        self.line: list[TranscriptWord] = []  # committed words of the line not yet closed
+        self.tentative = ""
+        self.commit_lags: list[float] = []
+        self._diarized: list[int] = []  # the diarizer's word number -> index in the word list
+
+    def run(self, audio: RingBuffer, closed: Event, asr: StreamingTranscriber, diarizer: Diarizer,
+            catch_up_seconds: float) -> None:
+        """Drain ``audio`` into the recogniser and the diarizer until it is exhausted or ``closed`` is set."""
+        step = asr.options.min_chunk_seconds
+        piece = int(step * SAMPLE_RATE)
+        # A backlog is never skipped over; it is caught up in longer steps, because every decode costs one
+        # whole Whisper window however little new audio it brings.
+        catch_up = max(piece, int(catch_up_seconds * SAMPLE_RATE))
+        pending = 0.0
+        while not closed.is_set():
+            behind = audio.available >= 2 * piece
+            chunk = audio.read(max_items=catch_up if behind else piece, timeout=0.2)
+            if len(chunk.data):
+                asr.insert_audio(chunk.data)
+                diarizer.insert_audio(chunk.data)
+                pending += len(chunk.data) / SAMPLE_RATE
+            if pending >= step:
+                pending = 0.0
+                self._commit(asr.process(), diarizer)
+            if audio.exhausted:
+                self._commit(asr.finish(), diarizer, final=True)
+                break
+        self.close_line()
+
+    def add_turn(self, words: list[TranscriptWord], speaker: str, start: float, end: float) -> None:
+        """Words of an earlier part of the meeting (a transcript's turn), committed as one line."""
+        with self._lock:
+            self._words.extend(words)
+        change = speaker != self.last_speaker
+        self.last_speaker = speaker
+        text = " ".join(w.text for w in words)
+        self._append_line(ContextLine("audio", start, end, speaker, text, speaker_change=change), len(words))
+
+    def _commit(self, update: StreamUpdate, diarizer: Diarizer, final: bool = False) -> None:
+        now_stream = self._stream_seconds()
+        words = list(update.committed)
+        if words:
+            labels = diarizer.label_words(words)
+            changes = diarizer.take_changes()  # re-clustering may move earlier words to another speaker
+            offset = self._time_offset()
+            committed = [
+                TranscriptWord(w.text, round(offset + w.start, 3), round(offset + w.end, 3), label, round(w.probability, 4))
+                for w, label in zip(words, labels)
+            ]
+            with self._lock:
+                for change in changes:
+                    if change.index < len(self._diarized):
+                        pos = self._diarized[change.index]
+                        old = self._words[pos]
+                        self._words[pos] = TranscriptWord(old.text, old.start, old.end, change.new, old.probability)
+                self._diarized.extend(range(len(self._words), len(self._words) + len(committed)))
+                self._words.extend(committed)
+                self._bump()  # the lines closed below read the names of this transcript
+                self.commit_lags.extend(max(0.0, now_stream - w.end) for w in committed)
+                self.commit_lags = self.commit_lags[-2000:]
+            for word in committed:
+                self._add_to_line(word)
+            self._emit(WordsCommitted(tuple(committed)))
+        tentative = " ".join(w.text for w in update.tentative)
+        with self._lock:
+            changed = tentative != self.tentative
+            self.tentative = "" if final else tentative
+        if changed or words:
+            self._bump()
+            self._emit(TentativeChanged(self.tentative))
+
+    def _add_to_line(self, word: TranscriptWord) -> None:
+        """Lines are sentences. An online diarizer flips labels for a word or two inside a sentence, so
+        a line is split at a speaker change only once the new label has held for three words."""
+        self.line.append(word)
+        if _SENTENCE_END.search(word.text) or len(self.line) >= MAX_LINE_WORDS:
+            self.close_line()
+            return
+        tail = self.line[-3:]
+        if len(self.line) > 3 and len({w.speaker for w in tail}) == 1 and tail[0].speaker != _majority(self.line[:-3]):
+            self.line = self.line[:-3]
+            self.close_line()
+            self.line = tail
+
+    def close_line(self) -> None:
+        if not self.line:
+            return
+        words, self.line = self.line, []
+        label = _majority(words)
+        with self._lock:
+            names = self._names()
+        line = ContextLine(
+            modality="audio",
+            start=words[0].start,
+            end=words[-1].end,
+            speaker=names.get(label, label),
+            text=join_words(w.text for w in words),
+            speaker_change=label != self.last_speaker,
+        )
+        self.last_speaker = label
+        self._append_line(line, len(words))
+        self._emit(LineClosed(line))
+
+
+def _majority(words: list[TranscriptWord]) -> str:
+    """The speaker who spoke most of ``words`` (by duration)."""
+    spoken: dict[str, float] = {}
+    for w in words:
+        spoken[w.speaker] = spoken.get(w.speaker, 0.0) + max(w.end - w.start, 0.01)
+    return max(spoken, key=spoken.__getitem__)
