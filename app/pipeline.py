@@ -60,6 +60,12 @@ def resolve_input(path: str | Path) -> MeetingInput:
 
 
 def transcribe_recording(path: Path, settings: Settings, console: Console | None = None) -> Transcript:
+    """Words, speakers and the speakers' names from a recording."""
+    return name_speakers(recognise_recording(path, settings, console), settings.asr.hotwords)
+
+
+def recognise_recording(path: Path, settings: Settings, console: Console | None = None) -> Transcript:
+    """Words and anonymous speaker labels (SPEAKER_k) from a recording, before any naming."""
     console = console or Console(stderr=True)
     if path.stat().st_size == 0:
         raise InputError(f"{path} is empty")
@@ -103,10 +109,9 @@ def transcribe_recording(path: Path, settings: Settings, console: Console | None
         TranscriptWord(w.text, round(w.start, 3), round(w.end, 3), speaker, round(w.probability, 4))
         for w, speaker in zip(words, speakers)
     ]
-    transcript = Transcript(
+    return Transcript(
         turns=turns_from_words(realign_to_sentences(attributed)), source=path.name, duration=round(duration, 3)
     )
-    return name_speakers(transcript, settings.asr.hotwords)
 
 
 def _cache_key(path: Path, settings: Settings) -> str:

@@ -92,23 +92,42 @@ def cited_key(answer, question: dict) -> bool:
 
 
 def transcript_for(meeting: Path, source: str, settings, cache: Path | None = None) -> Transcript:
-    """The meeting's transcript from ``source``; batch transcripts are kept in ``cache`` when given, so
-    answer rules can be re-scored without re-running Whisper and the diarizer (delete it after code changes
-    to the recogniser, diarizer or naming)."""
+    """The meeting's transcript from ``source``. Batch transcripts are kept in ``cache`` when given, before
+    naming (anonymous labels), and named on every load, so answer and naming rules can be re-scored without
+    re-running Whisper and the diarizer (delete the folder after changes to the recogniser or diarizer)."""
     if source == "reference":
         return load_transcript(meeting / "reference.json")
+    from app.speakers import name_speakers
+
     kept = cache / f"{meeting.name}.json" if cache else None
     if kept is not None and kept.is_file():
-        return load_transcript(kept)
-    from app.pipeline import transcribe_recording
+        return name_speakers(anonymous(load_transcript(kept)), settings.asr.hotwords)
+    from app.pipeline import recognise_recording
     from app.transcript import atomic_write, to_json
 
     audio = next(p for p in sorted(meeting.glob("meeting.*")))
-    transcript = transcribe_recording(audio, settings)
+    transcript = recognise_recording(audio, settings)
     if kept is not None:
         kept.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(kept, to_json(transcript))
-    return transcript
+    return name_speakers(transcript, settings.asr.hotwords)
+
+
+def anonymous(transcript: Transcript) -> Transcript:
+    """Named labels back to SPEAKER_k (folders kept by older code stored transcripts after naming)."""
+    from app.speakers import rename_speakers
+
+    labels = list(dict.fromkeys(t.speaker for t in transcript.turns))
+    taken = {label for label in labels if label.startswith("SPEAKER_")}
+    mapping, k = {}, 0
+    for label in labels:
+        if label.startswith("SPEAKER_"):
+            continue
+        while f"SPEAKER_{k:02d}" in taken:
+            k += 1
+        mapping[label] = f"SPEAKER_{k:02d}"
+        taken.add(mapping[label])
+    return rename_speakers(transcript, mapping) if mapping else transcript
 
 
 def main(argv: list[str] | None = None) -> int:
