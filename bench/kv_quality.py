@@ -61,6 +61,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench.qmsum_split import PARTS, kv_part_of  # noqa: E402
+
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "qmsum" / "val"
 PRESS_NAMES = ("StreamingLLM", "SnapKV", "Knorm", "TOVA", "ExpectedAttention")
 QUERY_TEMPLATE = "\n\nQuestion: {question}\nAnswer:"
@@ -128,15 +130,30 @@ LAST = ["Kowalski", "Lindqvist", "Moreau", "Okafor", "Tanaka", "Brennan", "Vasqu
         "Schulz", "Ferreira", "Nakamura", "Petrov", "Delgado", "Andersen", "Rossi"]
 
 
-def make_needles(count: int, seed: int) -> list[Needle]:
-    """``count`` distinct facts: access codes, budgets and contact names, each with its question."""
+VENDORS = ["Brightpath", "Stonegate", "Clearwater", "Greenfield", "Bluecrest", "Ironwood", "Silverline", "Northgate",
+           "Redwood", "Kingsley", "Westbrook", "Ashford"]
+WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday"]
+MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+          "November", "December"]
+NEEDLE_KINDS = ("code", "number", "name", "date", "email", "decision")
+OLD_NEEDLE_KINDS = ("code", "number", "name")  # the figures of sessions 3-11 were measured with these
+
+
+def make_needles(count: int, seed: int, kinds: tuple[str, ...] = OLD_NEEDLE_KINDS) -> list[Needle]:
+    """``count`` distinct facts, the kinds in turn: access codes, budgets, contact names, dates, emails and
+    decisions between vendors, each with its question. (With the default kinds the facts are those every
+    earlier figure was measured with.)"""
+    unknown = set(kinds) - set(NEEDLE_KINDS)
+    if unknown or not kinds:
+        raise ValueError(f"needle kinds are {', '.join(NEEDLE_KINDS)}, not {', '.join(sorted(unknown)) or 'none'}")
     rng = random.Random(seed)
     subjects = rng.sample(SUBJECTS, k=min(count, len(SUBJECTS)))
     while len(subjects) < count:
         subjects.append(f"{rng.choice(SUBJECTS)}-{len(subjects)}")
     needles = []
     for i, subject in enumerate(subjects):
-        kind = ("code", "number", "name")[i % 3]
+        kind = kinds[i % len(kinds)]
+        end = "."
         if kind == "code":
             value = str(rng.randint(1000, 9999))
             prefix = f"The access code for project {subject} is"
@@ -145,12 +162,25 @@ def make_needles(count: int, seed: int) -> list[Needle]:
             value = str(rng.randint(12, 98) * 500)
             prefix = f"The approved budget for the {subject} launch is"
             question = f"What is the approved budget for the {subject} launch, in euros?"
-        else:
+            end = " euros."
+        elif kind == "name":
             value = f"{rng.choice(FIRST)} {rng.choice(LAST)}"
             prefix = f"The contact person for the {subject} supplier is"
             question = f"Who is the contact person for the {subject} supplier?"
-        fact = f"{prefix} {value}" + (" euros." if kind == "number" else ".")
-        needles.append(Needle(kind=kind, fact=fact, question=question, prefix=prefix, answer=value))
+        elif kind == "date":
+            value = f"{rng.choice(WEEKDAYS)}, {rng.choice(MONTHS)} {rng.randint(1, 28)}"
+            prefix = f"The {subject} review is scheduled for"
+            question = f"When is the {subject} review scheduled?"
+        elif kind == "email":
+            value = f"{rng.choice(FIRST).lower()}.{rng.choice(LAST).lower()}@{subject.lower()}.example"
+            prefix = f"Questions about {subject} go to the email address"
+            question = f"What is the email address for questions about {subject}?"
+        else:
+            value = rng.choice(VENDORS)
+            prefix = f"For the {subject} contract, the team decided to go with"
+            question = f"Which vendor did the team choose for the {subject} contract?"
+        needles.append(Needle(kind=kind, fact=f"{prefix} {value}{end}", question=question, prefix=prefix,
+                              answer=value))
     return needles
 
 
@@ -944,6 +974,8 @@ def aggregate(per_meeting: list[dict[str, Any]], full_key: str = "full") -> dict
                 m["nll"].append(q["nll"])
                 m["full_nll"].append(fq["nll"])
             m["needles"] += [n["correct"] for n in res["needles"]]
+            for n in res["needles"]:
+                m.setdefault("by_kind", {}).setdefault(n["kind"], []).append(n["correct"])
             m["needle_retention"] += [n["retention"] for n in res["needles"]]
             m["full_bytes"].append(res["full_bytes"])
             m["full_ref_bytes"].append(full["full_bytes"])
@@ -963,6 +995,7 @@ def aggregate(per_meeting: list[dict[str, Any]], full_key: str = "full") -> dict
             "nll_recovery": mean(m["full_nll"]) / mean(m["nll"]),
             "needle_accuracy": mean([float(x) for x in m["needles"]]),
             "needles": len(m["needles"]),
+            "needle_accuracy_by_kind": {k: mean([float(x) for x in v]) for k, v in sorted(m.get("by_kind", {}).items())},
             "needle_retention": mean(m["needle_retention"]),
             "queries": len(m["nll"]),
             "kv_bytes_full_attention": sum(m["full_bytes"]),
@@ -1024,7 +1057,8 @@ def write_markdown(path: Path, report: dict[str, Any]) -> None:
         "",
         f"Command: `{report['command']}`",
         "",
-        f"Model: {report['model']} ({report['dtype']}); data: {report['data']}; "
+        f"Model: {report['model']} ({report['dtype']}); data: {report['data']} "
+        f"(part: {report['args'].get('part', 'all')}, bench/qmsum_split.py); "
         f"{report['n_meetings']} meetings, {report['n_queries']} specific queries, {report['n_needles']} needles; "
         f"context truncated to {report['max_tokens']} tokens per meeting "
         f"(the model's context is {report['model_context']} tokens; this CPU run uses {report['max_tokens']} "
@@ -1053,6 +1087,16 @@ def write_markdown(path: Path, report: dict[str, Any]) -> None:
             f"{_fmt(row['span_retention'])} | {_fmt(row['nll'])} | {_fmt(row['nll_recovery'])} | "
             f"{_fmt(row['needle_accuracy'])} ({row['needles']}) | {_fmt(row.get('needle_vs_full'))} |"
         )
+    kinds = sorted({k for row in agg.values() if isinstance(row, dict) for k in row.get("needle_accuracy_by_kind", {})})
+    if len(kinds) > 1:
+        lines += ["", "## Needle accuracy by kind", "", "| method | " + " | ".join(kinds) + " |",
+                  "|---|" + "---|" * len(kinds)]
+        for key, label, budget in report["rows"]:
+            row = agg.get(key)
+            if row is None or "error" in row:
+                continue
+            by_kind = row.get("needle_accuracy_by_kind", {})
+            lines.append(f"| {label} | " + " | ".join(_fmt(by_kind.get(k)) for k in kinds) + " |")
     cold_rows = [(key, row["cold"]) for key, row in agg.items() if isinstance(row, dict) and row.get("cold")]
     if cold_rows:
         lines += ["", "## Cold tier (issue 5): blocks evicted to host memory, recalled at decode", "",
@@ -1183,6 +1227,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "so a CPU run finishes; the issue asks for up to 32K)")
     p.add_argument("--max-queries", type=int, default=None, help="specific queries per meeting (default all)")
     p.add_argument("--needles", type=int, default=20, help="synthetic facts per run (spread over the meetings)")
+    p.add_argument("--needle-kinds", default=",".join(OLD_NEEDLE_KINDS),
+                   help=f"comma list of {', '.join(NEEDLE_KINDS)} (the default: the kinds of the earlier figures)")
+    p.add_argument("--part", choices=("all", *PARTS), default="all",
+                   help="QMSum meetings by bench/qmsum_split.py: tuning (may be tuned on) or held-out (only scored)")
     p.add_argument("--presses", default=",".join(PRESS_NAMES), help="kvpress presses to compare")
     p.add_argument("--no-rotary-shim", action="store_true",
                    help="do not add the 'ExpectedAttention+shim' rows (ExpectedAttention with Gemma 3's rotary "
@@ -1327,9 +1375,15 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.model / "config.json").is_file():
         console.print(f"[red]model folder {args.model} not found (set --model or MINUTIA_HOME)")
         return 2
-    files = sorted(Path(args.data).glob("*.json"))
+    files = [f for f in sorted(Path(args.data).glob("*.json")) if args.part == "all" or kv_part_of(f.name) == args.part]
     if not files:
-        console.print(f"[red]no meetings in {args.data}")
+        console.print(f"[red]no meetings in {args.data}" + ("" if args.part == "all" else f" (part {args.part})"))
+        return 2
+    try:
+        needle_kinds = tuple(k.strip() for k in args.needle_kinds.split(",") if k.strip())
+        make_needles(1, 0, needle_kinds)
+    except ValueError as exc:
+        console.print(f"[red]{exc}")
         return 2
     budgets = [float(b) for b in args.budgets.split(",") if b.strip()]
     press_names = [p.strip() for p in args.presses.split(",") if p.strip()]
@@ -1359,7 +1413,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print("[red]no meeting has a query whose span fits in the context")
         return 2
 
-    needles = make_needles(max(args.needles, 0), args.seed)
+    needles = make_needles(max(args.needles, 0), args.seed, needle_kinds)
     per_meeting_needles = [needles[i::len(chosen)] for i in range(len(chosen))]
     rng = random.Random(args.seed + 1)
     meetings: list[Meeting] = []

@@ -23,7 +23,6 @@ ROUGE-1.5.5 / files2rouge figures of the QMSum paper, so both are reported.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import itertools
 import json
 import logging
@@ -64,17 +63,13 @@ QUERY_STOPWORDS = frozenset(
     "summarize summarise summary discussion discuss discussed talk talked whole meeting group team think thought "
     "opinion opinions say said mention mentioned what why how did does towards toward about regard regarding".split()
 )
+from bench.qmsum_split import split_of  # noqa: E402  (re-exported: the summary bench's split)
+
 console = Console(stderr=True)
 logging.getLogger("bm25s").setLevel(logging.WARNING)
 
 
 # ----------------------------------------------------------------------------------------- data and split
-
-
-def split_of(name: str, tuning_share: float = 0.6) -> str:
-    """'tuning' or 'held-out', fixed by a hash of the file name (never by content or order)."""
-    bucket = int(hashlib.sha256(name.encode()).hexdigest(), 16) % 1000
-    return "tuning" if bucket < tuning_share * 1000 else "held-out"
 
 
 @dataclass(frozen=True)

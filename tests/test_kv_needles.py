@@ -1,0 +1,56 @@
+"""The KV quality bench's needles and meeting split (bench/kv_quality.py, bench/qmsum_split.py): the default
+needles stay those every earlier figure was measured with, the wide set covers every kind, and a held-out
+meeting is never one the KV store was built on."""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.kv_quality import NEEDLE_KINDS, make_needles  # noqa: E402
+from bench.qmsum_split import KV_BUILT_ON, kv_part_of, split_of  # noqa: E402
+
+DATA = ROOT.parent / "shared" / "data" / "qmsum" / "val"
+
+
+def _facts(needles) -> list[tuple[str, str, str, str]]:
+    return [(n.kind, n.fact, n.question, n.answer) for n in needles]
+
+
+def test_default_needles_are_those_of_the_earlier_figures() -> None:
+    facts = _facts(make_needles(20, 0))
+    assert facts[0] == ("code", "The access code for project Zephyr is 5104.",
+                        "What is the access code for project Zephyr?", "5104")
+    # the 20 facts of the documented runs (seed 0), as the code before the wide kinds made them
+    assert hashlib.sha256(repr(facts).encode()).hexdigest()[:16] == "909f384c32734fa9"
+
+
+def test_wide_needles_cover_every_kind_and_read_back_from_their_prefix() -> None:
+    needles = make_needles(60, 3, NEEDLE_KINDS)
+    assert _facts(needles) == _facts(make_needles(60, 3, NEEDLE_KINDS))
+    assert {k: sum(n.kind == k for n in needles) for k in NEEDLE_KINDS} == {k: 10 for k in NEEDLE_KINDS}
+    assert len({n.question for n in needles}) == 60
+    for n in needles:
+        assert n.fact.startswith(f"{n.prefix} {n.answer}") and n.fact[len(n.prefix) + len(n.answer) + 1] in " ."
+
+
+def test_an_unknown_needle_kind_is_refused() -> None:
+    with pytest.raises(ValueError, match="needle kinds are"):
+        make_needles(3, 0, ("code", "phone"))
+
+
+def test_meetings_the_kv_store_was_built_on_are_never_held_out() -> None:
+    assert all(kv_part_of(f"{name}.json") == "tuning" for name in KV_BUILT_ON)
+    assert split_of("TS3010b.json") == "held-out" and kv_part_of("TS3010b.json") == "tuning"
+
+
+@pytest.mark.skipif(not any(DATA.glob("*.json")), reason=f"QMSum validation meetings not found in {DATA}")
+def test_the_held_out_part_has_enough_meetings() -> None:
+    parts = [kv_part_of(p.name) for p in DATA.glob("*.json")]
+    assert parts.count("held-out") >= 8 and parts.count("tuning") >= 15
