@@ -92,6 +92,8 @@ class AnswerOptions:
     min_focus_coverage: float = 0.6  # share of the question's focus stems a supporting sentence must hold
     min_dense: float = 0.62  # or a cosine this high between question and sentence
     near_best: float = 0.6  # hits within this share of the best score compete for the entity
+    heard_alike: float = 80.0  # a focus word counts as said when a word (or two run together) is this close in
+    # spelling (RapidFuzz ratio, 0-100), at half weight: the recogniser hears "data storage" as "latest story"
 
 
 class AnswerFinder:
@@ -148,9 +150,12 @@ class AnswerFinder:
         focus = set(stems(" ".join(q.focus))) or set(stems(" ".join(topic_words(q.text)))) or set(stems(q.text))
         sentence = self.sentences[hit.index]
         if focus:
-            present = set(stems(f"{sentence.context} {sentence.text} {sentence.speaker}"))
+            said = stems(f"{sentence.context} {sentence.text} {sentence.speaker}")
+            present = set(said)
             weight = {f: self._idf(f) for f in focus}
-            if sum(w for f, w in weight.items() if f in present) / sum(weight.values()) >= self.options.min_focus_coverage:
+            covered = sum(w * (1.0 if f in present else 0.5 * _heard_alike(f, said, self.options.heard_alike))
+                          for f, w in weight.items())
+            if covered / sum(weight.values()) >= self.options.min_focus_coverage:
                 return True
         return hit.dense >= self.options.min_dense
 
@@ -404,6 +409,17 @@ def _contradicts(question: str, evidence: str) -> bool:
 def _capitalise(text: str) -> str:
     text = text.strip()
     return text[:1].upper() + text[1:] if text else text
+
+
+def _heard_alike(stem: str, said: list[str], threshold: float) -> bool:
+    """Is ``stem`` close in spelling to a word said, or to two said words run together ("webinar" ~ "where we
+    are")? Short stems never match: "bus" and "mass" are different things."""
+    if not threshold or len(stem) < 4:
+        return False
+    from rapidfuzz import fuzz
+
+    candidates = said + [a + b for a, b in zip(said, said[1:])]
+    return any(len(w) >= 4 and fuzz.ratio(stem, w) >= threshold for w in candidates)
 
 
 def _no_repeats(text: str) -> str:

@@ -91,6 +91,33 @@ def cited_key(answer, question: dict) -> bool:
         answer_correct(cited, question)
 
 
+def heard(question: dict, reference: dict, transcript: Transcript) -> tuple[bool, bool]:
+    """(key heard, topic heard): does the recognised transcript, where the evidence turn was spoken, still hold the
+    answer's key (the figure, date or decision's words; for "who" questions the person as speaker label or said
+    name), and most of the question's focus words? What the recogniser lost no answering rule can find; questions
+    the meeting does not answer have nothing to lose."""
+    if question["type"] in ABSENT_TYPES or question.get("evidence_turn") is None:
+        return True, True
+    from app.questions import parse_question
+    from app.retrieval import stems
+    from app.transcript import join_words
+    from bench.suites.score import keywords_match
+
+    turn = reference["turns"][question["evidence_turn"]]
+    words = [w for w in transcript.words if w.end > turn["start"] - 0.5 and w.start < turn["end"] + 0.5]
+    text = join_words(w.text for w in words)
+    if question["type"] in ("who_said", "who_will"):
+        labels = {w.speaker for w in words if w.start >= turn["start"] - 0.1}
+        key = question["answer"] in labels or keywords_match(text, question["keywords"])
+    elif question["type"] == "yes_no":
+        key = True  # the key is the matter itself: the topic below
+    else:
+        key = keywords_match(text, question["keywords"])
+    focus = set(stems(" ".join(parse_question(question["question"]).focus)))
+    topic = not focus or len(focus & set(stems(text))) / len(focus) >= 0.6
+    return key, topic
+
+
 def transcript_for(meeting: Path, source: str, settings, cache: Path | None = None) -> Transcript:
     """The meeting's transcript from ``source``. Batch transcripts are kept in ``cache`` when given, before
     naming (anonymous labels), and named on every load, so answer and naming rules can be re-scored without
@@ -128,6 +155,13 @@ def anonymous(transcript: Transcript) -> Transcript:
         mapping[label] = f"SPEAKER_{k:02d}"
         taken.add(mapping[label])
     return rename_speakers(transcript, mapping) if mapping else transcript
+
+
+def kept_folder(args: argparse.Namespace) -> Path | None:
+    """Where batch transcripts are kept: those primed with the attendees' names apart from the plain ones."""
+    if args.source != "batch" or args.transcripts is None:
+        return None
+    return args.transcripts / "attendees" if args.attendees else args.transcripts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
                 given = reference["speakers"] if args.attendees else []
                 transcript = transcript_for(meeting, args.source,
                                             settings.model_copy(update={"asr": settings.asr.model_copy(update={"hotwords": given})}),
-                                            args.transcripts if args.source == "batch" else None)
+                                            kept_folder(args))
                 if assistant is not None:
                     ask = lambda q, t=transcript: assistant.ask(t, q)  # noqa: E731
                 else:
@@ -202,11 +236,13 @@ def main(argv: list[str] | None = None) -> int:
                                "ref": len(reference["speakers"]), "hyp": len(transcript.speakers)})
             for question in facts["questions"]:
                 answer = ask(question["question"])
+                key_heard, topic_heard = heard(question, reference, transcript)
                 rows.append({
                     "meeting": meeting.name, "condition": meta.get("condition", "?"), "type": question["type"],
                     "question": question["question"], "expected": question["answer"], "answer": answer.text,
                     "understood_as": answer.kind, "correct": answer_correct(answer.text, question),
                     "repeats": repeats_itself(answer.text), "cited_supports": cited_key(answer, question),
+                    "key_heard": key_heard, "topic_heard": topic_heard,
                 })
             if runtime is not None:
                 runtime.close_session(session.session_id)
@@ -219,13 +255,26 @@ def main(argv: list[str] | None = None) -> int:
     by_type: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         by_type[r["type"]].append(r)
-    print("| question type | questions | right | cited line supports | repeats |\n|---|---|---|---|---|")
-    for qtype in sorted(by_type):
-        rs = by_type[qtype]
-        print(f"| {qtype} | {len(rs)} | {sum(r['correct'] for r in rs) / len(rs):.0%} "
-              f"| {sum(r['cited_supports'] for r in rs) / len(rs):.0%} | {sum(r['repeats'] for r in rs)} |")
-    print(f"| **all** | {len(rows)} | **{sum(r['correct'] for r in rows) / len(rows):.1%}** "
-          f"| {sum(r['cited_supports'] for r in rows) / len(rows):.0%} | {sum(r['repeats'] for r in rows)} |")
+    def share(rs: list[dict], field: str) -> str:
+        return f"{sum(r[field] for r in rs) / len(rs):.0%}" if rs else "-"
+
+    def heard_rows(rs: list[dict]) -> list[dict]:
+        return [r for r in rs if r["key_heard"] and r["topic_heard"]]
+
+    heard_cols = args.source != "reference"
+    print("| question type | questions | right | cited line supports | repeats |"
+          + (" answer heard | topic heard | right where both heard |" if heard_cols else "")
+          + "\n|---|---|---|---|---|" + ("---|---|---|" if heard_cols else ""))
+    for qtype in [*sorted(by_type), None]:
+        rs = by_type[qtype] if qtype else rows
+        right = share(rs, "correct") if qtype else f"**{sum(r['correct'] for r in rs) / len(rs):.1%}**"
+        line = (f"| {qtype or '**all**'} | {len(rs)} | {right} | {share(rs, 'cited_supports')} "
+                f"| {sum(r['repeats'] for r in rs)} |")
+        if heard_cols:
+            both = heard_rows(rs)
+            line += (f" {share(rs, 'key_heard')} | {share(rs, 'topic_heard')} | {share(both, 'correct')} "
+                     f"({len(both)}) |")
+        print(line)
     if names:
         nr, nt = sum(n["named_right"] for n in names), sum(n["named_total"] for n in names)
         ir, it = sum(n["introduced_right"] for n in names), sum(n["introduced_total"] for n in names)

@@ -211,3 +211,23 @@ def test_a_price_is_not_read_from_a_date_a_score_or_a_share():
         assert finder.answer(question).text == NOT_IN_MEETING, question
     assert finder.answer("What is the budget for the catering?").text.lower() == "two thousand dollars"
     assert "thirty nine percent" in finder.answer("What is the conversion percentage?").text.lower()
+
+
+def test_a_topic_the_recogniser_split_or_misspelled_still_supports_its_answer():
+    """Whisper writes "turn out" for turnout and "webinnar" for webinar; a short word heard alike ("bus",
+    "mass") is a different thing, and a topic never said stays unanswered."""
+    from app.answers import AnswerOptions
+
+    t = _turns(("SPEAKER_00", "Okay, let's look at the school fair numbers."),
+               ("SPEAKER_01", "The latest parent turn out is 34%."),
+               ("SPEAKER_02", "The launch webinnar will cost 9,860 dollars in total."),
+               ("SPEAKER_00", "The mass rental is booked."),
+               ("SPEAKER_01", "Great, thanks."))
+    finder = AnswerFinder(t)
+    assert "34" in finder.answer("What is the current parent turnout?").text
+    assert "9,860" in finder.answer("How much is the launch webinar going to be?").text
+    assert finder.answer("What is the cost of the bus rental?").text == NOT_IN_MEETING
+    assert finder.answer("What is the current donor retention?").text == NOT_IN_MEETING
+    strict = AnswerFinder(t, options=AnswerOptions(heard_alike=0.0))
+    assert strict.answer("What is the current parent turnout?").text == NOT_IN_MEETING
+    assert strict.answer("How much is the launch webinar going to be?").text == NOT_IN_MEETING
