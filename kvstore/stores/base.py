@@ -240,12 +240,30 @@ def iter_all(store: BlockStore) -> Iterator[tuple[str, str]]:
 
 class IndexedStore(BlockStore):
     """A store whose block ids live in an in-memory ``{session: {block id: ...}}`` index (``_index``),
-    guarded by ``_lock``: the listing methods are the same for all of them."""
+    guarded by ``_lock``, and whose puts are refused once ``_closed``: the listing methods and the
+    closing are the same for all of them."""
 
     _index: dict[str, dict[str, int]]  # session -> block id -> payload bytes
     _lock: "threading.Lock | threading.RLock | threading.Condition"
     _nbytes: int
+    _closed: bool
     quota_bytes: int | None
+
+    def close(self) -> None:
+        """Flush, then refuse puts and let go of the writer threads and files (:meth:`_release`) even if
+        the flush raised; closing again does nothing."""
+        if self._closed:
+            return
+        try:
+            self.flush()
+        finally:
+            with self._lock:
+                self._closed = True
+            self._release()
+
+    @abc.abstractmethod
+    def _release(self) -> None:
+        """Stop the store's threads and close its files (after the last flush)."""
 
     def _admit(self, what: str, session: str, block_id: str, size: int) -> None:
         """Count a put of ``size`` bytes into the index (caller holds ``_lock``); over the quota: StoreFull."""

@@ -44,14 +44,6 @@ def segment_path(root: Path, number: int) -> Path:
     return root / f"seg-{number:06d}.log"
 
 
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def crc(data: Buffer, start: int = 0) -> int:
     """CRC32C (Castagnoli; the SSE4.2 instruction): 28 GB/s here against 7 for zlib's CRC32, which
     alone would cost a third of a page-cache write. google-crc32c is a dependency of aiortc (pinned in

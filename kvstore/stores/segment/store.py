@@ -209,16 +209,9 @@ class SegmentStore(IndexedStore):
         the copies durable, then remove those segments. Returns counts and the bytes freed."""
         return self._writer.call(self._compactor.compact, threshold)
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        try:
-            self.flush()
-        finally:
-            with self._state.lock:
-                self._closed = True
-            self._writer.stop()
-            for seg in self._state.segments.values():
-                seg.map = None
-                os.close(seg.fd)
-            self._state.segments.clear()
+    def _release(self) -> None:
+        self._writer.stop()
+        for seg in self._state.segments.values():
+            seg.map = None
+            os.close(seg.fd)
+        self._state.segments.clear()
