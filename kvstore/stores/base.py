@@ -238,16 +238,48 @@ def iter_all(store: BlockStore) -> Iterator[tuple[str, str]]:
             yield session, block_id
 
 
-class IndexedStore(BlockStore):
+class ListedStore(BlockStore):
     """A store whose block ids live in an in-memory ``{session: {block id: ...}}`` index (``_index``),
-    guarded by ``_lock``, and whose puts are refused once ``_closed``: the listing methods and the
-    closing are the same for all of them."""
+    guarded by ``_lock``: the listing methods are the same for all of them."""
+
+    _index: "dict[str, dict[str, object]]"
+    _lock: "threading.Lock | threading.RLock | threading.Condition"
+
+    def contains(self, session: str, block_id: str) -> bool:
+        with self._lock:
+            return block_id in self._index.get(session, {})
+
+    def list(self, session: str) -> list[str]:
+        with self._lock:
+            return sorted(self._index.get(session, {}))
+
+    def sessions(self) -> list[str]:
+        with self._lock:
+            return sorted(s for s, blocks in self._index.items() if blocks)
+
+
+class IndexedStore(ListedStore):
+    """A listed store that counts each block's payload bytes in its index, against ``quota_bytes``, and
+    writes from background threads: its puts are refused once ``_closed``, and closing is the same for all
+    of them (the disk stores)."""
 
     _index: dict[str, dict[str, int]]  # session -> block id -> payload bytes
-    _lock: "threading.Lock | threading.RLock | threading.Condition"
     _nbytes: int
     _closed: bool
     quota_bytes: int | None
+
+    def put(self, session: str, block_id: str, data: bytes) -> None:
+        self.put_owned(session, block_id, data if isinstance(data, bytes) else bytes(data))
+
+    def put_owned(self, session: str, block_id: str, data: "bytes | bytearray | memoryview") -> None:
+        """Like :meth:`put` without the defensive copy: the store keeps ``data`` until it is written."""
+        check_name("session", session)
+        check_name("block id", block_id)
+        self._put(session, block_id, data)
+
+    @abc.abstractmethod
+    def _put(self, session: str, block_id: str, data: "bytes | bytearray | memoryview") -> None:
+        """Index the put (names checked) and hand it to the writers."""
 
     def close(self) -> None:
         """Flush, then refuse puts and let go of the writer threads and files (:meth:`_release`) even if
@@ -273,15 +305,3 @@ class IndexedStore(BlockStore):
                             f"session {session!r} ({size} bytes) not stored")
         self._index.setdefault(session, {})[block_id] = size
         self._nbytes += size - old
-
-    def contains(self, session: str, block_id: str) -> bool:
-        with self._lock:
-            return block_id in self._index.get(session, {})
-
-    def list(self, session: str) -> list[str]:
-        with self._lock:
-            return sorted(self._index.get(session, {}))
-
-    def sessions(self) -> list[str]:
-        with self._lock:
-            return sorted(s for s, blocks in self._index.items() if blocks)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
 from kvstore.stores import block_file, readahead
-from kvstore.stores.base import BlockNotFound, CorruptBlock, IndexedStore, StoreError, StoreFull, check_name
+from kvstore.stores.base import BlockNotFound, CorruptBlock, IndexedStore, StoreError, StoreFull
 from kvstore.stores.block_file import Buffer
 from kvstore.stores.filesync import SyncBatch
 
@@ -109,16 +109,7 @@ class DiskStore(IndexedStore):
     # BlockStore
     # -------------------------------------------------------------------------------------------
 
-    def put(self, session: str, block_id: str, data: bytes) -> None:
-        self._put(session, block_id, data if isinstance(data, bytes) else bytes(data))
-
-    def put_owned(self, session: str, block_id: str, data: Buffer) -> None:
-        """Like :meth:`put` without the defensive copy: the store keeps ``data`` until it is written."""
-        self._put(session, block_id, data)
-
     def _put(self, session: str, block_id: str, data: Buffer) -> None:
-        check_name("session", session)
-        check_name("block id", block_id)
         key = (session, block_id)
         size = len(data)
         with self._lock:

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Callable, TypeVar
 
-from kvstore.stores.base import IndexedStore, StoreError, StoreFull, check_name
+from kvstore.stores.base import IndexedStore, StoreError, StoreFull
 from kvstore.stores.segment.compaction import Compactor
 from kvstore.stores.segment.reads import Reader
 from kvstore.stores.segment.records import DELETE, PUT, Buffer, Key, Loc, Segment
@@ -87,16 +87,9 @@ class SegmentStore(IndexedStore):
 
     # writes
 
-    def put(self, session: str, block_id: str, data: bytes) -> None:
-        self._put(session, block_id, data if isinstance(data, bytes) else bytes(data))
-
-    def put_owned(self, session: str, block_id: str, data: Buffer) -> None:
-        """Like :meth:`put` without the defensive copy: the store keeps ``data`` until it is written."""
-        self._put(session, block_id, memoryview(data).cast("B") if isinstance(data, memoryview) else data)
-
     def _put(self, session: str, block_id: str, data: Buffer) -> None:
-        check_name("session", session)
-        check_name("block id", block_id)
+        if isinstance(data, memoryview):
+            data = data.cast("B")  # so that len() and slices count bytes
         key = (session, block_id)
         size = len(data)
         entry = (data,)  # a fresh object per put: the writer writes it only while it is the pending one
