@@ -9,6 +9,7 @@ read back from any tier -- device, host, disk or Redis -- decodes the same way.
 from __future__ import annotations
 
 import abc
+import errno
 import json
 import re
 import struct
@@ -19,6 +20,8 @@ import torch
 
 
 T = TypeVar("T")
+Buffer = bytes | bytearray | memoryview  # what a put may hand over
+Key = tuple[str, str]  # (session, block id)
 
 
 class StoreError(Exception):
@@ -271,15 +274,26 @@ class IndexedStore(ListedStore):
     def put(self, session: str, block_id: str, data: bytes) -> None:
         self.put_owned(session, block_id, data if isinstance(data, bytes) else bytes(data))
 
-    def put_owned(self, session: str, block_id: str, data: "bytes | bytearray | memoryview") -> None:
+    def put_owned(self, session: str, block_id: str, data: Buffer) -> None:
         """Like :meth:`put` without the defensive copy: the store keeps ``data`` until it is written."""
         check_name("session", session)
         check_name("block id", block_id)
         self._put(session, block_id, data)
 
     @abc.abstractmethod
-    def _put(self, session: str, block_id: str, data: "bytes | bytearray | memoryview") -> None:
+    def _put(self, session: str, block_id: str, data: Buffer) -> None:
         """Index the put (names checked) and hand it to the writers."""
+
+    @staticmethod
+    def _raise_unwritten(where: str, failed: dict[Key, BaseException]) -> None:
+        """Raise for the blocks a writer could not write (they stay readable in memory): StoreFull when the
+        file system is full, else StoreError; nothing when none failed."""
+        if not failed:
+            return
+        (session, block_id), exc = next(iter(failed.items()))
+        kind = StoreFull if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT) else StoreError
+        raise kind(f"{where}: {len(failed)} block(s) not written, e.g. {block_id!r} of session {session!r}: {exc} "
+                   "(they stay readable in memory; free space and flush again)")
 
     def close(self) -> None:
         """Flush, then refuse puts and let go of the writer threads and files (:meth:`_release`) even if

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, TypeVar
 from urllib.parse import quote
 
-from kvstore.stores.base import BlockNotFound, CorruptBlock, lend_scratch
+from kvstore.stores.base import BlockNotFound, Buffer, CorruptBlock, lend_scratch
 from kvstore.stores.filesync import start_writeback
 
 FILE_MAGIC = b"MKVF"
@@ -32,7 +32,6 @@ HEADER = struct.Struct("<4sBHHQI")  # magic, version, len(session), len(block id
 SUFFIX = ".blk"
 TMP = ".tmp"  # in the name of a temporary, which a store opening the folder deletes
 
-Buffer = bytes | bytearray | memoryview
 T = TypeVar("T")
 
 

@@ -25,7 +25,6 @@ The parts: the file's name, layout, write and reads (:mod:`.block_file`), the ba
 
 from __future__ import annotations
 
-import errno
 import logging
 import queue
 import threading
@@ -33,13 +32,11 @@ from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
 from kvstore.stores import block_file, readahead
-from kvstore.stores.base import BlockNotFound, CorruptBlock, IndexedStore, StoreError, StoreFull
-from kvstore.stores.block_file import Buffer
+from kvstore.stores.base import BlockNotFound, Buffer, CorruptBlock, IndexedStore, Key, StoreError
 from kvstore.stores.filesync import SyncBatch
 
 log = logging.getLogger(__name__)
 
-Key = tuple[str, str]
 T = TypeVar("T")
 
 
@@ -221,11 +218,7 @@ class DiskStore(IndexedStore):
             path, exc = sync_errors[0]
             raise StoreError(f"disk store {self.root}: cannot make {len(sync_errors)} block file(s) durable, e.g. "
                              f"{path.name}: {exc}")
-        if failed:
-            (session, block_id), exc = next(iter(failed.items()))
-            kind = StoreFull if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT) else StoreError
-            raise kind(f"disk store {self.root}: {len(failed)} block(s) not written, e.g. {block_id!r} of session "
-                       f"{session!r}: {exc} (they stay readable in memory; free space and flush again)")
+        self._raise_unwritten(f"disk store {self.root}", failed)
 
     def retry_failed(self) -> None:
         """Queue the blocks whose write failed again (after space was freed)."""

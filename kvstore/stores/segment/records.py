@@ -24,7 +24,7 @@ from typing import TypeVar
 import google_crc32c
 import numpy as np
 
-from kvstore.stores.base import CorruptBlock, check_name
+from kvstore.stores.base import Buffer, CorruptBlock, Key, check_name
 
 SEG_MAGIC = b"MKVS"
 SEG_VERSION = 1
@@ -34,8 +34,6 @@ _PRE = struct.Struct("<4sBBHHQ")  # the fields the crc covers
 _MAX_NAME = 800  # 200 characters of UTF-8
 SEGMENT_NAME = re.compile(r"seg-(\d{6,})\.log")
 
-Buffer = bytes | bytearray | memoryview
-Key = tuple[str, str]
 B = TypeVar("B", bytes, memoryview)  # a payload as read (new bytes) or lent (a view)
 Loc = tuple[int, int, int, int]  # segment number, record offset, header + names length, payload length
 

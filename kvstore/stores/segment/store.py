@@ -12,7 +12,6 @@ compaction (:mod:`.compaction`); they share a :class:`~.state.LogState`. This mo
 
 from __future__ import annotations
 
-import errno
 import os
 from pathlib import Path
 from typing import Callable, TypeVar
@@ -26,8 +25,6 @@ from kvstore.stores.segment.state import LogState
 from kvstore.stores.segment.writer import Writer
 
 T = TypeVar("T")
-
-_FULL_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 
 
 class SegmentStore(IndexedStore):
@@ -178,11 +175,7 @@ class SegmentStore(IndexedStore):
             failed = dict(self._state.failed) | dict(self._state.failed_deletes)
         if errors:
             raise StoreError(f"segment store {self.root}: cannot make the log durable: {errors[0]}")
-        if failed:
-            (session, block_id), exc = next(iter(failed.items()))
-            kind = StoreFull if getattr(exc, "errno", None) in _FULL_ERRNOS else StoreError
-            raise kind(f"segment store {self.root}: {len(failed)} block(s) not written, e.g. {block_id!r} of "
-                       f"session {session!r}: {exc} (they stay readable in memory; free space and flush again)")
+        self._raise_unwritten(f"segment store {self.root}", failed)
 
     def _retry_failed(self) -> None:
         state = self._state
