@@ -152,6 +152,11 @@ def check_name(kind: str, name: str) -> str:
     return name
 
 
+def check_key(session: str, block_id: str) -> Key:
+    """``(session, block id)`` once both names are valid (ValueError naming the bad one otherwise)."""
+    return check_name("session", session), check_name("block id", block_id)
+
+
 # ------------------------------------------------------------------------------------------------
 # Block format
 # ------------------------------------------------------------------------------------------------
@@ -276,8 +281,7 @@ class IndexedStore(ListedStore):
 
     def put_owned(self, session: str, block_id: str, data: Buffer) -> None:
         """Like :meth:`put` without the defensive copy: the store keeps ``data`` until it is written."""
-        check_name("session", session)
-        check_name("block id", block_id)
+        check_key(session, block_id)
         self._put(session, block_id, data)
 
     @abc.abstractmethod

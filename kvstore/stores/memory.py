@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from kvstore.stores.base import BlockNotFound, ListedStore, StoreFull, check_name
+from kvstore.stores.base import BlockNotFound, ListedStore, StoreFull, check_key
 
 MIN_SLOT = 256
 MIN_CHUNK = 64 << 10
@@ -195,8 +195,7 @@ class MemoryStore(ListedStore):
         return block.view
 
     def _store(self, session: str, block_id: str, nbytes: int, fill) -> None:
-        check_name("session", session)
-        check_name("block id", block_id)
+        check_key(session, block_id)
         with self._lock:
             old = self._index.get(session, {}).get(block_id)
             growth = nbytes - (old.nbytes if old is not None else 0)

@@ -24,7 +24,7 @@ from typing import TypeVar
 import google_crc32c
 import numpy as np
 
-from kvstore.stores.base import Buffer, CorruptBlock, Key, check_name
+from kvstore.stores.base import Buffer, CorruptBlock, Key, check_key
 
 SEG_MAGIC = b"MKVS"
 SEG_VERSION = 1
@@ -85,7 +85,7 @@ def parse_record(fd: int, offset: int, size: int, verify: bool) -> tuple[int, Ke
     if 0 < ls <= _MAX_NAME and 0 < lb <= _MAX_NAME and len(head) >= HEAD.size + ls + lb:
         try:
             names = head[HEAD.size:HEAD.size + ls + lb]
-            key = (check_name("session", names[:ls].decode()), check_name("block id", names[ls:].decode()))
+            key = check_key(names[:ls].decode(), names[ls:].decode())
         except (UnicodeDecodeError, ValueError):
             key = None
     if key is None:
