@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -112,6 +112,20 @@ class KVSettings(BaseModel):
     watermark: float = Field(0.85, gt=0, le=1, description="share of device_cap_mib the KV is kept at")
     cold: "ColdSettings" = Field(default_factory=lambda: ColdSettings(),
                                  description="live meetings: where blocks the budget cannot hold wait for a question")
+    scorers: dict[str, Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(
+        default_factory=dict, description="importance score terms, registered scorer name -> weight, on top of "
+        "kvstore's defaults (kvstore.scoring.ScoreWeights): a new name adds its term, a known one changes its "
+        "weight, weight 0 turns a term off")
+
+    @field_validator("scorers")
+    @classmethod
+    def _registered_scorers(cls, scorers: dict[str, float]) -> dict[str, float]:
+        """Names are checked against the scorer registry now, not when the first cache is built."""
+        if scorers:
+            from kvstore.scoring.registry import check_scorer_names  # loads torch: only when scorers are named
+
+            check_scorer_names(scorers)
+        return scorers
 
 
 class ColdSettings(BaseModel):
@@ -144,6 +158,10 @@ def tiered_cache_config(kv: KVSettings, budget_bytes: int | None = None):
     ``budget_floor_tokens``); a batch prompt's length is known, so the caller gives it in bytes.
     """
     from kvstore.config import ModalityPolicy, TieredCacheConfig  # kvstore loads torch: not at config time
+    from kvstore.scoring import ScoreWeights
+
+    # the score's terms: kvstore's defaults in their order, changed or added to by kv.scorers, those at 0 left out
+    weights = {name: weight for name, weight in {**ScoreWeights(), **kv.scorers}.items() if weight}
 
     return TieredCacheConfig(
         block_size=kv.block_size,
@@ -160,6 +178,7 @@ def tiered_cache_config(kv: KVSettings, budget_bytes: int | None = None):
         modalities={name: ModalityPolicy(**policy.model_dump()) for name, policy in kv.modalities.items()},
         device_cap_bytes=None if kv.device_cap_mib is None else int(kv.device_cap_mib * (1 << 20)),
         watermark=kv.watermark,
+        weights=weights,
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import re
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import torch
 
@@ -25,6 +25,26 @@ class TokenFlag(enum.IntFlag):
     TIMESTAMP = 16  # an explicit time marker in the transcript
 
 
+def _grown(length: int, *columns: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Per-index columns of one length, zero-extended (at least doubling) to hold ``length`` entries."""
+    if columns[0].numel() >= length:
+        return columns
+    size = max(length, 2 * columns[0].numel())
+    grown = tuple(torch.zeros(size, dtype=c.dtype) for c in columns)
+    for new, old in zip(grown, columns):
+        new[: old.numel()] = old
+    return grown
+
+
+def _indices(indices: torch.Tensor | list[int], grow: Callable[[int], None]) -> torch.Tensor | None:
+    """``indices`` as a flat long tensor, ``grow`` given the length that holds them; None when empty."""
+    indices = torch.as_tensor(indices, dtype=torch.long).flatten()
+    if indices.numel() == 0:
+        return None
+    grow(int(indices.max()) + 1)
+    return indices
+
+
 class TokenAnnotations:
     """Per-position flag bits and modality, growable, shared by every layer of a cache (2 bytes per token)."""
 
@@ -34,11 +54,9 @@ class TokenAnnotations:
 
     def set_modality(self, positions: torch.Tensor | list[int], modality: Modality | int) -> None:
         """Tag token positions (may lie ahead of the cache) with the stream they come from."""
-        positions = torch.as_tensor(positions, dtype=torch.long).flatten()
-        if positions.numel() == 0:
-            return
-        self._grow(int(positions.max()) + 1)
-        self.modality[positions] = int(modality)
+        positions = _indices(positions, self._grow)
+        if positions is not None:
+            self.modality[positions] = int(modality)
 
     def tokens_by_modality(self, length: int) -> torch.Tensor:
         """Token count per modality code among positions ``[0, length)``: ``[len(Modality)]``."""
@@ -54,12 +72,9 @@ class TokenAnnotations:
 
     def mark(self, positions: torch.Tensor | list[int], flags: int | torch.Tensor) -> None:
         """OR ``flags`` into the given absolute token positions (may lie ahead of the cache)."""
-        positions = torch.as_tensor(positions, dtype=torch.long).flatten()
-        if positions.numel() == 0:
-            return
-        self._grow(int(positions.max()) + 1)
-        values = torch.as_tensor(flags, dtype=torch.uint8).expand(positions.shape)
-        self.flags[positions] |= values
+        positions = _indices(positions, self._grow)
+        if positions is not None:
+            self.flags[positions] |= torch.as_tensor(flags, dtype=torch.uint8).expand(positions.shape)
 
     def truncate(self, length: int) -> None:
         """Forget annotations at positions >= ``length`` (after a rollback)."""
@@ -80,13 +95,7 @@ class TokenAnnotations:
         return ored[block_index.cpu()]
 
     def _grow(self, length: int) -> None:
-        if self.flags.numel() < length:
-            size = max(length, 2 * self.flags.numel())
-            for name in ("flags", "modality"):
-                old = getattr(self, name)
-                grown = torch.zeros(size, dtype=torch.uint8)
-                grown[: old.numel()] = old
-                setattr(self, name, grown)
+        self.flags, self.modality = _grown(length, self.flags, self.modality)
 
 
 class BlockPriorities:
@@ -102,10 +111,9 @@ class BlockPriorities:
         self.pinned = torch.zeros(0, dtype=torch.bool)
 
     def promote(self, blocks: torch.Tensor, boost: float, pin: bool) -> None:
-        blocks = torch.as_tensor(blocks, dtype=torch.long).flatten()
-        if blocks.numel() == 0:
+        blocks = _indices(blocks, self._grow)
+        if blocks is None:
             return
-        self._grow(int(blocks.max()) + 1)
         self.boost[blocks] = torch.clamp(self.boost[blocks], min=float(boost))
         if pin:
             self.pinned[blocks] = True
@@ -131,12 +139,7 @@ class BlockPriorities:
         self.pinned[first_block:] = False
 
     def _grow(self, length: int) -> None:
-        if self.boost.numel() < length:
-            size = max(length, 2 * self.boost.numel())
-            boost, pinned = torch.zeros(size), torch.zeros(size, dtype=torch.bool)
-            boost[: self.boost.numel()] = self.boost
-            pinned[: self.pinned.numel()] = self.pinned
-            self.boost, self.pinned = boost, pinned
+        self.boost, self.pinned = _grown(length, self.boost, self.pinned)
 
 
 _NUMBER = re.compile(r"\d+(?:[.,:/-]\d+)*")

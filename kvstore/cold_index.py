@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from kernels import dispatch as ops  # Triton on CUDA, the torch reference elsewhere
 from kvstore.block_storage import BlockStorage
 from kvstore.blocks import BlockFormat, PageTable
 from kvstore.config import TieredCacheConfig
+from kvstore.layer_attention import quest_bounds
 from kvstore.layer_context import LayerContext
 from kvstore.stores.base import unpack_block
 
@@ -126,11 +126,7 @@ class ColdIndex:
         last = query[:, :, -self.settings.observation_window:]
 
         def bounds(table: PageTable, n: int) -> torch.Tensor:
-            kmin = table.columns["key_min"][:n].reshape(n * storage.batch, storage.n_heads, storage.head_dim)
-            kmax = table.columns["key_max"][:n].reshape(n * storage.batch, storage.n_heads, storage.head_dim)
-            rows = torch.arange(n).view(1, 1, -1).expand(storage.batch, storage.n_heads, n)
-            pages = rows * storage.batch + torch.arange(storage.batch).view(-1, 1, 1)
-            return ops.quest_scores(last, kmin, kmax, pages.to(storage.device)).float().amax(dim=(0, 1)).cpu()
+            return quest_bounds(storage, table, n, last)[0].float().amax(dim=(0, 1)).cpu()
 
         cold_scores = bounds(self.table, len(self.table))
         likely = torch.topk(cold_scores, min(2 * k, cold_scores.numel())).indices

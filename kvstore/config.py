@@ -10,7 +10,7 @@ import torch
 from kvstore.formats import FORMATS, QUANTIZED_NAMES
 from kvstore.modality import MODALITY_NAMES
 from kvstore.scoring.combined import ScoreWeights
-from kvstore.scoring.registry import SCORERS
+from kvstore.scoring.registry import check_scorer_names
 
 
 def _default_fidelity() -> dict[str, float]:
@@ -93,9 +93,7 @@ class TieredCacheConfig:
         unknown = set(self.warm_kinds) - set(QUANTIZED_NAMES)
         if unknown:
             raise ValueError(f"unknown warm formats {sorted(unknown)}")
-        unknown = set(self.weights) - set(SCORERS)
-        if unknown:
-            raise ValueError(f"unknown scorers {sorted(unknown)} (registered: {', '.join(sorted(SCORERS))})")
+        check_scorer_names(self.weights)
         if self.budget_ratio is not None and self.budget_ratio < 0:
             raise ValueError("budget_ratio must be >= 0")
         if not 0 <= self.recent_budget_share <= 1:

@@ -14,9 +14,20 @@ import torch
 from kernels import dispatch as ops  # Triton on CUDA, the torch reference elsewhere
 from kernels.reference import PagedSource
 from kvstore.block_storage import BlockStorage
-from kvstore.blocks import BlockFormat
+from kvstore.blocks import BlockFormat, PageTable
 from kvstore.config import TieredCacheConfig
 from kvstore.layer_context import LayerContext
+
+
+def quest_bounds(storage: BlockStorage, table: PageTable, n: int, query: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quest upper bounds of ``query`` over the first ``n`` rows of ``table`` (the storage's page table or
+    one with its columns, e.g. the cold index's), ``[B, Hkv, n]`` on the storage's device, and the rows
+    they are for, ``[B, Hkv, n]``; each batch row reads its own page of a block."""
+    kmin = table.columns["key_min"][:n].reshape(n * storage.batch, storage.n_heads, storage.head_dim)
+    kmax = table.columns["key_max"][:n].reshape(n * storage.batch, storage.n_heads, storage.head_dim)
+    rows = torch.arange(n).view(1, 1, -1).expand(storage.batch, storage.n_heads, n)
+    pages = rows * storage.batch + torch.arange(storage.batch).view(-1, 1, 1)
+    return ops.quest_scores(query, kmin, kmax, pages.to(storage.device)), rows
 
 
 class BlockAttention:
@@ -137,11 +148,8 @@ class BlockAttention:
                       seq_len: int) -> torch.Tensor:
         """Per (batch, KV head): the ``top_k`` past rows with the best Quest bound, plus forced rows."""
         table, bs = storage.table, storage.block_size
-        kmin = table.columns["key_min"][:n_past].reshape(n_past * storage.batch, storage.n_heads, storage.head_dim)
-        kmax = table.columns["key_max"][:n_past].reshape(n_past * storage.batch, storage.n_heads, storage.head_dim)
-        rows = torch.arange(n_past).view(1, 1, -1).expand(storage.batch, storage.n_heads, n_past)
-        pseudo_pages = rows * storage.batch + torch.arange(storage.batch).view(-1, 1, 1)
-        scores = ops.quest_scores(query, kmin, kmax, pseudo_pages.to(storage.device)).cpu()
+        scores, rows = quest_bounds(storage, table, n_past, query)
+        scores = scores.cpu()
         starts = table.block_index[:n_past] * bs
         ends = starts + table.fill[:n_past]
         forced = (starts < self.settings.sink_tokens) | (ends > seq_len - self.settings.recent_tokens)

@@ -129,12 +129,8 @@ def kv_report(cache: Any, placement: "TierPlacement | None" = None) -> KVReport:
 
     if placement is None and cache.cold_tier is not None:
         placement = cache.cold_tier.placement
-    report = KVReport(
+    report = KVReport(  # the byte totals are the sums of the layers', measured once each in the loop below
         tokens=cache.get_seq_length(),
-        kv_bytes=cache.kv_bytes(),
-        tiered_kv_bytes=cache.kv_bytes(include_sliding=False),
-        full_precision_bytes=cache.full_precision_bytes(),
-        budget_bytes=cache.budget_bytes(),
         per_tier={tier: TierUsage() for tier in PrecisionTier},
         per_modality={m: TierUsage() for m in Modality},
         modality_formats={m: {} for m in Modality},
@@ -144,11 +140,17 @@ def kv_report(cache: Any, placement: "TierPlacement | None" = None) -> KVReport:
     )
     by_tier = {"L1": 0, "L2": 0, "L3": 0, "metadata": 0, "sliding": 0}
     for layer_idx, layer in enumerate(cache.layers):
+        kv_bytes = layer.kv_bytes()
+        report.kv_bytes += kv_bytes
         if not isinstance(layer, TieredLayer):
-            by_tier["sliding"] += layer.kv_bytes()
-            report.layers.append({"tokens_seen": layer.cumulative_length, "kv_bytes": layer.kv_bytes(),
+            by_tier["sliding"] += kv_bytes
+            report.layers.append({"tokens_seen": layer.cumulative_length, "kv_bytes": kv_bytes,
                                   "sliding_window": layer.sliding_window})
             continue
+        budget, full_precision = layer.budget(), layer.full_precision_bytes()
+        report.tiered_kv_bytes += kv_bytes
+        report.budget_bytes += budget
+        report.full_precision_bytes += full_precision
         if not layer.is_initialized:
             report.layers.append({"tokens_seen": 0})
             continue
@@ -158,13 +160,12 @@ def kv_report(cache: Any, placement: "TierPlacement | None" = None) -> KVReport:
         formats = {}
         for fmt, pool in layer.pools.items():
             in_fmt = table.format == fmt
+            n_blocks, used, reserved = int(in_fmt.sum()), pool.used_bytes(), pool.reserved_bytes()
             block_bytes = layer.batch * pool.slot_bytes
             kind = BlockFormat(fmt).kind
-            per_layer[precision_tier(fmt)].add(TierUsage(int(in_fmt.sum()), int(table.fill[in_fmt].sum()),
-                                                         pool.used_bytes(), pool.reserved_bytes()))
-            formats[kind] = {"blocks": int(in_fmt.sum()), "used_bytes": pool.used_bytes(),
-                             "reserved_bytes": pool.reserved_bytes()}
-            by_tier["L1" if fmt == BlockFormat.FULL else "L2"] += int(in_fmt.sum()) * block_bytes
+            per_layer[precision_tier(fmt)].add(TierUsage(n_blocks, int(table.fill[in_fmt].sum()), used, reserved))
+            formats[kind] = {"blocks": n_blocks, "used_bytes": used, "reserved_bytes": reserved}
+            by_tier["L1" if fmt == BlockFormat.FULL else "L2"] += n_blocks * block_bytes
             for m in Modality:
                 rows = in_fmt & (modality == int(m))
                 n_rows = int(rows.sum())
@@ -173,22 +174,23 @@ def kv_report(cache: Any, placement: "TierPlacement | None" = None) -> KVReport:
                                                          n_rows * block_bytes))
                     by_format = report.modality_formats[m]
                     by_format[kind] = by_format.get(kind, 0) + n_rows * block_bytes
+        summary_bytes, metadata_bytes = summary.nbytes(), layer.metadata_bytes()
         per_layer[PrecisionTier.L3_COLD].add(TierUsage(
-            0, int(summary.count.max()) if summary.count.numel() else 0, summary.nbytes(), summary.nbytes()))
+            0, int(summary.count.max()) if summary.count.numel() else 0, summary_bytes, summary_bytes))
         report.per_layer[layer_idx] = per_layer
         for tier, usage in per_layer.items():
             report.per_tier[tier].add(usage)
-        by_tier["L3"] += summary.nbytes()
-        by_tier["metadata"] += layer.metadata_bytes() - summary.nbytes()
+        by_tier["L3"] += summary_bytes
+        by_tier["metadata"] += metadata_bytes - summary_bytes
         report.layers.append({
             "tokens_seen": layer.cumulative_length,
             "tokens_kept": layer.kept_tokens(),
             "tokens_summarised": float(summary.count.mean()) if summary.count.numel() else 0.0,
             "formats": formats,
-            "metadata_bytes": layer.metadata_bytes(),
-            "kv_bytes": layer.kv_bytes(),
-            "full_precision_bytes": layer.full_precision_bytes(),
-            "budget_bytes": layer.budget(),
+            "metadata_bytes": metadata_bytes,
+            "kv_bytes": kv_bytes,
+            "full_precision_bytes": full_precision,
+            "budget_bytes": budget,
         })
     seen = cache.annotations.tokens_by_modality(report.tokens).tolist()
     report.modality_tokens_seen = {m: int(seen[int(m)]) for m in Modality}

@@ -156,3 +156,26 @@ def test_modality_names_come_from_the_one_enum(tmp_path):
     assert MODALITY_NAMES == tuple(m.name.lower() for m in Modality) == ("text", "audio", "video")
     with pytest.raises(InputError, match="modalities"):
         load_settings(overrides={"kv": {"modalities": {"smell": {"preferred": "int8"}}}})
+
+
+def test_scorer_weights_default_to_kvstore_and_change_by_entry(monkeypatch):
+    """No ``kv.scorers``: the cache gets kvstore's ScoreWeights, in order; an entry changes, adds or (at 0)
+    removes one term, from the config or the environment."""
+    from app.config import tiered_cache_config
+    from kvstore.scoring import ScoreWeights
+
+    assert list(tiered_cache_config(load_settings().kv).weights.items()) == list(ScoreWeights().items())
+    monkeypatch.setenv("MINUTIA_KV__SCORERS__STRUCTURAL", "0.6")
+    kv = load_settings(overrides={"kv": {"scorers": {"query": 0}}}).kv
+    assert tiered_cache_config(kv).weights == {"accumulated": 1.0, "position": 0.5, "structural": 0.6}
+    monkeypatch.setenv("MINUTIA_KV__SCORERS", '{"position": 2}')
+    monkeypatch.delenv("MINUTIA_KV__SCORERS__STRUCTURAL")
+    assert tiered_cache_config(load_settings().kv).weights["position"] == 2.0
+
+
+def test_unknown_or_negative_scorer_weights_are_one_clear_error():
+    with pytest.raises(InputError, match=r"kv.scorers: .*unknown scorers \['recency'\] \(registered: accumulated, "
+                                         r".*query, structural"):
+        load_settings(overrides={"kv": {"scorers": {"recency": 1.0}}})
+    with pytest.raises(InputError, match="kv.scorers.query: Input should be greater than or equal to 0"):
+        load_settings(overrides={"kv": {"scorers": {"query": -1}}})

@@ -204,7 +204,7 @@ def test_sharded_writers_keep_each_blocks_order(tmp_path: Path) -> None:
                 store.put("s", block_id, data)
                 expected[block_id] = data
     store.flush()
-    assert not store._unsynced
+    assert not store._syncs.files
     store.close()
     reopened = DiskStore(tmp_path)
     assert reopened.list("s") == sorted(expected) and not reopened.skipped
@@ -236,9 +236,9 @@ def test_drain_writes_without_syncing(tmp_path: Path) -> None:
     for i in range(10):
         store.put("s", f"b{i}", bytes([i]) * 5000)
     store.drain()
-    assert len(list((tmp_path / "s").glob("*.blk"))) == 10 and len(store._unsynced) == 10
+    assert len(list((tmp_path / "s").glob("*.blk"))) == 10 and len(store._syncs.files) == 10
     store.flush()
-    assert not store._unsynced
+    assert not store._syncs.files
     store.close()
 
 

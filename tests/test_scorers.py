@@ -3,6 +3,7 @@ class plus one ``weights`` entry, down to the plan of a TieredCache."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -109,11 +110,17 @@ def test_unknown_scorer_names_are_refused_clearly() -> None:
         register_scorer("accumulated")(OldestFirstScorer)
 
 
+DROP_ONLY_BUDGET = 2 * 7 * 4400 + 2 * 3000  # ~7 full blocks per layer of the tiny llama's 16
+
+
 def _kept_blocks(weights) -> set[int]:
     """Blocks a drop-only cache of ~7 full blocks per layer keeps of 16 (sinks block 0, recent 14-15)."""
+    return _kept_blocks_of(TieredCacheConfig(block_size=16, compress=True, budget_bytes=DROP_ONLY_BUDGET,
+                                             recent_tokens=32, warm_kinds=(), observation_window=8, weights=weights))
+
+
+def _kept_blocks_of(settings: TieredCacheConfig) -> set[int]:
     model = tiny_model("llama", attn=MINUTIA_ATTENTION)
-    settings = TieredCacheConfig(block_size=16, compress=True, budget_bytes=2 * 7 * 4400 + 2 * 3000,
-                                 recent_tokens=32, warm_kinds=(), observation_window=8, weights=weights)
     cache = TieredCache(config=model.config, settings=settings)
     feed(model, cache, token_ids(256), chunk=64)
     return set(cache.tiered_layers[0].table.block_index.tolist())
@@ -125,4 +132,26 @@ def test_a_config_entry_puts_a_new_scorer_in_the_cache_plan() -> None:
     assert oldest != default
     unprotected = sorted(oldest - {14, 15})
     assert unprotected == list(range(len(unprotected))), "the new term keeps the oldest blocks"
+    assert len(oldest) < 16, "budget forced drops"
+
+
+def _kept_blocks_configured(tmp_path, scorers: str) -> set[int]:
+    """Blocks the drop-only cache above keeps when it is built from an app config file's ``kv`` section."""
+    from app.config import load_settings, tiered_cache_config
+
+    path = tmp_path / "drop-only.yaml"
+    path.write_text("kv:\n  compress: true\n  block_size: 16\n  recent_tokens: 32\n  warm_kinds: []\n"
+                    f"  scorers: {scorers}\n")
+    return _kept_blocks_of(tiered_cache_config(load_settings(str(path)).kv, budget_bytes=DROP_ONLY_BUDGET))
+
+
+def test_the_app_config_names_a_new_scorer_in_one_entry(tmp_path, monkeypatch) -> None:
+    """``kv.scorers: {oldest-first: 10}`` in a config file adds the test-only term to the default score."""
+    for key in [k for k in os.environ if k.startswith("MINUTIA_")]:
+        monkeypatch.delenv(key)
+    default = _kept_blocks_configured(tmp_path, "{}")
+    oldest = _kept_blocks_configured(tmp_path, "{oldest-first: 10.0}")
+    assert oldest != default
+    unprotected = sorted(oldest - {14, 15})
+    assert unprotected == list(range(len(unprotected))), "the configured term keeps the oldest blocks"
     assert len(oldest) < 16, "budget forced drops"

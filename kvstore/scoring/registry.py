@@ -6,6 +6,7 @@ module (imported by ``kvstore.scoring`` or by whoever defines it) and one entry 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Callable, TypeVar
 
 from kvstore.scoring.base import Scorer
@@ -33,3 +34,11 @@ def get_scorer(name: str, **options: Any) -> Scorer:
     if name not in SCORERS:
         raise KeyError(f"unknown scorer {name!r}; known: {sorted(SCORERS)}")
     return SCORERS[name](**options)
+
+
+def check_scorer_names(names: Iterable[str]) -> None:
+    """Refuse names no scorer is registered under, naming them and the registered ones (one message for the
+    cache's config and the app's settings)."""
+    unknown = sorted(set(names) - set(SCORERS))
+    if unknown:
+        raise ValueError(f"unknown scorers {unknown} (registered: {', '.join(sorted(SCORERS))})")

@@ -9,6 +9,7 @@ read back from any tier -- device, host, disk or Redis -- decodes the same way.
 from __future__ import annotations
 
 import abc
+import errno
 import json
 import re
 import struct
@@ -19,6 +20,8 @@ import torch
 
 
 T = TypeVar("T")
+Buffer = bytes | bytearray | memoryview  # what a put may hand over
+Key = tuple[str, str]  # (session, block id)
 
 
 class StoreError(Exception):
@@ -149,6 +152,11 @@ def check_name(kind: str, name: str) -> str:
     return name
 
 
+def check_key(session: str, block_id: str) -> Key:
+    """``(session, block id)`` once both names are valid (ValueError naming the bad one otherwise)."""
+    return check_name("session", session), check_name("block id", block_id)
+
+
 # ------------------------------------------------------------------------------------------------
 # Block format
 # ------------------------------------------------------------------------------------------------
@@ -238,23 +246,12 @@ def iter_all(store: BlockStore) -> Iterator[tuple[str, str]]:
             yield session, block_id
 
 
-class IndexedStore(BlockStore):
+class ListedStore(BlockStore):
     """A store whose block ids live in an in-memory ``{session: {block id: ...}}`` index (``_index``),
     guarded by ``_lock``: the listing methods are the same for all of them."""
 
-    _index: dict[str, dict[str, int]]  # session -> block id -> payload bytes
+    _index: "dict[str, dict[str, object]]"
     _lock: "threading.Lock | threading.RLock | threading.Condition"
-    _nbytes: int
-    quota_bytes: int | None
-
-    def _admit(self, what: str, session: str, block_id: str, size: int) -> None:
-        """Count a put of ``size`` bytes into the index (caller holds ``_lock``); over the quota: StoreFull."""
-        old = self._index.get(session, {}).get(block_id, 0)
-        if self.quota_bytes is not None and self._nbytes - old + size > self.quota_bytes:
-            raise StoreFull(f"{what} quota of {self.quota_bytes} bytes reached: block {block_id!r} of "
-                            f"session {session!r} ({size} bytes) not stored")
-        self._index.setdefault(session, {})[block_id] = size
-        self._nbytes += size - old
 
     def contains(self, session: str, block_id: str) -> bool:
         with self._lock:
@@ -267,3 +264,62 @@ class IndexedStore(BlockStore):
     def sessions(self) -> list[str]:
         with self._lock:
             return sorted(s for s, blocks in self._index.items() if blocks)
+
+
+class IndexedStore(ListedStore):
+    """A listed store that counts each block's payload bytes in its index, against ``quota_bytes``, and
+    writes from background threads: its puts are refused once ``_closed``, and closing is the same for all
+    of them (the disk stores)."""
+
+    _index: dict[str, dict[str, int]]  # session -> block id -> payload bytes
+    _nbytes: int
+    _closed: bool
+    quota_bytes: int | None
+
+    def put(self, session: str, block_id: str, data: bytes) -> None:
+        self.put_owned(session, block_id, data if isinstance(data, bytes) else bytes(data))
+
+    def put_owned(self, session: str, block_id: str, data: Buffer) -> None:
+        """Like :meth:`put` without the defensive copy: the store keeps ``data`` until it is written."""
+        check_key(session, block_id)
+        self._put(session, block_id, data)
+
+    @abc.abstractmethod
+    def _put(self, session: str, block_id: str, data: Buffer) -> None:
+        """Index the put (names checked) and hand it to the writers."""
+
+    @staticmethod
+    def _raise_unwritten(where: str, failed: dict[Key, BaseException]) -> None:
+        """Raise for the blocks a writer could not write (they stay readable in memory): StoreFull when the
+        file system is full, else StoreError; nothing when none failed."""
+        if not failed:
+            return
+        (session, block_id), exc = next(iter(failed.items()))
+        kind = StoreFull if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT) else StoreError
+        raise kind(f"{where}: {len(failed)} block(s) not written, e.g. {block_id!r} of session {session!r}: {exc} "
+                   "(they stay readable in memory; free space and flush again)")
+
+    def close(self) -> None:
+        """Flush, then refuse puts and let go of the writer threads and files (:meth:`_release`) even if
+        the flush raised; closing again does nothing."""
+        if self._closed:
+            return
+        try:
+            self.flush()
+        finally:
+            with self._lock:
+                self._closed = True
+            self._release()
+
+    @abc.abstractmethod
+    def _release(self) -> None:
+        """Stop the store's threads and close its files (after the last flush)."""
+
+    def _admit(self, what: str, session: str, block_id: str, size: int) -> None:
+        """Count a put of ``size`` bytes into the index (caller holds ``_lock``); over the quota: StoreFull."""
+        old = self._index.get(session, {}).get(block_id, 0)
+        if self.quota_bytes is not None and self._nbytes - old + size > self.quota_bytes:
+            raise StoreFull(f"{what} quota of {self.quota_bytes} bytes reached: block {block_id!r} of "
+                            f"session {session!r} ({size} bytes) not stored")
+        self._index.setdefault(session, {})[block_id] = size
+        self._nbytes += size - old

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from kvstore.stores.base import BlockNotFound, BlockStore, StoreFull, check_name
+from kvstore.stores.base import BlockNotFound, ListedStore, StoreFull, check_key
 
 MIN_SLOT = 256
 MIN_CHUNK = 64 << 10
@@ -78,7 +78,7 @@ class _Block:
     view: torch.Tensor | None = None  # the block's bytes in its slot (made once: slicing costs ~1.5 us)
 
 
-class MemoryStore(BlockStore):
+class MemoryStore(ListedStore):
     """Blocks as byte slots on ``device``; on a host tier with CUDA present the slab is pinned.
 
     Pinned host slots make host -> device copies asynchronous (the prefetch stream relies on it).
@@ -96,7 +96,7 @@ class MemoryStore(BlockStore):
         self.chunk_bytes = chunk_bytes
         self._async = self.device.type == "cuda" or self.pin  # copies out of a slot may still be queued
         self._cpu = self.device.type == "cpu"
-        self._blocks: dict[str, dict[str, _Block]] = {}
+        self._index: dict[str, dict[str, _Block]] = {}
         self._classes: dict[int, _SizeClass] = {}
         self._class_of: dict[int, _SizeClass] = {}  # block bytes -> its size class (a cache)
         self._deferred: list[tuple[torch.cuda.Event, _Block]] = []  # freed slots waiting for their stream
@@ -195,10 +195,9 @@ class MemoryStore(BlockStore):
         return block.view
 
     def _store(self, session: str, block_id: str, nbytes: int, fill) -> None:
-        check_name("session", session)
-        check_name("block id", block_id)
+        check_key(session, block_id)
         with self._lock:
-            old = self._blocks.get(session, {}).get(block_id)
+            old = self._index.get(session, {}).get(block_id)
             growth = nbytes - (old.nbytes if old is not None else 0)
             if self.quota_bytes is not None and self._bytes + growth > self.quota_bytes:
                 raise StoreFull(f"{self.tier} tier full: {self._bytes + growth} > {self.quota_bytes} bytes "
@@ -212,7 +211,7 @@ class MemoryStore(BlockStore):
                 raise
             if old is not None:  # a new slot, then free the old one: a view of the old bytes stays intact until reuse
                 self._release(old)
-            self._blocks.setdefault(session, {})[block_id] = block
+            self._index.setdefault(session, {})[block_id] = block
             self._bytes += growth
 
     # -------------------------------------------------------------------------------------------
@@ -236,14 +235,18 @@ class MemoryStore(BlockStore):
         self._store(session, block_id, flat.numel(),
                     lambda block: self._view(block).copy_(flat, non_blocking=non_blocking))
 
+    def _held(self, session: str, block_id: str) -> _Block:
+        """The block's slot (caller holds ``_lock``); BlockNotFound if this tier does not hold it."""
+        try:
+            return self._index[session][block_id]
+        except KeyError:
+            raise BlockNotFound(f"no block {block_id!r} in session {session!r} ({self.tier} tier)") from None
+
     def get_tensor(self, session: str, block_id: str, out: torch.Tensor | None = None) -> torch.Tensor:
         """The block's bytes: a view of its slot (valid until the block is deleted or overwritten),
         or, with ``out`` (a uint8 tensor of the block's size), a copy into ``out``."""
         with self._lock:
-            try:
-                block = self._blocks[session][block_id]
-            except KeyError:
-                raise BlockNotFound(f"no block {block_id!r} in session {session!r} ({self.tier} tier)") from None
+            block = self._held(session, block_id)
             view = self._view(block)
             if out is None:
                 return view
@@ -272,37 +275,22 @@ class MemoryStore(BlockStore):
 
     def get(self, session: str, block_id: str) -> bytes:
         with self._lock:
-            try:
-                block = self._blocks[session][block_id]
-            except KeyError:
-                raise BlockNotFound(f"no block {block_id!r} in session {session!r} ({self.tier} tier)") from None
+            block = self._held(session, block_id)
             if self.device.type == "cpu" and block.nbytes:
                 return self._array(block).tobytes()
             return self._view(block).cpu().numpy().tobytes()
 
     def delete(self, session: str, block_id: str) -> bool:
         with self._lock:
-            blocks = self._blocks.get(session, {})
+            blocks = self._index.get(session, {})
             old = blocks.pop(block_id, None)
             if old is None:
                 return False
             self._release(old)
             self._bytes -= old.nbytes
             if not blocks:
-                self._blocks.pop(session, None)
+                self._index.pop(session, None)
             return True
-
-    def contains(self, session: str, block_id: str) -> bool:
-        with self._lock:
-            return block_id in self._blocks.get(session, {})
-
-    def list(self, session: str) -> list[str]:
-        with self._lock:
-            return sorted(self._blocks.get(session, {}))
-
-    def sessions(self) -> list[str]:
-        with self._lock:
-            return sorted(self._blocks)
 
     def nbytes(self) -> int:
         return self._bytes
@@ -342,7 +330,7 @@ class MemoryStore(BlockStore):
                                         "reserved_bytes": sum(c.tensor.numel() for c in cls.chunks)}
                        for cls in self._classes.values() if cls.chunks}
             return {"block_bytes": self._bytes,
-                    "blocks": sum(len(b) for b in self._blocks.values()),
+                    "blocks": sum(len(b) for b in self._index.values()),
                     "reserved_bytes": sum(c["reserved_bytes"] for c in classes.values()),
                     "slots_used": sum(c["used"] for c in classes.values()),
                     "slots_free": sum(c["slots"] - c["used"] for c in classes.values()),

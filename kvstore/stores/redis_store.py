@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence, TypeVar
 
 import redis
 
-from kvstore.stores.base import BlockNotFound, BlockStore, StoreError, StoreFull, StoreUnavailable, check_name
+from kvstore.stores.base import BlockNotFound, BlockStore, StoreError, StoreFull, StoreUnavailable, check_key
 
 T = TypeVar("T")
 
@@ -99,8 +99,7 @@ class RedisStore(BlockStore):
 
     @_guard
     def _put(self, session: str, block_id: str, data: bytes | bytearray) -> None:
-        check_name("session", session)
-        check_name("block id", block_id)
+        check_key(session, block_id)
         if "{" in session or "}" in session:
             raise ValueError(f"session {session!r} may not contain braces (Redis hash tags)")
         self._drop_ahead(session, block_id)

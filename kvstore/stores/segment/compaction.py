@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 
 from kvstore.stores.base import StoreError
-from kvstore.stores.segment.records import DELETE, encode_record, fsync_dir
+from kvstore.stores.filesync import fsync_path
+from kvstore.stores.segment.records import DELETE, encode_record
 from kvstore.stores.segment.state import LogState
 from kvstore.stores.segment.writer import Run, Writer
 
@@ -75,7 +76,7 @@ class Compactor:
                 if not seg.readers:
                     os.close(seg.fd)
             seg.path.unlink()
-            fsync_dir(state.root)
+            fsync_path(state.root)
             report["segments_removed"] += 1
             report["bytes_freed"] += seg.size
         return report

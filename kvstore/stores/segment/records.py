@@ -24,7 +24,7 @@ from typing import TypeVar
 import google_crc32c
 import numpy as np
 
-from kvstore.stores.base import CorruptBlock, check_name
+from kvstore.stores.base import Buffer, CorruptBlock, Key, check_key
 
 SEG_MAGIC = b"MKVS"
 SEG_VERSION = 1
@@ -34,22 +34,12 @@ _PRE = struct.Struct("<4sBBHHQ")  # the fields the crc covers
 _MAX_NAME = 800  # 200 characters of UTF-8
 SEGMENT_NAME = re.compile(r"seg-(\d{6,})\.log")
 
-Buffer = bytes | bytearray | memoryview
-Key = tuple[str, str]
 B = TypeVar("B", bytes, memoryview)  # a payload as read (new bytes) or lent (a view)
 Loc = tuple[int, int, int, int]  # segment number, record offset, header + names length, payload length
 
 
 def segment_path(root: Path, number: int) -> Path:
     return root / f"seg-{number:06d}.log"
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def crc(data: Buffer, start: int = 0) -> int:
@@ -95,7 +85,7 @@ def parse_record(fd: int, offset: int, size: int, verify: bool) -> tuple[int, Ke
     if 0 < ls <= _MAX_NAME and 0 < lb <= _MAX_NAME and len(head) >= HEAD.size + ls + lb:
         try:
             names = head[HEAD.size:HEAD.size + ls + lb]
-            key = (check_name("session", names[:ls].decode()), check_name("block id", names[ls:].decode()))
+            key = check_key(names[:ls].decode(), names[ls:].decode())
         except (UnicodeDecodeError, ValueError):
             key = None
     if key is None:

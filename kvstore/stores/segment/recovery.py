@@ -17,7 +17,8 @@ import logging
 import os
 from pathlib import Path
 
-from kvstore.stores.segment.records import (PUT, SEGMENT_NAME, BadRecord, Key, Segment, fsync_dir, parse_record,
+from kvstore.stores.filesync import fsync_path
+from kvstore.stores.segment.records import (PUT, SEGMENT_NAME, BadRecord, Key, Segment, parse_record,
                                             resync, segment_path)
 from kvstore.stores.segment.state import LogState
 
@@ -43,7 +44,7 @@ def recover(state: LogState) -> list[Skipped]:
             state.current = seg
     if state.current is None:
         state.create(1)
-        fsync_dir(state.root)
+        fsync_path(state.root)
     return skipped
 
 

@@ -12,12 +12,11 @@ compaction (:mod:`.compaction`); they share a :class:`~.state.LogState`. This mo
 
 from __future__ import annotations
 
-import errno
 import os
 from pathlib import Path
 from typing import Callable, TypeVar
 
-from kvstore.stores.base import IndexedStore, StoreError, StoreFull, check_name
+from kvstore.stores.base import IndexedStore, StoreError, StoreFull
 from kvstore.stores.segment.compaction import Compactor
 from kvstore.stores.segment.reads import Reader
 from kvstore.stores.segment.records import DELETE, PUT, Buffer, Key, Loc, Segment
@@ -26,8 +25,6 @@ from kvstore.stores.segment.state import LogState
 from kvstore.stores.segment.writer import Writer
 
 T = TypeVar("T")
-
-_FULL_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 
 
 class SegmentStore(IndexedStore):
@@ -87,16 +84,9 @@ class SegmentStore(IndexedStore):
 
     # writes
 
-    def put(self, session: str, block_id: str, data: bytes) -> None:
-        self._put(session, block_id, data if isinstance(data, bytes) else bytes(data))
-
-    def put_owned(self, session: str, block_id: str, data: Buffer) -> None:
-        """Like :meth:`put` without the defensive copy: the store keeps ``data`` until it is written."""
-        self._put(session, block_id, memoryview(data).cast("B") if isinstance(data, memoryview) else data)
-
     def _put(self, session: str, block_id: str, data: Buffer) -> None:
-        check_name("session", session)
-        check_name("block id", block_id)
+        if isinstance(data, memoryview):
+            data = data.cast("B")  # so that len() and slices count bytes
         key = (session, block_id)
         size = len(data)
         entry = (data,)  # a fresh object per put: the writer writes it only while it is the pending one
@@ -185,11 +175,7 @@ class SegmentStore(IndexedStore):
             failed = dict(self._state.failed) | dict(self._state.failed_deletes)
         if errors:
             raise StoreError(f"segment store {self.root}: cannot make the log durable: {errors[0]}")
-        if failed:
-            (session, block_id), exc = next(iter(failed.items()))
-            kind = StoreFull if getattr(exc, "errno", None) in _FULL_ERRNOS else StoreError
-            raise kind(f"segment store {self.root}: {len(failed)} block(s) not written, e.g. {block_id!r} of "
-                       f"session {session!r}: {exc} (they stay readable in memory; free space and flush again)")
+        self._raise_unwritten(f"segment store {self.root}", failed)
 
     def _retry_failed(self) -> None:
         state = self._state
@@ -209,16 +195,9 @@ class SegmentStore(IndexedStore):
         the copies durable, then remove those segments. Returns counts and the bytes freed."""
         return self._writer.call(self._compactor.compact, threshold)
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        try:
-            self.flush()
-        finally:
-            with self._state.lock:
-                self._closed = True
-            self._writer.stop()
-            for seg in self._state.segments.values():
-                seg.map = None
-                os.close(seg.fd)
-            self._state.segments.clear()
+    def _release(self) -> None:
+        self._writer.stop()
+        for seg in self._state.segments.values():
+            seg.map = None
+            os.close(seg.fd)
+        self._state.segments.clear()

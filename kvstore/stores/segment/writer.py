@@ -14,8 +14,6 @@ created.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import errno
 import logging
 import os
@@ -25,32 +23,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
 
 from kvstore.stores.base import StoreError
-from kvstore.stores.segment.records import (DELETE, PUT, Buffer, Key, Segment, encode_record, fsync_dir,
+from kvstore.stores.filesync import fsync_path, start_writeback
+from kvstore.stores.segment.records import (DELETE, PUT, Buffer, Key, Segment, encode_record,
                                             record_size)
 from kvstore.stores.segment.state import LogState
 
 log = logging.getLogger(__name__)
 
-_SYNC_FILE_RANGE_WRITE = 2
 _GROUP = 1 << 20  # bytes CRC'd then written per pwritev (stays in the CPU cache between the two)
 
 # A run to append: (kind, key, entry, parts, nbytes). kind PUT (entry: the pending (payload,)), DELETE, or
 # "copy" (compaction: entry is the Loc copied, parts its raw bytes); parts None: encoded right before the write.
 Run = list[tuple]
-
-
-def _range_writeback() -> Callable[[int, int, int], None]:
-    """``start(fd, offset, n)``: queue those dirty pages for writing without waiting (no-op off Linux)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-        sfr = libc.sync_file_range
-    except (OSError, AttributeError, TypeError):
-        return lambda fd, offset, n: None
-    sfr.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    return lambda fd, offset, n: sfr(fd, offset, n, _SYNC_FILE_RANGE_WRITE) and None
-
-
-_start_writeback = _range_writeback()
 
 
 class Writer:
@@ -203,7 +187,7 @@ class Writer:
         if behind > seg.written_back:  # see the module docstring: bounds what a flush waits for
             # from the sealer's thread: submitting the I/O blocked this one for up to 14 ms per call here. It
             # runs before any later seal of this segment (one thread, in order), so its fd is still open
-            self._sealer.submit(_start_writeback, seg.fd, seg.written_back, behind - seg.written_back)
+            self._sealer.submit(start_writeback, seg.fd, seg.written_back, behind - seg.written_back)
             seg.written_back = behind
         return seg, start
 
@@ -264,7 +248,7 @@ class Writer:
                 os.fdatasync(seg.fd)
                 with state.lock:
                     state.unsynced.discard(seg.number)
-            fsync_dir(state.root)
+            fsync_path(state.root)
             self._dir_dirty = False  # no roll can happen meanwhile: it waits for this seal
         except OSError as exc:
             log.error("segment store %s: cannot seal %s: %s", state.root, seg.path.name, exc)
@@ -294,7 +278,7 @@ class Writer:
                     state.unsynced.add(number)
         if self._dir_dirty:
             try:
-                fsync_dir(state.root)
+                fsync_path(state.root)
                 self._dir_dirty = False
             except OSError as exc:
                 errors.append(f"{state.root}: {exc}")
