@@ -186,6 +186,8 @@ class ShredReport:
 class EncryptedStore(BlockStore):
     """Any :class:`BlockStore` with every block AES-256-GCM sealed; ``put`` takes a source tag."""
 
+    takes_source = True  # what kvstore.placement and the app's wrappers (audited, lazy) look for
+
     def __init__(self, inner: BlockStore, master: MasterKey) -> None:
         self.inner = inner
         self.master = master
@@ -269,6 +271,12 @@ class EncryptedStore(BlockStore):
         key.encrypt_into(nonce, data, self._aad(session, block_id, source), memoryview(blob)[len(head):])
         put_owned = getattr(self.inner, "put_owned", None)  # the blob is ours: let the store keep it uncopied
         (put_owned or self.inner.put)(session, block_id, blob)
+
+    @staticmethod
+    def sealed_size(nbytes: int, source: str) -> int:
+        """Bytes a block of ``nbytes`` takes sealed: header, source tag, nonce, ciphertext, tag (what a tier's
+        budget counts, :meth:`kvstore.placement.TierPlacement.tier_bytes`)."""
+        return _HEAD.size + len(source.encode()) + _NONCE + nbytes + _TAG
 
     @staticmethod
     def source_of(blob: bytes, where: str = "block") -> tuple[str, int]:
