@@ -37,7 +37,7 @@ import stat
 import struct
 import sys
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
@@ -193,7 +193,9 @@ class EncryptedStore(BlockStore):
         self.master = master
         self.tier = inner.tier
         self._data_keys: dict[tuple[str, str], bytes] = {}
-        self._ciphers: dict[tuple[bytes, str, int], AESGCM] = {}  # (data key, block id, version), oldest first
+        # (data key, block id, version), oldest first; an OrderedDict: dropping a plain dict's first key again and
+        # again makes next(iter()) walk the dead slots before it, which cost a third of a 16 KiB host-tier read
+        self._ciphers: OrderedDict[tuple[bytes, str, int], AESGCM] = OrderedDict()
         self._lock = threading.Lock()
 
     # -------------------------------------------------------------------------------------------
@@ -245,7 +247,7 @@ class EncryptedStore(BlockStore):
             with self._lock:
                 self._ciphers[(data_key, block_id, version)] = cipher
                 if len(self._ciphers) > CIPHERS:
-                    del self._ciphers[next(iter(self._ciphers))]
+                    self._ciphers.popitem(last=False)
         return cipher
 
     @staticmethod

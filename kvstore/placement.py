@@ -185,7 +185,8 @@ class TierPlacement:
         self.controller = controller
         self.policy = policy or PlacementPolicy()
         self.hits = window or HitRateWindow()
-        self.blocks: dict[str, BlockInfo] = {}
+        self.blocks: dict[str, BlockInfo] = {}  # change only through _place / _drop (they keep the totals)
+        self._totals = {t: 0 for t in TIER_ORDER}  # bytes per tier, kept as blocks come, move and go (O(1) reads)
         self.transfers: dict[tuple[Tier, Tier], TransferCounter] = collections.defaultdict(TransferCounter)
         self._staging: PinnedStaging | None = None  # made on the first move from disk / Redis to a CUDA slab
         self._lock = threading.RLock()
@@ -206,10 +207,18 @@ class TierPlacement:
         """Bytes each tier holds for the blocks: on an encrypted tier the sealed size (plaintext + header,
         nonce, tag: ~40 bytes a block); the wrapped data keys (~80 bytes per source) are not counted."""
         with self._lock:
-            out = {t.value: 0 for t in TIER_ORDER}
-            for info in self.blocks.values():
-                out[info.tier.value] += info.stored
-            return out
+            return {t.value: n for t, n in self._totals.items()}
+
+    def _place(self, block_id: str, info: BlockInfo) -> None:
+        self._drop(block_id)
+        self.blocks[block_id] = info
+        self._totals[info.tier] += info.stored
+
+    def _drop(self, block_id: str) -> BlockInfo | None:
+        info = self.blocks.pop(block_id, None)
+        if info is not None:
+            self._totals[info.tier] -= info.stored
+        return info
 
     def _sealed_size(self, tier: Tier, nbytes: int, source: str) -> int:
         """What a block of ``nbytes`` will take on ``tier`` (its budget counts that)."""
@@ -263,7 +272,7 @@ class TierPlacement:
             if device_bytes + len(data) <= budget and self.controller.admits(device_bytes, len(data)):
                 info.tier = Tier.DEVICE
             info.stored = _put(self.tiers[info.tier], self.session, block_id, data, source)
-            self.blocks[block_id] = info
+            self._place(block_id, info)
             return info.tier
 
     def put_cold(self, block_id: str, data: bytes, score: float, modality: int = int(Modality.TEXT),
@@ -279,7 +288,7 @@ class TierPlacement:
                                       and used + self._sealed_size(Tier.HOST, len(data), source) <= budget):
                     tier = Tier.HOST
             stored = _put(self.tiers[tier], self.session, block_id, data, source)
-            self.blocks[block_id] = BlockInfo(tier, len(data), score, modality, source, stored)
+            self._place(block_id, BlockInfo(tier, len(data), score, modality, source, stored))
             return tier
 
     def tier_of(self, block_id: str) -> Tier | None:
@@ -291,7 +300,7 @@ class TierPlacement:
         """Delete blocks from whatever tier holds them (a session closing, a source shredded)."""
         with self._lock:
             for block_id in block_ids:
-                info = self.blocks.pop(block_id, None)
+                info = self._drop(block_id)
                 if info is not None:
                     self.tiers[info.tier].delete(self.session, block_id)
 
@@ -305,7 +314,7 @@ class TierPlacement:
                     store.shred(source, self.session)
             gone = [b for b, info in self.blocks.items() if (info.source or self.session) == source]
             for block_id in gone:
-                info = self.blocks.pop(block_id)
+                info = self._drop(block_id)
                 self.tiers[info.tier].delete(self.session, block_id)
             return len(gone)
 
@@ -334,7 +343,9 @@ class TierPlacement:
             else:
                 stored = self._put_moved(src_store, dst_store, block_id, info.source)
             src_store.delete(self.session, block_id)
+            self._totals[source] -= info.stored
             info.tier, info.stored = tier, stored
+            self._totals[tier] += stored
             counter = self.transfers[(source, tier)]
             counter.bytes += info.nbytes
             counter.seconds += time.perf_counter() - start
