@@ -205,7 +205,7 @@ class TierPlacement:
 
     def tier_bytes(self) -> dict[str, int]:
         """Bytes each tier holds for the blocks: on an encrypted tier the sealed size (plaintext + header,
-        nonce, tag: ~40 bytes a block); the wrapped data keys (~80 bytes per source) are not counted."""
+        nonce, tag: ~40 bytes a block); the wrapped data keys (60 bytes per source) are not counted."""
         with self._lock:
             return {t.value: n for t, n in self._totals.items()}
 
