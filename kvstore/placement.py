@@ -354,7 +354,9 @@ class TierPlacement:
 
     def _put_moved(self, src: BlockStore, dst: BlockStore, block_id: str, source: str) -> int:
         """Copy a block down to a tier that is not a plain memory slab (sealing it there on an encrypted one)."""
-        if isinstance(src, MemoryStore) and src.device.type == "cpu":  # the slot itself: no bytes copy first
+        if isinstance(src, MemoryStore) and src.device.type == "cpu" and getattr(dst, "takes_source", False):
+            # an encrypted tier seals from the slot itself into a blob of its own: no bytes copy first (a plain
+            # write-behind tier might keep the view past the slot's reuse, so it gets bytes)
             return _put(dst, self.session, block_id, src.get_tensor(self.session, block_id).numpy(), source)
         return _put(dst, self.session, block_id, src.get(self.session, block_id), source)
 
