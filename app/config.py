@@ -135,6 +135,8 @@ class ColdSettings(BaseModel):
 
     enabled: bool = Field(True, description="evict blocks to the cold tier instead of dropping them")
     host_mib: float = Field(512.0, ge=0, description="host memory for one meeting's cold blocks")
+    encrypt_host: bool = Field(True, description="seal cold blocks in host memory too (AES-256-GCM, the session "
+                               "store's master key; a meeting's source can then be crypto-shredded there)")
     spill_to_store: bool = Field(True, description="past host_mib, cold blocks go to the (encrypted) session store")
     staging_mib: float = Field(16.0, gt=0, description="device memory the prefetcher stages blocks in")
     recall_top_k: int = Field(16, gt=0, description="cold blocks per layer a query may bring back per step")

@@ -97,10 +97,12 @@ class Runtime:
 
         return self._shared("store", lambda: open_session_store(self.settings, create_key=create_key))
 
-    def cold_tier(self, session_id: str):
-        """A meeting's cold tier (kvstore.cold): staging + host memory, then the encrypted session store."""
+    def cold_tier(self, session_id: str, source: str = ""):
+        """A meeting's cold tier (kvstore.cold): staging + host memory (sealed unless kv.cold.encrypt_host is
+        off), then the encrypted session store; its blocks are tagged with ``source`` (the meeting's)."""
         from kvstore.cold import ColdTier
         from kvstore.placement import PlacementPolicy, Tier, TierPlacement, WatermarkController
+        from app.store import host_cold_tier
         from kvstore.stores.memory import MemoryStore
 
         cold = self.settings.kv.cold
@@ -108,7 +110,7 @@ class Runtime:
             return None
         mib = 1 << 20
         device = "cuda" if self.engine.model.device.type == "cuda" else "cpu"
-        tiers = {Tier.DEVICE: MemoryStore(device, tier="device"), Tier.HOST: MemoryStore("cpu", tier="host")}
+        tiers = {Tier.DEVICE: MemoryStore(device, tier="device"), Tier.HOST: host_cold_tier(self.settings)}
         if cold.spill_to_store:  # opened on the first spill only (key, audit log, Redis)
             from app.store import LazyStore, cold_folder, open_cold_store
 
@@ -128,7 +130,7 @@ class Runtime:
                 tiers[Tier.DISK] = LazyStore(open_segments, "disk", on_close=remove)
         placement = TierPlacement(tiers, f"{session_id}.cold", WatermarkController(int(cold.staging_mib * mib)),
                                   PlacementPolicy(host_bytes=int(cold.host_mib * mib)))
-        return ColdTier(placement, recall_top_k=cold.recall_top_k)
+        return ColdTier(placement, recall_top_k=cold.recall_top_k, source=source)
 
     # ------------------------------------------------------------------ sessions
     def new_session(self, session_id: str | None = None, source: str = "live", autosave: bool = False,

@@ -95,7 +95,7 @@ class SharedModels(Protocol):
 
     def vision_pipeline(self) -> VisionPipeline: ...
 
-    def cold_tier(self, session_id: str) -> ColdTier | None: ...
+    def cold_tier(self, session_id: str, source: str = "") -> ColdTier | None: ...
 
     def session_store(self, create_key: bool = True) -> Any: ...
 
@@ -311,7 +311,7 @@ class MeetingSession:
             self._restored = None
         else:
             context = MeetingContext(engine, self.settings.kv, header=prompts.header,
-                                     cold_tier=self.runtime.cold_tier(self.session_id))
+                                     cold_tier=self.runtime.cold_tier(self.session_id, self.source))
         context.on_placed(self._place_on_timeline)
         self._context = context
         self._context_ready.set()

@@ -71,6 +71,10 @@ class LazyStore:
         if self._on_close is not None:
             self._on_close(self._store)
 
+    def shred(self, source: str, session: str | None = None):
+        """Crypto-shred ``source`` (:meth:`kvstore.crypto.EncryptedStore.shred`); a store never opened holds nothing."""
+        return None if self._store is None else self._store.shred(source, session)
+
     def __getattr__(self, name: str):
         if name == "flush" and self._store is None:
             return lambda: None
@@ -135,6 +139,24 @@ def open_session_store(settings: Settings, create_key: bool = True, backend: str
         inner.close()
         raise InputError(str(exc)) from None
     return AuditedStore(EncryptedStore(inner, master), log)
+
+
+def host_cold_tier(settings: Settings):
+    """The host tier of a live meeting's cold blocks: a memory slab, sealed block by block with the session
+    store's master key unless ``kv.cold.encrypt_host`` is off (opened on the first eviction, so a meeting that
+    evicts nothing never loads the key). Why: KV that leaves the device is encrypted, host memory included
+    (a core dump, swap); the per-source data keys let a source be crypto-shredded there too."""
+    from kvstore.stores.memory import MemoryStore
+
+    if not settings.kv.cold.encrypt_host:
+        return MemoryStore("cpu", tier="host")
+
+    def open_sealed():
+        from kvstore.crypto import EncryptedStore
+
+        return EncryptedStore(MemoryStore("cpu", tier="host"), load_master_key(settings))
+
+    return LazyStore(open_sealed, "host")
 
 
 def cold_folder(settings: Settings, session_id: str) -> Path:

@@ -29,7 +29,12 @@ Usage (from the repository root)::
    before step t the prefetcher moves up the blocks predicted from step t-1's scores. Reported: hit
    rate, decode-step time (block reads + waiting for the prefetch), peak device bytes vs cap.
 
-Writes tiers.json, tiers.md and tiers.png into --out.
+4. ``--only host-recall`` (that part alone): the cold tier's host memory in clear vs sealed (AES-256-GCM,
+   ``EncryptedStore`` over the slab, as ``kv.cold.encrypt_host`` makes it), per block, on cold blocks shaped
+   as the cache evicts them (``HOST_BLOCKS``): evict (pack + put), recall (``ColdTier.fetch``: read +
+   unpack, what a decode-step miss does), stage (the prefetcher's move up to the device slab).
+
+Writes tiers.json, tiers.md and tiers.png into --out (host_recall.json / .md with ``--only host-recall``).
 """
 
 from __future__ import annotations
@@ -58,8 +63,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from kvstore.cold import ColdTier  # noqa: E402
 from kvstore.crypto import EncryptedStore, MasterKey  # noqa: E402
 from kvstore.placement import HitRateWindow, PlacementPolicy, Prefetcher, Tier, TierPlacement, WatermarkController  # noqa: E402
+from kvstore.stores.base import pack_block  # noqa: E402
 from kvstore.stores.disk import DiskStore  # noqa: E402
 from kvstore.stores.memory import MemoryStore  # noqa: E402
 from kvstore.stores.readahead import drop_cached  # noqa: E402
@@ -465,6 +472,74 @@ def measure(total: int, block: int, folder: Path, redis_url: str | None, master:
 
 
 # ------------------------------------------------------------------------------------------------
+# The host tier of the cold tier: plaintext vs sealed (issue 18)
+# ------------------------------------------------------------------------------------------------
+
+# cold blocks as the cache evicts them (64 tokens of one layer, its stored format's tensors)
+HOST_BLOCKS = {
+    "int4, Gemma 3 270M (1 KV head x 256)": {
+        **{f"{kv}_codes": ((1, 64, 1, 128), torch.uint8) for kv in "kv"},
+        **{f"{kv}_{p}": ((1, 1, 64, 2), torch.float16) for kv in "kv" for p in ("scales", "zeros")}},
+    "fp16, Gemma 3 270M (1 KV head x 256)": {kv: ((1, 64, 1, 256), torch.float16) for kv in "kv"},
+    "fp16, 7B (8 KV heads x 128)": {kv: ((1, 64, 8, 128), torch.float16) for kv in "kv"},
+}
+
+
+def host_recall(total: int, repeat: int, master: MasterKey) -> dict[str, dict]:
+    """Seconds per block of the host tier's three jobs, plaintext slab vs sealed slab, interleaved ``repeat``
+    times: evict (ColdTier.evict: pack + put on the host), recall (ColdTier.fetch: read + unpack into
+    tensors, what a decode-step recall does), stage (the prefetcher's move host -> device slab). Per-block
+    figures are each one's best run; the cost is the median over runs of sealed / plain - 1."""
+    out: dict[str, dict] = {}
+    for name, spec in HOST_BLOCKS.items():
+        payloads = [{t: (torch.randint(0, 255, shape, dtype=torch.uint8) if dtype == torch.uint8
+                         else torch.randn(shape).to(dtype)) for t, (shape, dtype) in spec.items()} for _ in range(4)]
+        block_bytes = len(pack_block(payloads[0]))
+        n = max(16, total // block_bytes)
+        per_run: dict[str, dict[str, list[float]]] = {job: {"plain": [], "sealed": []}
+                                                      for job in ("evict", "recall", "stage")}
+        for _ in range(repeat):
+            for sealed in (False, True):
+                host = MemoryStore("cpu", tier="host")
+                tiers = {Tier.DEVICE: MemoryStore("cpu", tier="device"),
+                         Tier.HOST: EncryptedStore(host, master) if sealed else host}
+                # every read here is a miss by design: a window no run fills keeps the placement out of fallback
+                placement = TierPlacement(tiers, "bench.cold", WatermarkController(1 << 40), PlacementPolicy(),
+                                          HitRateWindow(window=1 << 30))
+                cold = ColdTier(placement, prefetch=False, source="mic")
+                ids = [ColdTier.block_id(0, i, 0) for i in range(n)]
+                for i in range(n):  # warm: the slab's chunks exist, as in a running meeting (not timed)
+                    cold.evict(0, i, 0, payloads[i % 4], 1.0, 0)
+                placement.forget(ids)
+                key = "sealed" if sealed else "plain"
+                runs = per_run
+                runs["evict"][key].append(_timed(lambda: [cold.evict(0, i, 0, payloads[i % 4], 1.0, 0)
+                                                          for i in range(n)], cold=True) / n)
+                runs["recall"][key].append(_timed(lambda: [cold.fetch(b) for b in ids], cold=True) / n)
+                runs["stage"][key].append(_timed(lambda: [placement.move(b, Tier.DEVICE) for b in ids], cold=True) / n)
+                cold.close()
+        for job, runs in per_run.items():
+            costs = [s / p - 1 for p, s in zip(runs["plain"], runs["sealed"])]
+            out[f"{job}: {name}"] = {"block_bytes": block_bytes, "blocks": n,
+                                     "plain_us": 1e6 * min(runs["plain"]), "sealed_us": 1e6 * min(runs["sealed"]),
+                                     "cost": statistics.median(costs), "costs": costs}
+    return out
+
+
+def host_recall_table(rows: dict[str, dict], command: str, machine: str, clock: str, repeat: int) -> str:
+    lines = [f"Machine: {machine}. Command: `{command}`. {repeat} interleaved runs (plain, sealed, plain, ...); "
+             f"us per block: best run; cost: median over runs of sealed / plain - 1. Clock: {clock}.", "",
+             "| job: block | packed bytes | blocks | plain us/block | sealed us/block | sealed GB/s | best / best - 1 "
+             "| cost (median) | cost per run, min..max |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, r in rows.items():
+        lines.append(f"| {name} | {r['block_bytes']} | {r['blocks']} | {r['plain_us']:.1f} | {r['sealed_us']:.1f} | "
+                     f"{r['block_bytes'] / r['sealed_us'] / 1e3:.2f} | {r['sealed_us'] / r['plain_us'] - 1:+.0%} | "
+                     f"{r['cost']:+.0%} | {min(r['costs']):+.0%}..{max(r['costs']):+.0%} |")
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------
 # QMSum replay
 # ------------------------------------------------------------------------------------------------
 
@@ -657,6 +732,9 @@ def main() -> None:
     parser.add_argument("--keep-reads", action="store_true",
                         help="keep every block a tier read returns until the pass ends (the raw baselines still "
                              "drop theirs): how reads were timed before; adds fresh-memory page faults")
+    parser.add_argument("--only", choices=("host-recall",),
+                        help="run one part alone: host-recall = the cold tier's host memory, plaintext vs sealed "
+                             "(evict, recall, stage per block; writes host_recall.json / .md into --out)")
     parser.add_argument("--clock", choices=("wall", "thread"), default="wall",
                         help="clock for the memory copies (raw and tier alike): wall time, or the thread's CPU time, "
                              "which leaves out time the scheduler gave other jobs on a shared machine (CPU-only "
@@ -666,6 +744,17 @@ def main() -> None:
     if args.clock == "thread" and not torch.cuda.is_available():
         MEMORY_CLOCK["clock"] = time.thread_time
     machine = f"{os.cpu_count()}-core CPU, " + (torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU")
+    if args.only == "host-recall":
+        command = "python bench/tiers.py " + " ".join(sys.argv[1:])
+        rows = host_recall(args.mib << 20, args.repeat, MasterKey(os.urandom(32)))
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "host_recall.json").write_text(json.dumps({"machine": machine, "command": command,
+                                                               "clock": MEMORY_CLOCK["clock"].__name__, "rows": rows},
+                                                              indent=2))
+        table = host_recall_table(rows, command, machine, MEMORY_CLOCK["clock"].__name__, args.repeat)
+        (args.out / "host_recall.md").write_text(table)
+        print(table)
+        return
     with tempfile.TemporaryDirectory(dir=args.out.parent if args.out.parent.exists() else None) as tmp:
         folder = Path(tmp)
         master = MasterKey(os.urandom(32))

@@ -3,8 +3,9 @@
 Without a cold tier, a block that no format fits into the budget is dropped: only its share of the
 layer's Global Summary remains. With one attached (:meth:`kvstore.cache.TieredCache.attach_cold_tier`)
 the evicted block's payload, in its stored format, goes to a :class:`~kvstore.placement.TierPlacement`
-(host memory while the host budget lasts, then disk or Redis, encrypted there when the store is an
-``EncryptedStore``), and the layer keeps the block's key bounds and scores in its cold index.
+(host memory while the host budget lasts, then disk or Redis; sealed with AES-GCM on every tier that is
+an ``EncryptedStore``, the host tier included when the app encrypts it, ``kv.cold.encrypt_host``), and
+the layer keeps the block's key bounds and scores in its cold index.
 
 Blocks come back into the device pools for the length of an answer:
 
@@ -45,10 +46,14 @@ class ColdTierStats:
 class ColdTier:
     """The cold blocks of one cache (all its tiered layers), kept by a :class:`TierPlacement`."""
 
-    def __init__(self, placement: TierPlacement, recall_top_k: int = 8, prefetch: bool = True) -> None:
+    def __init__(self, placement: TierPlacement, recall_top_k: int = 8, prefetch: bool = True,
+                 source: str = "") -> None:
+        """``source``: what the meeting's blocks are tagged with on encrypted tiers (their data key), so
+        :meth:`shred` forgets them; default: the placement's session."""
         if recall_top_k <= 0:
             raise ValueError("recall_top_k must be positive")
         self.placement = placement
+        self.source = source
         self.recall_top_k = recall_top_k
         self.prefetcher = Prefetcher(placement, top_k=recall_top_k) if prefetch else None
         self.counts = ColdTierStats()
@@ -67,7 +72,7 @@ class ColdTier:
         block_id = self.block_id(layer_idx, block, fmt)
         try:
             if self.placement.tier_of(block_id) is None:
-                self.placement.put_cold(block_id, pack_block(payload), score, modality)
+                self.placement.put_cold(block_id, pack_block(payload), score, modality, source=self.source)
             else:
                 self.placement.update_scores({block_id: score})
         except StoreError as exc:
@@ -99,6 +104,13 @@ class ColdTier:
         tensors, _ = self.placement.read_with(block_id, lambda data: unpack_block(data, device=device))
         self.counts.recalled += 1
         return tensors
+
+    def shred(self, source: str) -> int:
+        """Crypto-shred a source's cold blocks on every tier (:meth:`TierPlacement.shred`); their cold-index
+        rows stay, and a recall of one raises :class:`~kvstore.stores.base.BlockNotFound`."""
+        if self.prefetcher is not None:
+            self.prefetcher.wait()  # no move of one of them in flight
+        return self.placement.shred(source)
 
     def stats(self) -> dict[str, object]:
         placed = self.placement.stats()

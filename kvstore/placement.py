@@ -145,9 +145,21 @@ class HitRateWindow:
 @dataclass
 class BlockInfo:
     tier: Tier
-    nbytes: int
+    nbytes: int  # the block's own (plaintext) bytes
     score: float
     modality: int = int(Modality.TEXT)
+    source: str = ""  # what crypto-shredding forgets it by (an encrypted tier's per-source data key)
+    stored: int = 0  # bytes its tier holds for it: nbytes, plus the header, nonce and tag where sealed
+
+
+def _put(store: BlockStore, session: str, block_id: str, data, source: str) -> int:
+    """Put a block into a tier, tagged with its source where the tier encrypts; returns the bytes it holds."""
+    if source and getattr(store, "takes_source", False):  # encrypted (a lazy or audited wrapper: its inner store)
+        store.put(session, block_id, data, source=source)
+        return store.sealed_size(len(data), source)
+    store.put(session, block_id, data)
+    sealed = getattr(store, "sealed_size", None)  # encrypted, under the session's own source
+    return sealed(len(data), session) if sealed is not None else len(data)
 
 
 @dataclass
@@ -173,7 +185,8 @@ class TierPlacement:
         self.controller = controller
         self.policy = policy or PlacementPolicy()
         self.hits = window or HitRateWindow()
-        self.blocks: dict[str, BlockInfo] = {}
+        self.blocks: dict[str, BlockInfo] = {}  # change only through _place / _drop (they keep the totals)
+        self._totals = {t: 0 for t in TIER_ORDER}  # bytes per tier, kept as blocks come, move and go (O(1) reads)
         self.transfers: dict[tuple[Tier, Tier], TransferCounter] = collections.defaultdict(TransferCounter)
         self._staging: PinnedStaging | None = None  # made on the first move from disk / Redis to a CUDA slab
         self._lock = threading.RLock()
@@ -191,11 +204,26 @@ class TierPlacement:
         return allowed[-1]
 
     def tier_bytes(self) -> dict[str, int]:
+        """Bytes each tier holds for the blocks: on an encrypted tier the sealed size (plaintext + header,
+        nonce, tag: ~40 bytes a block); the wrapped data keys (60 bytes per source) are not counted."""
         with self._lock:
-            out = {t.value: 0 for t in TIER_ORDER}
-            for info in self.blocks.values():
-                out[info.tier.value] += info.nbytes
-            return out
+            return {t.value: n for t, n in self._totals.items()}
+
+    def _place(self, block_id: str, info: BlockInfo) -> None:
+        self._drop(block_id)
+        self.blocks[block_id] = info
+        self._totals[info.tier] += info.stored
+
+    def _drop(self, block_id: str) -> BlockInfo | None:
+        info = self.blocks.pop(block_id, None)
+        if info is not None:
+            self._totals[info.tier] -= info.stored
+        return info
+
+    def _sealed_size(self, tier: Tier, nbytes: int, source: str) -> int:
+        """What a block of ``nbytes`` will take on ``tier`` (its budget counts that)."""
+        sealed = getattr(self.tiers[tier], "sealed_size", None) if tier == Tier.HOST else None
+        return sealed(nbytes, source or self.session) if sealed is not None else nbytes
 
     def _priority(self, info: BlockInfo) -> float:
         return info.score * self.policy.modality_weight.get(info.modality, 1.0)
@@ -219,12 +247,13 @@ class TierPlacement:
                     continue
                 for tier in (Tier.DEVICE, Tier.HOST):
                     budget = budgets[tier]
-                    if budget is not None and used[tier] + info.nbytes > budget:
+                    size = info.nbytes if tier == Tier.DEVICE else self._sealed_size(tier, info.nbytes, info.source)
+                    if budget is not None and used[tier] + size > budget:
                         continue
                     if tier == Tier.HOST and lowest == Tier.DEVICE:
                         continue
                     plan[block_id] = tier
-                    used[tier] += info.nbytes
+                    used[tier] += size
                     break
                 else:
                     plan[block_id] = lowest
@@ -232,29 +261,34 @@ class TierPlacement:
 
     # -------------------------------------------------------------------------------------------
 
-    def put(self, block_id: str, data: bytes, score: float, modality: int = int(Modality.TEXT)) -> Tier:
-        """Add a block where its priority puts it (new blocks start on the lowest tier that fits)."""
+    def put(self, block_id: str, data: bytes, score: float, modality: int = int(Modality.TEXT),
+            source: str = "") -> Tier:
+        """Add a block where its priority puts it (new blocks start on the lowest tier that fits).
+        ``source``: its data key on encrypted tiers (default: the session's), what :meth:`shred` forgets."""
         with self._lock:
-            info = BlockInfo(self.lowest_tier(), len(data), score, modality)
+            info = BlockInfo(self.lowest_tier(), len(data), score, modality, source)
             device_bytes = self.tier_bytes()[Tier.DEVICE.value]
             budget = self.controller.device_budget(device_bytes) or self.controller.target_bytes
             if device_bytes + len(data) <= budget and self.controller.admits(device_bytes, len(data)):
                 info.tier = Tier.DEVICE
-            self.tiers[info.tier].put(self.session, block_id, data)
-            self.blocks[block_id] = info
+            info.stored = _put(self.tiers[info.tier], self.session, block_id, data, source)
+            self._place(block_id, info)
             return info.tier
 
-    def put_cold(self, block_id: str, data: bytes, score: float, modality: int = int(Modality.TEXT)) -> Tier:
+    def put_cold(self, block_id: str, data: bytes, score: float, modality: int = int(Modality.TEXT),
+                 source: str = "") -> Tier:
         """Add a block evicted from the device: on the host while the host budget lasts, else the lowest tier."""
         with self._lock:
             lowest = self.lowest_tier()
             tier = lowest
             if Tier.HOST in self.tiers and lowest != Tier.DEVICE:
-                budget = self.policy.host_bytes
-                if budget is None or self.tier_bytes()[Tier.HOST.value] + len(data) <= budget:
+                budget, used = self.policy.host_bytes, self.tier_bytes()[Tier.HOST.value]
+                # the plaintext size first: a host tier with no room is not opened (a lazy one loads a key)
+                if budget is None or (used + len(data) <= budget
+                                      and used + self._sealed_size(Tier.HOST, len(data), source) <= budget):
                     tier = Tier.HOST
-            self.tiers[tier].put(self.session, block_id, data)
-            self.blocks[block_id] = BlockInfo(tier, len(data), score, modality)
+            stored = _put(self.tiers[tier], self.session, block_id, data, source)
+            self._place(block_id, BlockInfo(tier, len(data), score, modality, source, stored))
             return tier
 
     def tier_of(self, block_id: str) -> Tier | None:
@@ -266,9 +300,23 @@ class TierPlacement:
         """Delete blocks from whatever tier holds them (a session closing, a source shredded)."""
         with self._lock:
             for block_id in block_ids:
-                info = self.blocks.pop(block_id, None)
+                info = self._drop(block_id)
                 if info is not None:
                     self.tiers[info.tier].delete(self.session, block_id)
+
+    def shred(self, source: str) -> int:
+        """Crypto-shred ``source``: every encrypted tier destroys its data key and deletes its blocks, and
+        its blocks leave the placement (staged plaintext copies on the device included); returns how many.
+        A copy of their ciphertext taken before (a core dump, a backup) can no longer be decrypted."""
+        with self._lock:
+            for store in self.tiers.values():
+                if callable(getattr(store, "shred", None)):  # the encrypted ones (a lazy one not yet opened: no-op)
+                    store.shred(source, self.session)
+            gone = [b for b, info in self.blocks.items() if (info.source or self.session) == source]
+            for block_id in gone:
+                info = self._drop(block_id)
+                self.tiers[info.tier].delete(self.session, block_id)
+            return len(gone)
 
     def update_scores(self, scores: dict[str, float]) -> None:
         with self._lock:
@@ -287,19 +335,30 @@ class TierPlacement:
                 return False
             start = time.perf_counter()
             src_store, dst_store = self.tiers[source], self.tiers[tier]
+            stored = info.nbytes
             if isinstance(src_store, MemoryStore) and isinstance(dst_store, MemoryStore):
                 dst_store.put_tensor(self.session, block_id, src_store.get_tensor(self.session, block_id))
-            elif isinstance(dst_store, MemoryStore):  # up from disk / Redis: the store lends the bytes
+            elif isinstance(dst_store, MemoryStore):  # up from disk / Redis / a sealed host: the store lends the bytes
                 src_store.read_with(self.session, block_id, lambda view: self._put_lent(dst_store, block_id, view))
             else:
-                dst_store.put(self.session, block_id, src_store.get(self.session, block_id))
+                stored = self._put_moved(src_store, dst_store, block_id, info.source)
             src_store.delete(self.session, block_id)
-            info.tier = tier
+            self._totals[source] -= info.stored
+            info.tier, info.stored = tier, stored
+            self._totals[tier] += stored
             counter = self.transfers[(source, tier)]
             counter.bytes += info.nbytes
             counter.seconds += time.perf_counter() - start
             counter.count += 1
             return True
+
+    def _put_moved(self, src: BlockStore, dst: BlockStore, block_id: str, source: str) -> int:
+        """Copy a block down to a tier that is not a plain memory slab (sealing it there on an encrypted one)."""
+        if isinstance(src, MemoryStore) and src.device.type == "cpu" and getattr(dst, "takes_source", False):
+            # an encrypted tier seals from the slot itself into a blob of its own: no bytes copy first (a plain
+            # write-behind tier might keep the view past the slot's reuse, so it gets bytes)
+            return _put(dst, self.session, block_id, src.get_tensor(self.session, block_id).numpy(), source)
+        return _put(dst, self.session, block_id, src.get(self.session, block_id), source)
 
     def _put_lent(self, store: MemoryStore, block_id: str, view: memoryview) -> None:
         """Copy a lent block into a memory tier: straight into the slot on the CPU; to a CUDA slab

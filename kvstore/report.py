@@ -68,7 +68,8 @@ class KVReport:
     peak_device_bytes: int = 0
     refused_recalls: int = 0
     # the memory hierarchy (kvstore.placement), when one is attached
-    bytes_per_location: dict[str, int] = field(default_factory=dict)  # device / host / disk / redis
+    # device / host / disk / redis: what each holds, sealed blocks at their sealed size (TierPlacement.tier_bytes)
+    bytes_per_location: dict[str, int] = field(default_factory=dict)
     mode: str = "normal"  # "fallback": L1/L2 only after a low prefetch hit rate
     transfer_gbps: dict[str, float] = field(default_factory=dict)  # per location pair, e.g. "disk->device"
     placement_hit_rate: float | None = None

@@ -134,6 +134,17 @@ def test_a_long_meeting_evicts_to_the_cold_tier_and_a_question_recalls_its_lines
     assert not cold.placement.blocks and not list((tmp_path / "cold").rglob("*.blk"))
 
 
+def _long_meeting(engine, kv, cold, minutes: int) -> MeetingContext:
+    """A live context over ``cold`` fed ``minutes`` of the lines (enough to evict under the budget)."""
+    context = MeetingContext(engine, kv, header=engine.live_prompts().header, cold_tier=cold)
+    for minute in range(minutes):
+        for line in LINES:
+            context.append(ContextLine(line.modality, line.start + 60 * minute, line.end + 60 * minute,
+                                       line.speaker, f"{line.text} (item {minute})"))
+        context.flush()
+    return context
+
+
 def test_the_runtime_spills_cold_blocks_to_an_encrypted_segment_log_removed_with_the_meeting(tiny_llm_dir, tmp_path):
     from app.audit import verify
     from app.config import load_settings
@@ -148,12 +159,7 @@ def test_the_runtime_spills_cold_blocks_to_an_encrypted_segment_log_removed_with
         cold = runtime.cold_tier("m1")
         assert not (tmp_path / "cold").exists() and not (tmp_path / "audit.log").exists(), "opened on first spill only"
         engine = runtime.engine
-        context = MeetingContext(engine, settings.kv, header=engine.live_prompts().header, cold_tier=cold)
-        for minute in range(8):
-            for line in LINES:
-                context.append(ContextLine(line.modality, line.start + 60 * minute, line.end + 60 * minute,
-                                           line.speaker, f"{line.text} (item {minute})"))
-            context.flush()
+        context = _long_meeting(engine, settings.kv, cold, minutes=8)
         assert cold.placement.tier_bytes()["disk"] > 0 and cold.placement.tier_bytes()["host"] == 0
         segments = list((tmp_path / "cold").glob("m1.*/seg-*.log"))  # <session>.<pid>
         assert segments and b"MKVB" not in b"".join(p.read_bytes() for p in segments), "blocks are encrypted"
@@ -168,5 +174,42 @@ def test_the_runtime_spills_cold_blocks_to_an_encrypted_segment_log_removed_with
         key = load_master_key(settings, create_key=False).audit_key()
         assert verify(tmp_path / "audit.log", key).ok and "write" in (tmp_path / "audit.log").read_text()
         assert verify(tmp_path / "audit.log", key).keyed > 0  # keyed by default
+    finally:
+        runtime.close()
+
+
+@pytest.mark.parametrize("encrypt", [True, False], ids=["sealed", "plain"])
+def test_the_runtime_seals_cold_blocks_in_host_memory_unless_configured_off(tiny_llm_dir, tmp_path, encrypt):
+    from app.config import load_settings
+    from app.runtime import Runtime
+    from kvstore.placement import Tier
+
+    settings = load_settings(overrides={
+        "home": str(tmp_path), "llm": {"model": str(tiny_llm_dir), "dtype": "float32", "max_context_tokens": 4096},
+        "kv": {"block_size": 8, "budget_floor_tokens": 0, "recent_tokens": 16, "warm_kinds": ["int8", "int4"],
+               "cold": {"spill_to_store": False, "encrypt_host": encrypt}}})
+    runtime = Runtime(settings)
+    try:
+        cold = runtime.cold_tier("m1", source="mic")
+        assert not (tmp_path / "master.key").exists(), "the key is loaded on the first eviction, not before"
+        engine = runtime.engine
+        context = _long_meeting(engine, settings.kv, cold, minutes=6)
+        placement = cold.placement
+        assert placement.tier_bytes()["host"] > 0
+        host = placement.tiers[Tier.HOST]
+        slab_store = host._store.inner if encrypt else host
+        slab = b"".join(c.tensor.numpy().tobytes() for cls in slab_store._classes.values() for c in cls.chunks)
+        block_id = next(iter(placement.blocks))
+        patterns = [t.contiguous().view(torch.uint8).numpy().tobytes()[:48] for t in cold.fetch(block_id).values()]
+        assert (not any(p in slab for p in patterns)) if encrypt else all(p in slab for p in patterns)
+        assert (tmp_path / "master.key").exists() is encrypt, "with encryption off, nothing changes"
+        question = "\nQuestion: What was said first?\nAnswer:"
+        before = context.next_token_logits(question)
+        context.generate(question, max_new_tokens=2, focus=[(0, 64)])
+        assert cold.counts.recalled > 1
+        assert torch.allclose(context.next_token_logits(question), before, atol=1e-6)
+        if encrypt:  # the meeting's source crypto-shredded in host memory: its key and blocks are gone
+            assert cold.shred("mic") > 0 and not placement.blocks and host.sources("m1.cold") == []
+        context.close()
     finally:
         runtime.close()

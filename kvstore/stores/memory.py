@@ -26,12 +26,14 @@ import ctypes
 import threading
 import warnings
 from dataclasses import dataclass, field
+from typing import Callable, TypeVar
 
 import numpy as np
 import torch
 
 from kvstore.stores.base import BlockNotFound, ListedStore, StoreFull, check_key
 
+T = TypeVar("T")
 MIN_SLOT = 256
 MIN_CHUNK = 64 << 10
 
@@ -101,7 +103,7 @@ class MemoryStore(ListedStore):
         self._class_of: dict[int, _SizeClass] = {}  # block bytes -> its size class (a cache)
         self._deferred: list[tuple[torch.cuda.Event, _Block]] = []  # freed slots waiting for their stream
         self._bytes = 0
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: a lent read's ``use`` may read the store again (a data key)
 
     # -------------------------------------------------------------------------------------------
     # slab
@@ -279,6 +281,22 @@ class MemoryStore(ListedStore):
             if self.device.type == "cpu" and block.nbytes:
                 return self._array(block).tobytes()
             return self._view(block).cpu().numpy().tobytes()
+
+    def read_with(self, session: str, block_id: str, use: Callable[[memoryview], T]) -> T:
+        """``use(view)`` of the block's slot itself on the CPU (no copy), under the store's lock so the slot
+        is neither freed nor refilled meanwhile. Why: an encrypted host tier decrypts straight out of the
+        slot (``EncryptedStore.read_with``); a copy first cost as much as the decryption."""
+        if not self._cpu:
+            return use(memoryview(self.get(session, block_id)))
+        with self._lock:
+            try:
+                block = self._blocks[session][block_id]
+            except KeyError:
+                raise BlockNotFound(f"no block {block_id!r} in session {session!r} ({self.tier} tier)") from None
+            return use(memoryview(self._array(block)) if block.nbytes else memoryview(b""))
+
+    def read_unverified(self, session: str, block_id: str, use: Callable[[memoryview], T]) -> T:
+        return self.read_with(session, block_id, use)  # memory keeps no checksum to skip
 
     def delete(self, session: str, block_id: str) -> bool:
         with self._lock:
