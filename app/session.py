@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from app.config import Settings
     from app.llm import LLMEngine
     from app.session_speech import Diarizer, SpeechRecogniser
-    from encoders.vision import VisionPipeline
+    from app.session_vision import SlidePipeline
     from kvstore.cold import ColdTier
 
 log = logging.getLogger("minutia.session")
@@ -93,7 +93,7 @@ class SharedModels(Protocol):
 
     def online_diarizer(self) -> Diarizer: ...
 
-    def vision_pipeline(self) -> VisionPipeline: ...
+    def vision_pipeline(self) -> SlidePipeline: ...
 
     def cold_tier(self, session_id: str) -> ColdTier | None: ...
 

@@ -62,7 +62,7 @@ def scripted_runtime(tiny_llm_dir):
         settings = load_settings(overrides={"home": str(home), "llm": llm, **overrides})
         return Runtime(settings, transcriber=ScriptedTranscriber(meeting.vocabulary),
                        engine=LLMEngine.from_settings(settings.llm, settings.home, settings.kv),
-                       diarizer=lambda: VoiceDiarizer(meeting.speakers))
+                       diarizer=lambda: VoiceDiarizer(meeting.speakers), vision=meeting.vision)
 
     return make
 
@@ -73,7 +73,7 @@ def session_parts(scripted_runtime, tmp_path):
     meeting = scripted_meeting([
         ("SPEAKER_00", "Good morning. The pilot will cost twelve thousand dollars."),
         ("SPEAKER_01", "Fine. Maria will send the contract on Friday."),
-    ])
+    ], slides=["Budget\nPilot: $12,000", "Next steps\nContract by Friday"])
     runtime = scripted_runtime(meeting, tmp_path)
     yield runtime, meeting
     runtime.close()

@@ -5,6 +5,9 @@ A script of (speaker, sentence) turns becomes audio in which every word is a ton
 vocabulary picks the pitch) over a low hum (the speaker's voice). Tones survive what a WebRTC room does to
 audio (Opus, resampling, mixing), so the same meeting can be said into a session or through the bot.
 The stand-in recogniser reads the words back from the tones, the stand-in diarizer the speakers from the hums.
+A meeting's slides are flat grey pictures (the slide's number picks the grey): the real keyframe detector and
+de-duplication run on them, the stand-in OCR reads the slide's text back from the grey, the stand-in CLIP
+gives each slide its own direction.
 """
 
 from __future__ import annotations
@@ -15,12 +18,15 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from encoders.vision import BaseImageEmbedder, BaseSlideReader, SlideText, VisionPipeline
+
 SCRIPT_RATE = 16000
 SCRIPT_FRAME = 320  # 20 ms: words are read a frame at a time
 WORD_HZ, WORD_STEP_HZ, WORD_AMPLITUDE = 1000.0, 50.0, 0.3  # word number n: WORD_HZ + n * WORD_STEP_HZ
 VOICE_HZ, VOICE_STEP_HZ, VOICE_AMPLITUDE = 150.0, 100.0, 0.15  # speaker number k: VOICE_HZ + k * VOICE_STEP_HZ
 _VOICE_BAND, _WORD_BAND = (100.0, WORD_HZ - 2 * WORD_STEP_HZ), (WORD_HZ - WORD_STEP_HZ, 7000.0)
 _HEARD = 0.03  # a tone quieter than this (amplitude) is silence (codec noise, a frame's ragged edge)
+SLIDE_GREY, SLIDE_GREY_STEP = 30, 45  # slide number i: every pixel at grey SLIDE_GREY + i * SLIDE_GREY_STEP
 
 
 @dataclass(frozen=True)
@@ -29,6 +35,15 @@ class ScriptedMeeting:
     vocabulary: list[str]  # word number -> text
     turns: list[tuple[float, float, str]]  # (start, end, speaker) in stream seconds
     speakers: list[str]  # voice number -> speaker label
+    slides: tuple[str, ...] = ()  # slide number -> its text
+
+    def slide_frame(self, number: int, size: tuple[int, int] = (360, 640)) -> np.ndarray:
+        """Slide ``number`` as a video frame (HxWx3 uint8 RGB)."""
+        return np.full((*size, 3), SLIDE_GREY + number * SLIDE_GREY_STEP, np.uint8)
+
+    def vision(self) -> VisionPipeline:
+        """A vision pipeline for one stream of this meeting's slides (a Runtime's ``vision`` factory)."""
+        return VisionPipeline(reader=ScriptedSlideReader(self.slides), embedder=ScriptedEmbedder(self.slides))
 
     def write_wav(self, path: Path) -> Path:
         """The meeting as a 16-bit WAV file (what a test peer plays into a room)."""
@@ -43,8 +58,9 @@ class ScriptedMeeting:
 
 
 def scripted_meeting(script: Sequence[tuple[str, str]], word_s: float = 0.3, gap_s: float = 0.1,
-                     pause_s: float = 0.5) -> ScriptedMeeting:
-    """Audio for ``script``'s turns, each word ``word_s`` long, ``gap_s`` apart, turns ``pause_s`` apart."""
+                     pause_s: float = 0.5, slides: Sequence[str] = ()) -> ScriptedMeeting:
+    """Audio for ``script``'s turns, each word ``word_s`` long, ``gap_s`` apart, turns ``pause_s`` apart; ``slides``:
+    the texts of the slides shown (their frames are ``slide_frame(number)``)."""
     pieces: list[np.ndarray] = []
     vocabulary: list[str] = []
     speakers: list[str] = []
@@ -68,7 +84,9 @@ def scripted_meeting(script: Sequence[tuple[str, str]], word_s: float = 0.3, gap
         clock += pause_s
     if WORD_HZ + len(vocabulary) * WORD_STEP_HZ > _WORD_BAND[1] or len(speakers) * VOICE_STEP_HZ + VOICE_HZ > _VOICE_BAND[1]:
         raise ValueError(f"{len(vocabulary)} words and {len(speakers)} speakers do not fit the tones")
-    return ScriptedMeeting(np.concatenate(pieces), vocabulary, turns, speakers)
+    if SLIDE_GREY + len(slides) * SLIDE_GREY_STEP > 255:
+        raise ValueError(f"{len(slides)} slides do not fit the greys")
+    return ScriptedMeeting(np.concatenate(pieces), vocabulary, turns, speakers, tuple(slides))
 
 
 def _tones(audio: np.ndarray, band: tuple[float, float], base: float, step: float) -> np.ndarray:
@@ -132,3 +150,43 @@ class VoiceDiarizer:
         voices = _tones(audio, _VOICE_BAND, VOICE_HZ, VOICE_STEP_HZ)
         voices = voices[(voices >= 0) & (voices < len(self.speakers))]
         return self.speakers[np.bincount(voices).argmax()] if len(voices) else self.speakers[0]
+
+
+def _slide_number(frame: np.ndarray, slides: Sequence[str]) -> int | None:
+    """The slide a frame shows (by its grey), None for a picture that is no slide (or after the last)."""
+    number = int(np.rint((float(np.mean(frame)) - SLIDE_GREY) / SLIDE_GREY_STEP))
+    return number if 0 <= number < len(slides) else None
+
+
+class ScriptedSlideReader(BaseSlideReader):
+    """Reads a scripted slide's text back from its grey (encoders.vision.SlideReader's ``read``)."""
+
+    def __init__(self, slides: Sequence[str]) -> None:
+        self.slides = list(slides)
+
+    def read(self, frame: np.ndarray) -> SlideText:
+        number = _slide_number(frame, self.slides)
+        return SlideText(self.slides[number], 90.0) if number is not None else SlideText("", 0.0)
+
+
+class ScriptedEmbedder(BaseImageEmbedder):
+    """Slide number i -> unit vector i, and a text -> the vector of the slide that says it
+    (encoders.vision.ClipEmbedder's calls); anything else -> the mean direction."""
+
+    def __init__(self, slides: Sequence[str]) -> None:
+        self.slides = list(slides)
+        self.dim = max(1, len(self.slides))
+
+    def _vector(self, number: int | None) -> np.ndarray:
+        vector = np.zeros(self.dim, np.float32)
+        if number is None:
+            vector[:] = 1.0
+        else:
+            vector[number] = 1.0
+        return vector / np.linalg.norm(vector)
+
+    def embed_images(self, frames: Sequence[np.ndarray]) -> np.ndarray:
+        return np.stack([self._vector(_slide_number(f, self.slides)) for f in frames])
+
+    def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
+        return np.stack([self._vector(self.slides.index(t) if t in self.slides else None) for t in texts])

@@ -17,7 +17,7 @@ import pytest
 from scripted_parts import scripted_meeting
 
 from app.bot import BotServer, BotSettings
-from app.testing.peers import FileAudioTrack, RoomClient
+from app.testing.peers import FileAudioTrack, ImageTrack, RoomClient
 
 ROOMS = {"solo": "token-solo", "duo": "token-duo"}
 SPEED = 3.0
@@ -30,7 +30,7 @@ SCRIPT = [
     (CAROL, "We have spent thirty thousand dollars so far, out of a total budget of fifty thousand dollars."),
     (CAROL, "The pilot will cost twelve thousand dollars."),
 ]
-MEETING = scripted_meeting(SCRIPT)
+MEETING = scripted_meeting(SCRIPT, slides=["Weekly meeting\nNew customer website"])
 TURNS = MEETING.turns  # (start, end, speaker) in seconds of the recording
 
 
@@ -70,10 +70,12 @@ def _track(recording, first: int, last: int, lead_seconds: float = 0.0) -> FileA
 
 
 def test_end_of_stream_commits_the_last_words_saves_and_keeps_the_room(server, recording):
-    """Alice's opening ends with "Bob, can you start?"; the track then ends after 0.3 s of silence."""
+    """Alice's opening ends with "Bob, can you start?"; the track then ends after 0.3 s of silence. Her camera
+    shows the agenda slide all along: it reaches the room once."""
 
     async def run() -> tuple[list[dict], str, dict]:
-        peer = RoomClient(server.url, "solo", ROOMS["solo"], [_track(recording, 0, 0)])
+        peer = RoomClient(server.url, "solo", ROOMS["solo"], [_track(recording, 0, 0),
+                                                              ImageTrack(MEETING.slide_frame(0), fps=2)])
         await peer.join()
         await peer.wait_for(_finished, 120)
         metrics = httpx.get(f"{server.url}/metrics", timeout=30).text
@@ -86,6 +88,7 @@ def test_end_of_stream_commits_the_last_words_saves_and_keeps_the_room(server, r
     captions = _text(messages)
     assert captions == SCRIPT[0][1].lower(), captions  # every word, the last sentence too, in order
     assert "start" in _text(messages, "line"), messages
+    assert [m["text"] for m in messages if m["type"] == "slide"] == ["Weekly meeting; New customer website"], messages
     moved = re.search(r'minutia_kv_tier_transfer_bytes_total\{source="device",target="disk"\} ([0-9.e+]+)', metrics)
     seconds = re.search(r'minutia_kv_tier_transfer_seconds_total\{source="device",target="disk"\} ([0-9.e+-]+)',
                         metrics)
