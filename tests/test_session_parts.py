@@ -4,7 +4,11 @@ lines, prefilling the KV, answering, saving and resuming — runs for real, with
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
 from app.events import LineClosed, SlideShown, WordsCommitted
+from encoders.errors import InputError
 
 RATE = 16000
 
@@ -83,3 +87,21 @@ def test_slides_become_lines_once_each_and_reach_the_timeline(session_parts):
     query = meeting.vision().embedder.embed_texts([meeting.slides[1]])[0]
     hit = session.timeline.top_segments(1, query=query, modality="video")
     assert hit and hit[0].segment.start_s == 2.0 and hit[0].segment.text == shown[1].text
+
+
+def test_bad_input_is_refused_for_that_request_only(session_parts):
+    runtime, meeting = session_parts
+    session = runtime.new_session("done")
+    _replay(session, meeting.audio)
+    with pytest.raises(InputError):
+        session.ask("   ")
+    with pytest.raises(InputError):
+        session.feed_audio(np.zeros(100, dtype=np.float32), 16000)  # finished sessions take no more input
+    other = runtime.new_session()
+    with pytest.raises(InputError):
+        other.feed_video(np.zeros((4, 4), dtype=np.uint8))
+    with pytest.raises(InputError):
+        other.feed_audio(np.full(10, np.nan, dtype=np.float32), 16000)
+    assert other.snapshot().state in ("idle", "live")
+    runtime.close_session(other.session_id)
+    assert session.ask("How much will the pilot cost?").text  # the finished meeting still answers
