@@ -82,9 +82,10 @@ def scripted_meeting(script: Sequence[tuple[str, str]], word_s: float = 0.3, gap
         turns.append((start, clock, speaker))
         pieces.append(np.zeros(int(pause_s * SCRIPT_RATE), np.float32))
         clock += pause_s
-    if WORD_HZ + len(vocabulary) * WORD_STEP_HZ > _WORD_BAND[1] or len(speakers) * VOICE_STEP_HZ + VOICE_HZ > _VOICE_BAND[1]:
+    top_word, top_voice = WORD_HZ + len(vocabulary) * WORD_STEP_HZ, VOICE_HZ + len(speakers) * VOICE_STEP_HZ
+    if top_word > _WORD_BAND[1] or top_voice > _VOICE_BAND[1]:
         raise ValueError(f"{len(vocabulary)} words and {len(speakers)} speakers do not fit the tones")
-    if SLIDE_GREY + len(slides) * SLIDE_GREY_STEP > 255:
+    if SLIDE_GREY + (len(slides) - 1) * SLIDE_GREY_STEP > 255:
         raise ValueError(f"{len(slides)} slides do not fit the greys")
     return ScriptedMeeting(np.concatenate(pieces), vocabulary, turns, speakers, tuple(slides))
 

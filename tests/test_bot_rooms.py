@@ -62,10 +62,10 @@ def _finished(message: dict) -> bool:
     return message["type"] == "state" and message["value"] == "finished"
 
 
-def _track(recording, first: int, last: int, lead_seconds: float = 0.0) -> FileAudioTrack:
-    """Turns ``first``..``last`` of the recording, then ``TAIL`` seconds of silence."""
+def _track(recording, first: int, last: int, lead_seconds: float = 0.0, tail_seconds: float = TAIL) -> FileAudioTrack:
+    """Turns ``first``..``last`` of the recording after ``lead_seconds`` of silence, then ``tail_seconds`` of it."""
     start, end = TURNS[first][0], TURNS[last][1]
-    return FileAudioTrack(recording, speed=SPEED, start=start, seconds=end - start, tail_seconds=TAIL,
+    return FileAudioTrack(recording, speed=SPEED, start=start, seconds=end - start, tail_seconds=tail_seconds,
                           lead_seconds=lead_seconds)
 
 
@@ -99,16 +99,18 @@ def test_end_of_stream_commits_the_last_words_saves_and_keeps_the_room(server, r
 
 
 def test_two_speakers_in_one_room_are_both_heard(server, recording):
-    """Peer A sends Alice and Bob; peer B is silent until A's last word, then sends Alice and Carol, so the two
-    tracks overlap and the mixer sums them; A's track ends first and must not stall B. After both end, a third
+    """Peer A sends Alice and Bob; peer B is silent until just after A's last word, then sends Alice and Carol, so
+    the two tracks overlap and the mixer sums them; A's track ends first and must not stall B. After both end, a third
     peer speaks in the finished room: the meeting goes on in the saved session, resumed from the store, and a
     question asked as it joins is answered (never by the session the continuation closes)."""
     a_end = TURNS[1][1] - TURNS[0][0]
-    b_lead = a_end + 0.1  # B's first word comes while A's track still sends its tail
+    # B's first word comes while A's track still sends 3 s of silence: the tracks overlap, the words do not
+    # (the peers connect at slightly different times, which shifts one against the other: 1.5 s of slack).
+    a_tail, b_lead = 3.0, a_end + 1.5
     b_end = b_lead + TURNS[3][1] - TURNS[2][0]
 
     async def run() -> dict:
-        a = RoomClient(server.url, "duo", ROOMS["duo"], [_track(recording, 0, 1)])
+        a = RoomClient(server.url, "duo", ROOMS["duo"], [_track(recording, 0, 1, tail_seconds=a_tail)])
         b = RoomClient(server.url, "duo", ROOMS["duo"], [_track(recording, 2, 3, lead_seconds=b_lead)])
         await asyncio.gather(a.join(), b.join())
         await b.wait_for(_finished, 180)

@@ -1,6 +1,7 @@
-"""A MeetingSession end to end on stand-in parts (tests/conftest.py: a scripted recogniser, a diarizer that
-knows whose voice it hears, a vision pipeline whose OCR and CLIP read scripted slides, the tiny in-process Gemma 3): the session's own work — committing words, closing
-lines, prefilling the KV, answering, saving and resuming — runs for real, with no model to provision."""
+"""A MeetingSession end to end on stand-in parts (tests/scripted_parts.py: a recogniser that reads words from
+tones, a diarizer that knows whose voice it hears, a vision pipeline whose OCR and CLIP read scripted slides; the
+tiny in-process Gemma 3): the session's own work — committing words, closing lines, showing slides, prefilling
+the KV, answering, saving and resuming — runs for real, with no model to provision."""
 
 from __future__ import annotations
 
@@ -81,7 +82,8 @@ def test_slides_become_lines_once_each_and_reach_the_timeline(session_parts):
     assert session.wait_until_prefilled(timeout=60)
 
     shown = [e.slide for e in events if isinstance(e, SlideShown)]
-    assert [(s.time, s.text) for s in shown] == [(0.0, "Budget; Pilot: $12,000"), (2.0, "Next steps; Contract by Friday")]
+    assert [(s.time, s.text) for s in shown] == [(0.0, "Budget; Pilot: $12,000"),
+                                                 (2.0, "Next steps; Contract by Friday")]
     assert [s.text for s in session.snapshot().slides] == [s.text for s in shown]
     assert session.kv_stats()["lines"] == 4 + 2  # the spoken lines and one line per slide
     query = meeting.vision().embedder.embed_texts([meeting.slides[1]])[0]
