@@ -9,6 +9,9 @@ the peer's questions (``ask: <question>``). When the room's last audio track end
 finished (the recogniser's tail is committed) and the room stays open for questions; a speaker who
 comes back starts a continuation of the meeting. A peer that misbehaves gets an error and is
 dropped; the room's session, and every other room, carry on.
+
+Parts with a job of their own: the settings (app/bot_settings.py), who may join (app/admission.py), the room's
+mixer (app/mixer.py), and the messages peers get (app/room_messages.py).
 """
 
 from __future__ import annotations
@@ -16,28 +19,26 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
-import hmac
 import json
 import logging
-import os
-import re
 import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 import av
 import numpy as np
 from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
-from prometheus_client import Gauge
-from pydantic import BaseModel, ConfigDict, Field
 
+from app.admission import Admission
+from app.bot_settings import BotSettings
 from app.events import Failed, LineClosed, SessionEvent, SlideShown, StateChanged, TentativeChanged, WordsCommitted
 from app.metrics import Metrics
-from app.signaling import JoinRefused, RateLimiter, create_app
+from app.mixer import ASR_RATE, MIX_FRAME, AudioMixer
+from app.room_messages import answer_message, captions, float_or_none, jsonable, line_message, majority_label
+from app.signaling import JoinRefused, create_app
 
 if TYPE_CHECKING:
     from aiortc import RTCDataChannel
@@ -48,57 +49,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("minutia.bot")
 
 ASK_PREFIX = "ask:"
-ASR_RATE = 16000
-MIX_FRAME = ASR_RATE // 50  # the room's clock ticks in 20 ms frames, as WebRTC audio does
-_DIARIZER_LABEL = re.compile(r"SPEAKER_\d+")
-
-
-class BotSettings(BaseModel):
-    """What an operator sets: the rooms and their tokens, and the limits that protect the bot."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    rooms: dict[str, str] = Field(default_factory=dict, description="room name -> bearer token")
-    max_peers_per_room: int = Field(4, gt=0)
-    max_peers: int = Field(32, gt=0, description="peers over all rooms")
-    max_rooms: int = Field(default_factory=lambda: 2 * (os.cpu_count() or 1), gt=0,
-                           description="rooms with peers at once (default 2 per CPU: on 2 cores 4 rooms kept up, "
-                                       "8 starved the event loop until peers dropped); a new room past it gets 503")
-    max_loop_lag_seconds: float = Field(1.0, gt=0, description="a new room gets 503 while the event loop runs later "
-                                        "than this (max over 5 s): the bot is overloaded, its peers' ICE consent "
-                                        "checks are at risk")
-    max_backlog_seconds: float = Field(30.0, gt=0, description="a new room gets 503 while a room's audio waits "
-                                       "longer than this for the recogniser")
-    joins_per_second: float = Field(1.0, gt=0, description="join rate per client address and room (valid tokens)")
-    join_burst: int = Field(5, gt=0)
-    failed_joins_per_second: float = Field(0.2, gt=0, description="failed joins (unknown room, missing or wrong "
-                                           "token) per client address over all rooms; past it, 429")
-    failed_join_burst: int = Field(10, gt=0)
-    connect_timeout: float = Field(20.0, gt=0, description="seconds for a peer to connect after its offer")
-    max_message_bytes: int = Field(4096, gt=0, description="largest data-channel message accepted")
-    video_fps: float = Field(1.0, gt=0, description="video frames a second given to the session")
-    audio_chunk_seconds: float = Field(0.2, gt=0, description="audio fed to the session in chunks this long")
-    mix_deadline_seconds: float = Field(0.1, gt=0, description="a 20 ms frame waits this long for a lagging "
-                                        "speaker, then the laggard's share is silence")
-    mix_backlog_seconds: float = Field(1.0, gt=0, description="how far a speaker who lagged may play behind the "
-                                       "others; the oldest audio beyond it is dropped (counted)")
-    autosave: bool = Field(False, description="save rooms' sessions to the session store as they go and when "
-                                              "their audio ends (needs kv.enabled and a master key)")
-    ask_workers: int = Field(2, gt=0, description="questions answered at once over all rooms")
-    ice_hosts: list[str] | None = Field(None, description="host candidate addresses (e.g. ['127.0.0.1']); None: all")
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> "BotSettings":
-        """YAML (or JSON) with the fields above; ``rooms`` maps names to tokens."""
-        import yaml
-
-        from encoders.errors import InputError
-
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-            return cls(**data)
-        except (OSError, yaml.YAMLError, TypeError, ValueError) as exc:
-            raise InputError(f"bot settings {path}: {exc}") from exc
 
 
 def _shown(name: str, limit: int = 64) -> str:
@@ -137,178 +87,6 @@ def listen_ice_hosts(listen_host: str) -> list[str] | None:
 
 def ice_configuration() -> RTCConfiguration:
     return RTCConfiguration(iceServers=[])
-
-
-def jsonable(value: Any) -> Any:
-    """Dataclasses, numpy values and arrays as plain JSON values (thumbnails are left out)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)
-                if not isinstance(getattr(value, f.name), np.ndarray)}
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items() if not isinstance(v, np.ndarray)}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    return str(value)
-
-
-def _float_or_none(value: Any) -> float | None:
-    try:
-        return None if value is None else float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def captions(words: Sequence[Any]) -> list[dict]:
-    """Committed words -> one caption per run of one speaker."""
-    out: list[dict] = []
-    for word in words:
-        speaker, text = getattr(word, "speaker", ""), str(getattr(word, "text", word)).strip()
-        start, end = getattr(word, "start", None), getattr(word, "end", None)
-        if out and out[-1]["speaker"] == speaker:
-            out[-1]["text"] = f"{out[-1]['text']} {text}".strip()
-            out[-1]["end"] = end
-        else:
-            out.append({"type": "caption", "speaker": speaker, "start": start, "end": end, "text": text})
-    return out
-
-
-def line_message(line: Any, label: str | None) -> dict:
-    """A closed transcript line: ``speaker`` is what to show (the name once people have said it, else the
-    diarizer's label), ``name`` is None until the speaker is named, ``label`` matches the captions'."""
-    speaker = str(line.speaker or label or "")
-    if label is None and _DIARIZER_LABEL.fullmatch(speaker):
-        label = speaker
-    name = speaker if speaker and speaker != label and not _DIARIZER_LABEL.fullmatch(speaker) else None
-    return {"type": "line", "speaker": speaker, "name": name, "label": label,
-            "start": line.start, "end": line.end, "text": line.text}
-
-
-def majority_label(words: Sequence[Any], start: float, end: float) -> str | None:
-    """The diarizer label that spoke most of [start, end] among ``words`` (as the session labels a line)."""
-    spoken: dict[str, float] = {}
-    for word in words:
-        if word.start >= start - 0.01 and word.end <= end + 0.01:
-            spoken[word.speaker] = spoken.get(word.speaker, 0.0) + max(word.end - word.start, 0.01)
-    return max(spoken, key=spoken.__getitem__) if spoken else None
-
-
-class AudioMixer:
-    """One room's speakers summed on one clock, a 20 ms frame at a time.
-
-    Each peer has a lane of 16 kHz mono samples. A frame is mixed as soon as every live lane holds
-    one, so peers that send faster than real time are mixed as fast as they arrive; otherwise once
-    the oldest waiting audio is ``deadline`` seconds old, and a lane that lags or has stopped sending
-    gets silence: one quiet, stalled or vanished peer never holds up the room. A lane that ends is
-    still mixed until it is empty. A laggard's late audio is mixed into later frames; a lane that has
-    fallen more than ``backlog`` seconds behind the others is cut back, so its delay stays bounded.
-    """
-
-    @dataclasses.dataclass
-    class _Lane:
-        chunks: collections.deque = dataclasses.field(default_factory=collections.deque)  # (arrival, samples)
-        held: int = 0
-        live: bool = True
-
-        def take(self, n: int) -> np.ndarray:
-            parts, wanted = [], n
-            while wanted and self.chunks:
-                arrival, samples = self.chunks[0]
-                parts.append(samples[:wanted])
-                if len(samples) > wanted:
-                    self.chunks[0] = (arrival, samples[wanted:])
-                else:
-                    self.chunks.popleft()
-                wanted -= len(parts[-1])
-            self.held -= n - wanted
-            return np.concatenate(parts) if parts else np.zeros(0, np.float32)
-
-    def __init__(self, frame: int = MIX_FRAME, deadline: float = 0.1, backlog: float = 1.0) -> None:
-        self.frame, self.deadline = frame, deadline
-        self.backlog = max(int(backlog * ASR_RATE), 2 * frame)
-        self.lanes: dict[str, AudioMixer._Lane] = {}
-        self.dropped = 0  # samples cut from lanes that fell too far behind
-
-    def push(self, lane: str, samples: np.ndarray, now: float | None = None) -> None:
-        """Add a peer's next samples (float32 in [-1, 1]); a new or ended lane becomes live."""
-        if not len(samples):
-            return
-        entry = self.lanes.setdefault(lane, self._Lane())
-        entry.live = True
-        entry.chunks.append((time.monotonic() if now is None else now, np.asarray(samples, np.float32)))
-        entry.held += len(samples)
-
-    def end(self, lane: str) -> None:
-        """The peer sends no more: nobody waits for it; what it sent is still mixed."""
-        entry = self.lanes.get(lane)
-        if entry is not None:
-            entry.live = False
-            if not entry.held:
-                del self.lanes[lane]
-
-    @property
-    def live(self) -> int:
-        return sum(1 for lane in self.lanes.values() if lane.live)
-
-    @property
-    def idle(self) -> bool:
-        """No live lane and nothing left to mix: the room's audio has ended."""
-        return not self.lanes
-
-    def _ready(self) -> list["AudioMixer._Lane"]:
-        return [lane for lane in self.lanes.values() if lane.held >= self.frame or (not lane.live and lane.held)]
-
-    def wait_time(self, now: float | None = None) -> float | None:
-        """Seconds until the next frame is due by its deadline (None: nothing is waiting)."""
-        ready = self._ready()
-        if not ready:
-            return None
-        now = time.monotonic() if now is None else now
-        return max(0.0, min(lane.chunks[0][0] for lane in ready) + self.deadline - now)
-
-    def pull(self, now: float | None = None) -> np.ndarray:
-        """Every frame that is complete or due, mixed (float32 mono; empty when none is)."""
-        now = time.monotonic() if now is None else now
-        frames = []
-        while True:
-            ready = self._ready()
-            if not ready:
-                break
-            waiting = any(lane.live and lane.held < self.frame for lane in self.lanes.values())
-            if waiting and now - min(lane.chunks[0][0] for lane in ready) < self.deadline:
-                break
-            mix = np.zeros(self.frame, np.float32)
-            for lane in ready:
-                part = lane.take(self.frame)
-                mix[:len(part)] += part
-            peak = float(np.abs(mix).max())
-            if peak > 1.0:  # two loud speakers at once: scale the frame down rather than clip it
-                mix /= peak
-            frames.append(mix)
-            for name in [n for n, lane in self.lanes.items() if not lane.live and not lane.held]:
-                del self.lanes[name]
-        live = [lane for lane in self.lanes.values() if lane.live]
-        floor = min((lane.held for lane in live), default=0)
-        for lane in live:  # a lane that got silence for a late frame plays that much behind the others
-            surplus = lane.held - floor - self.backlog
-            if surplus > 0:
-                lane.take(surplus)
-                self.dropped += surplus
-        return np.concatenate(frames) if frames else np.zeros(0, np.float32)
-
-
-def answer_message(answer: Any, seconds: float) -> dict:
-    return {
-        "type": "answer",
-        "question": answer.question,
-        "text": answer.text,
-        "citations": [{"start": c.start, "label": c.label, "speaker": c.speaker, "text": c.text}
-                      for c in answer.citations],
-        "seconds": round(seconds, 3),
-    }
 
 
 @dataclasses.dataclass
@@ -365,19 +143,12 @@ class RoomBot:
         self.settings = settings
         self.rooms: dict[str, Room] = {}
         self.metrics = metrics or Metrics(self.sessions, self.peer_counts)
-        self._limiter = RateLimiter(settings.joins_per_second, settings.join_burst)
-        # Failures are counted per address over all room names (200 made-up rooms are 200 failures), apart
-        # from valid joins, so that an address that failed cannot lock out the right token.
-        self._failures = RateLimiter(settings.failed_joins_per_second, settings.failed_join_burst)
+        self.admission = Admission(settings, self.metrics.registry)
         self._ask_pool = ThreadPoolExecutor(settings.ask_workers, thread_name_prefix="bot-ask")
         # finish() blocks until a room's backlog is transcribed; its own pool, so that shutting down never waits
         self._finish_pool = ThreadPoolExecutor(max(1, len(settings.rooms)), thread_name_prefix="bot-finish")
         self._room_lock = asyncio.Lock()
         self._join_lock = asyncio.Lock()  # a new room's first peer is counted before the next new room is checked
-        self.loop_lag = 0.0  # seconds the event loop ran late, max over the last 5 s (watch_loop)
-        self._loop_lag_gauge = Gauge("minutia_bot_loop_lag_seconds", "how late the bot's event loop ran a 0.25 s "
-                                     "timer, max over 5 s (past ~1 s, WebRTC consent checks start to fail)",
-                                     registry=self.metrics.registry)
         self._closed = False
         if settings.ice_hosts is not None:
             restrict_ice_hosts(settings.ice_hosts)
@@ -393,74 +164,17 @@ class RoomBot:
         return sum(len(room.peers) for room in list(self.rooms.values()))
 
     # ------------------------------------------------------------------ joining
-    def authorize(self, room: str, token: str | None) -> None:
-        """An unknown room and a wrong token get the same 403, so room names cannot be probed without a token."""
-        if not token:
-            raise JoinRefused(401, "a bearer token for the room is required")
-        expected = self.settings.rooms.get(room)
-        # compared even for an unknown room, so the time taken does not tell either
-        matches = hmac.compare_digest(token.encode(), (expected if expected is not None else "\0" + token).encode())
-        if expected is None or not matches:
-            raise JoinRefused(403, "unknown room or wrong token")
-
-    def _check_capacity(self) -> None:
-        """Shed load before it hurts the rooms already served: a room that becomes active is refused (503)
-        when the bot is at its room limit (rooms with peers, or with audio still waiting for the recogniser),
-        its event loop runs late, or a room's audio waits on the recogniser too long.
-        Peers joining an active room are not refused here (the per-room and total peer limits apply)."""
-        # busy: peers in it, or audio still waiting for the recogniser after they left
-        active = [room for room in self.rooms.values() if room.peers or room.session.backlog_seconds > 0]
-        limit = self.settings.max_rooms
-        if len(active) >= limit:
-            raise JoinRefused(503, f"the bot is at capacity ({len(active)} active rooms of {limit}); try again later")
-        if self.loop_lag > self.settings.max_loop_lag_seconds:
-            raise JoinRefused(503, f"the bot is overloaded (its event loop runs {self.loop_lag:.2f} s late); "
-                                   "try again later")
-        behind = max((room.session.backlog_seconds for room in self.rooms.values()), default=0.0)
-        if behind > self.settings.max_backlog_seconds:
-            raise JoinRefused(503, f"the bot is behind (a room's audio waits {behind:.0f} s for transcription); "
-                                   "try again later")
-
-    async def watch_loop(self, period: float = 0.25, window: int = 20) -> None:
-        """How late the event loop runs a ``period`` timer, max over the last ``window`` ticks: the signal that
-        the bot has more rooms than CPU (measured on 2 cores: 8 rooms, peers dropped at 60-90 s)."""
-        loop = asyncio.get_running_loop()
-        lags: collections.deque[float] = collections.deque(maxlen=window)
-        while not self._closed:
-            started = loop.time()
-            await asyncio.sleep(period)
-            lags.append(max(0.0, loop.time() - started - period))
-            self.loop_lag = max(lags)
-            self._loop_lag_gauge.set(self.loop_lag)
-
     async def join(self, room_name: str, token: str | None, sdp: str, client: str = "?") -> tuple[str, str]:
         """Check, negotiate, and return (peer id, SDP answer); raises :class:`JoinRefused`."""
         outcome = "refused"
         try:
             if self._closed:
                 raise JoinRefused(503, "the bot is shutting down")
-            try:
-                self.authorize(room_name, token)
-            except JoinRefused:
-                if not self._failures.allow(client):
-                    outcome = "rate_limited"
-                    raise JoinRefused(429, "too many failed joins from this address; slow down") from None
-                raise
-            if not self._limiter.allow((client, room_name)):
-                outcome = "rate_limited"
-                raise JoinRefused(429, "too many join requests; slow down")
-            media = [line for line in sdp.splitlines() if line.startswith("m=")]
-            if not sdp.startswith("v=0") or not any(m.startswith(("m=audio", "m=video", "m=application")) for m in media):
-                raise JoinRefused(400, "malformed SDP offer: it needs 'v=0' and an audio, video or data media section")
+            self.admission.screen(room_name, token, sdp, client)
             async with self._join_lock:
-                if self.peer_total() >= self.settings.max_peers:
-                    raise JoinRefused(503, f"the bot is full ({self.settings.max_peers} peers)")
-                existing = self.rooms.get(room_name)
-                if existing is None or not existing.peers:
-                    self._check_capacity()
+                self.admission.check_load(self.rooms, room_name, self.peer_total())
                 room = await self._room(room_name)
-                if len(room.peers) >= self.settings.max_peers_per_room:
-                    raise JoinRefused(503, f"room {room_name!r} is full ({self.settings.max_peers_per_room} peers)")
+                self.admission.check_room(room_name, len(room.peers))
                 pc = RTCPeerConnection(ice_configuration())
                 peer = Peer(uuid.uuid4().hex[:10], room, pc, client)
                 room.peers[peer.peer_id] = peer  # counted now, so concurrent joins respect the limits
@@ -477,6 +191,7 @@ class RoomBot:
             log.info("peer joined", extra={"room": room_name, "peer": peer.peer_id, "client": client})
             return peer.peer_id, pc.localDescription.sdp
         except JoinRefused as exc:
+            outcome = "rate_limited" if exc.status == 429 else outcome
             log.info("join refused", extra={"room": _shown(room_name), "client": client, "status": exc.status,
                                             "reason": exc.message})
             raise
@@ -743,7 +458,7 @@ class RoomBot:
             peer.asking = False
         self.metrics.questions.labels("answered").inc()
         self.metrics.question_seconds.observe(elapsed)
-        ttft = _float_or_none(snapshot.kv.get("question_ttft"))
+        ttft = float_or_none(snapshot.kv.get("question_ttft"))
         self.metrics.question_ttft.observe(ttft if ttft is not None else elapsed)
         peer.send(answer_message(answer, elapsed))
 
@@ -779,6 +494,7 @@ class RoomBot:
     async def close(self) -> None:
         """Hang up on every peer; sessions stay with the runtime (nothing transcribed is lost)."""
         self._closed = True
+        self.admission.stop()
         for room in list(self.rooms.values()):
             if room.mix_task is not None:
                 room.mix_task.cancel()
@@ -812,7 +528,7 @@ class BotServer:
 
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
-        watcher = asyncio.ensure_future(self.bot.watch_loop())
+        watcher = asyncio.ensure_future(self.bot.admission.watch_loop())
         try:
             await self._server.serve(sockets=[self._socket])
         finally:

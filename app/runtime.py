@@ -21,17 +21,19 @@ if TYPE_CHECKING:
     from app.llm import LLMEngine
     from app.session import MeetingSession
     from app.session_speech import Diarizer, SpeechRecogniser
+    from app.session_vision import SlidePipeline
 
 log = logging.getLogger("minutia.runtime")
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 class Runtime:
-    """The settings' models, built on first use; ``transcriber``, ``engine`` and ``diarizer`` (a factory, one
-    diarizer per session) replace them, so that sessions run on small stand-ins in tests."""
+    """The settings' models, built on first use; ``transcriber``, ``engine``, ``diarizer`` and ``vision`` (factories,
+    one diarizer and one vision pipeline per session) replace them, so that sessions run on small stand-ins in tests."""
 
     def __init__(self, settings: Settings, *, transcriber: SpeechRecogniser | None = None,
-                 engine: LLMEngine | None = None, diarizer: Callable[[], Diarizer] | None = None) -> None:
+                 engine: LLMEngine | None = None, diarizer: Callable[[], Diarizer] | None = None,
+                 vision: Callable[[], SlidePipeline] | None = None) -> None:
         self.settings = settings
         self._sessions: dict[str, MeetingSession] = {}
         self._lock = threading.Lock()
@@ -39,6 +41,7 @@ class Runtime:
         given = {"asr": transcriber, "llm": engine}
         self._models: dict[str, Any] = {name: model for name, model in given.items() if model is not None}
         self._diarizer = diarizer
+        self._vision = vision
         self._claims: dict[str, Any] = {}  # session id -> SessionClaim, for sessions that write the store
 
     # ------------------------------------------------------------------ shared models
@@ -80,8 +83,10 @@ class Runtime:
         diarizer.max_speakers = diarization.max_speakers
         return diarizer
 
-    def vision_pipeline(self):
+    def vision_pipeline(self) -> "SlidePipeline":
         """A vision pipeline per session (its keyframe state is per stream) over one shared CLIP model."""
+        if self._vision is not None:
+            return self._vision()
         from encoders.vision import ClipEmbedder, SlideReader, VisionPipeline
 
         embedder = self._shared("clip", ClipEmbedder)

@@ -13,8 +13,8 @@ A worker that fails puts the session into the "error" state with the message; ot
 the same runtime are not affected.
 
 ``MeetingSession`` holds the shared state and wires the parts, each with one job: the words and the
-lines they close (app/session_speech.py), slides (app/session_vision.py), questions and summaries
-(app/session_answers.py), checkpoints (app/session_store.py).
+lines they close (app/session_speech.py), slides (app/session_vision.py), prefilling the KV
+(app/session_prefill.py), questions and summaries (app/session_answers.py), checkpoints (app/session_store.py).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from app.assistant import MeetingSummary
 from app.context import ContextLine, MeetingContext, PlacedLine
 from app.events import Answered, Failed, Listeners, SessionEvent, SessionOutput, Slide, StateChanged
 from app.session_answers import MeetingQuestions
+from app.session_prefill import Prefiller
 from app.session_speech import SpeechLines
 from app.session_store import Checkpoints, LineLedger, LineMark, SavedState
 from app.session_vision import SlideWatcher
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
     from app.config import Settings
     from app.llm import LLMEngine
     from app.session_speech import Diarizer, SpeechRecogniser
-    from encoders.vision import VisionPipeline
+    from app.session_vision import SlidePipeline
     from kvstore.cold import ColdTier
 
 log = logging.getLogger("minutia.session")
@@ -93,7 +94,7 @@ class SharedModels(Protocol):
 
     def online_diarizer(self) -> Diarizer: ...
 
-    def vision_pipeline(self) -> VisionPipeline: ...
+    def vision_pipeline(self) -> SlidePipeline: ...
 
     def cold_tier(self, session_id: str, source: str = "") -> ColdTier | None: ...
 
@@ -128,10 +129,6 @@ class MeetingSession:
         self._ledger = LineLedger()  # closed lines on their way into the KV
         self._speech_done = threading.Event()
         self._vision_done = threading.Event()
-        self._context: MeetingContext | None = None
-        self._context_ready = threading.Event()
-        self._prefill_wakeup = threading.Event()
-        self._flush_all = threading.Event()  # prefill even a short backlog now (someone is waiting for it)
         self.timeline = _make_timeline()
         self.autosave = autosave
         self.on_transfer: Callable[[str, str, int, float], None] | None = None  # (source, target, bytes, s) per save
@@ -140,11 +137,12 @@ class MeetingSession:
         if restored is not None:
             last_speaker = self._restore_state(restored.metadata)
         self._checkpoints = Checkpoints(runtime.session_store, session_id, self._ledger.base_lines if restored else -1)
+        self._prefill = Prefiller(self._ledger, self.settings.kv.idle_compact_seconds)
         output = SessionOutput(self._lock, self._append_line, self._emit, self._bump)
         self._speech = SpeechLines(output, self._words, last_speaker=last_speaker, names=self._names,
                                    stream_seconds=lambda: self.stream_seconds, time_offset=lambda: self._time_offset)
         self._vision = SlideWatcher(session_id, output, self._slides, runtime.vision_pipeline)
-        self._questions = MeetingQuestions(self._lock, self._slides, self.timeline, self._wait_for_context,
+        self._questions = MeetingQuestions(self._lock, self._slides, self.timeline, self._prefill.ready,
                                            lambda: self._prompts)
 
         self._threads = [
@@ -230,18 +228,7 @@ class MeetingSession:
 
     def wait_until_prefilled(self, timeout: float | None = None) -> bool:
         """Block until every closed line is in the KV cache (benchmarks and tests measure after this)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        context = self._wait_for_context(timeout or 300.0)
-        while self._ledger.pending or context.pending_lines:
-            if self._error:
-                raise InputError(f"the session failed: {self._error}")
-            if deadline is not None and time.monotonic() > deadline:
-                return False
-            self._flush_all.set()
-            self._prefill_wakeup.set()
-            time.sleep(0.05)
-        with context._lock:  # a flush in progress holds it
-            return True
+        return self._prefill.wait_until_prefilled(timeout, lambda: self._error)
 
     @property
     def backlog_seconds(self) -> float:
@@ -295,7 +282,7 @@ class MeetingSession:
         with self._lock:
             if not self._ledger.add(line, words, len(self._slides), self._speech.last_speaker):
                 return
-        self._prefill_wakeup.set()
+        self._prefill.wake()
 
     def _vision_worker(self) -> None:
         self._vision.run(self._frames, self._closed)
@@ -313,35 +300,25 @@ class MeetingSession:
             context = MeetingContext(engine, self.settings.kv, header=prompts.header,
                                      cold_tier=self.runtime.cold_tier(self.session_id, self.source))
         context.on_placed(self._place_on_timeline)
-        self._context = context
-        self._context_ready.set()
-        busy_at, compacted = time.monotonic(), True
-        while True:
-            self._prefill_wakeup.wait(timeout=0.5)
-            self._prefill_wakeup.clear()
-            if self._ledger.pending or context.pending_lines:
-                busy_at, compacted = time.monotonic(), False
-            elif not compacted and time.monotonic() - busy_at >= self.settings.kv.idle_compact_seconds:
-                context.compact()  # input is idle: give the pools' free slots back (a page-table remap)
-                compacted = True
-            self._ledger.drain(context)
-            done = self._speech_done.is_set() and self._vision_done.is_set()
-            if done or self._closed.is_set():
-                self._ledger.drain(context)
-                context.flush()
-                break
-            flush_all = self._flush_all.is_set()
-            self._flush_all.clear()
-            context.flush(min_tokens=0 if flush_all else context.prefill_chunk_tokens)
-            if (self.autosave and self._checkpoints.due(self.settings.store.autosave_seconds,
-                                                        context.lines + context.pending_lines)
-                    and self._said_anything()):
-                context.flush()  # every closed line into the KV: the checkpoint holds all but the open line
-                self.save()
+        inputs_done = (self._speech_done, self._vision_done)
+        self._prefill.run(context, lambda: all(e.is_set() for e in inputs_done) or self._closed.is_set(),
+                          self._checkpoint)
         if self.autosave and not self._closed.is_set() and self._said_anything():
             self.save()  # an empty meeting is never saved (nor saved over a meeting --replace would replace)
         self._finished.set()
         self._set_state("finished" if not self._closed.is_set() else self._state)
+
+    def _checkpoint(self, context: MeetingContext) -> None:
+        """Autosave when a checkpoint is due (and the meeting has anything to save)."""
+        if (self.autosave and self._checkpoints.due(self.settings.store.autosave_seconds,
+                                                    context.lines + context.pending_lines)
+                and self._said_anything()):
+            context.flush()  # every closed line into the KV: the checkpoint holds all but the open line
+            self.save()
+
+    @property
+    def _context(self) -> MeetingContext | None:
+        return self._prefill.context
 
     def _said_anything(self) -> bool:
         with self._lock:
@@ -374,12 +351,6 @@ class MeetingSession:
     def action_items(self) -> list[ActionItem]:
         return extract_action_items(self.transcript())
 
-    def _wait_for_context(self, timeout: float = 300.0) -> MeetingContext:
-        if not self._context_ready.wait(timeout):
-            raise InputError("the language model is still loading; try again in a moment")
-        assert self._context is not None
-        return self._context
-
     # ------------------------------------------------------------------ durability
     def save(self):
         """Save the meeting (KV blocks, scores, timeline, transcript) to the encrypted session store.
@@ -387,7 +358,7 @@ class MeetingSession:
         Incremental: blocks unchanged since the last save are not written again. ``minutia resume``
         (or Runtime.resume_session) continues from here without prefilling anything again.
         """
-        context = self._wait_for_context()
+        context = self._prefill.ready()
         report = self._checkpoints.save(context, self.source, lambda: self._state_dict(context))
         if self.on_transfer is not None:
             self.on_transfer("device", self.settings.store.backend, report.bytes_written, report.seconds)
@@ -476,7 +447,7 @@ class MeetingSession:
 
     def kv_stats(self) -> dict:
         """The KV figures of the meeting's cache (waits for the LLM to be loaded)."""
-        return self._wait_for_context().stats()
+        return self._prefill.ready().stats()
 
     def commit_lags(self) -> list[float]:
         with self._lock:
@@ -514,7 +485,7 @@ class MeetingSession:
         self._closed.set()
         self._audio.close()
         self._frames.close()
-        self._prefill_wakeup.set()
+        self._prefill.wake()
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join(timeout=10)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from app.context import ContextLine
 from app.events import SessionOutput, Slide, SlideShown
@@ -15,9 +15,16 @@ if TYPE_CHECKING:
     import numpy as np
 
     from encoders.ring import ItemRing
-    from encoders.vision import VisionPipeline
+    from encoders.vision import SlideEvent
 
 log = logging.getLogger("minutia.session")
+
+
+class SlidePipeline(Protocol):
+    """What a session calls on its vision pipeline (encoders.vision.VisionPipeline; a stand-in in tests):
+    one stream's frames in order, a SlideEvent for each new slide."""
+
+    def feed(self, frame: np.ndarray, t: float) -> SlideEvent | None: ...
 
 
 class SlideWatcher:
@@ -28,7 +35,7 @@ class SlideWatcher:
     """
 
     def __init__(self, session_id: str, output: SessionOutput, slides: list[Slide],
-                 pipeline: Callable[[], VisionPipeline]) -> None:
+                 pipeline: Callable[[], SlidePipeline]) -> None:
         self._session_id = session_id
         self._lock, self._append_line, self._emit, self._bump = output
         self._slides = slides

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
 
-import numpy as np
 import pytest
+from scripted_parts import ScriptedMeeting, ScriptedTranscriber, VoiceDiarizer, scripted_meeting
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,98 +46,35 @@ def tiny_llm_dir(tmp_path_factory) -> Path:
 
 
 # ---- issue 17: tiny stand-ins for a session's parts (no Whisper, no diarization model), begin ----
-# As diart's tests do with dummy segmentation and embedding models: the session runs for real around them.
-# A script of (speaker, sentence) turns becomes audio in which every word is a run of one constant level;
-# the stand-in recogniser reads the words back from the levels, the stand-in diarizer gives the speaker
-# whose turn it is.
-SCRIPT_RATE = 16000
-SCRIPT_LEVEL = 1 / 1024  # word number n sounds at (n + 1) levels; silence between words
+# The stand-ins themselves are in tests/scripted_parts.py (tests that script a meeting import it too).
 
 
-@dataclass(frozen=True)
-class ScriptedMeeting:
-    audio: np.ndarray  # 16 kHz mono float32
-    vocabulary: list[str]  # word number -> text
-    turns: list[tuple[float, float, str]]  # (start, end, speaker) in stream seconds
-
-
-def scripted_meeting(script: Sequence[tuple[str, str]], word_s: float = 0.3, gap_s: float = 0.1,
-                     pause_s: float = 0.5) -> ScriptedMeeting:
-    """Audio for ``script``'s turns, each word ``word_s`` long, ``gap_s`` apart, turns ``pause_s`` apart."""
-    pieces: list[np.ndarray] = []
-    vocabulary: list[str] = []
-    turns: list[tuple[float, float, str]] = []
-    clock = 0.0
-    for speaker, sentence in script:
-        start = clock
-        for word in sentence.split():
-            if word not in vocabulary:
-                vocabulary.append(word)
-            level = (vocabulary.index(word) + 1) * SCRIPT_LEVEL
-            pieces += [np.full(int(word_s * SCRIPT_RATE), level, np.float32),
-                       np.zeros(int(gap_s * SCRIPT_RATE), np.float32)]
-            clock += word_s + gap_s
-        turns.append((start, clock, speaker))
-        pieces.append(np.zeros(int(pause_s * SCRIPT_RATE), np.float32))
-        clock += pause_s
-    return ScriptedMeeting(np.concatenate(pieces), vocabulary, turns)
-
-
-class ScriptedTranscriber:
-    """Reads a scripted meeting's words back from its audio (encoders.asr.Transcriber's ``transcribe``)."""
-
-    def __init__(self, vocabulary: Sequence[str]) -> None:
-        self.vocabulary = list(vocabulary)
-
-    def transcribe(self, audio: np.ndarray, options=None) -> Iterator:
-        from encoders.asr import Segment, Word
-
-        codes = np.rint(np.asarray(audio) / SCRIPT_LEVEL).astype(np.int64) - 1
-        edges = np.flatnonzero(np.diff(codes)) + 1
-        words = []
-        for start, end in zip(np.r_[0, edges], np.r_[edges, len(codes)]):
-            if 0 <= codes[start] < len(self.vocabulary):
-                words.append(Word(self.vocabulary[codes[start]], start / SCRIPT_RATE, end / SCRIPT_RATE, 0.9))
-        if words:
-            yield Segment(words[0].start, words[-1].end, " ".join(w.text for w in words), tuple(words))
-
-
-class TimedDiarizer:
-    """Labels a word with the speaker whose scripted turn holds its middle (encoders.online_diarize's calls)."""
-
-    def __init__(self, turns: Sequence[tuple[float, float, str]]) -> None:
-        self.turns = list(turns)
-        self.samples = 0
-
-    def insert_audio(self, samples: np.ndarray) -> None:
-        self.samples += len(samples)
-
-    def label_words(self, words) -> list[str]:
-        return [self._speaker((w.start + w.end) / 2) for w in words]
-
-    def take_changes(self) -> list:
-        return []
-
-    def _speaker(self, t: float) -> str:
-        return next((speaker for start, end, speaker in self.turns if start <= t < end), self.turns[-1][2])
-
-
-@pytest.fixture
-def session_parts(tiny_llm_dir, tmp_path):
-    """A Runtime over the stand-ins and the tiny Gemma 3, in a home of its own: ``(runtime, meeting)``."""
+@pytest.fixture(scope="session")
+def scripted_runtime(tiny_llm_dir):
+    """Makes Runtimes over the stand-ins for a scripted meeting and the tiny Gemma 3:
+    ``scripted_runtime(meeting, home, **settings)`` (settings: load_settings overrides beside ``home``)."""
     from app.config import load_settings
     from app.llm import LLMEngine
     from app.runtime import Runtime
 
+    def make(meeting: ScriptedMeeting, home: Path, **overrides) -> Runtime:
+        llm = {"model": str(tiny_llm_dir), "max_new_tokens": 16}  # a summary of 16 tokens: quick on a CPU
+        settings = load_settings(overrides={"home": str(home), "llm": llm, **overrides})
+        return Runtime(settings, transcriber=ScriptedTranscriber(meeting.vocabulary),
+                       engine=LLMEngine.from_settings(settings.llm, settings.home, settings.kv),
+                       diarizer=lambda: VoiceDiarizer(meeting.speakers), vision=meeting.vision)
+
+    return make
+
+
+@pytest.fixture
+def session_parts(scripted_runtime, tmp_path):
+    """A Runtime over the stand-ins and the tiny Gemma 3, in a home of its own: ``(runtime, meeting)``."""
     meeting = scripted_meeting([
         ("SPEAKER_00", "Good morning. The pilot will cost twelve thousand dollars."),
         ("SPEAKER_01", "Fine. Maria will send the contract on Friday."),
-    ])
-    llm = {"model": str(tiny_llm_dir), "max_new_tokens": 16}  # a summary of 16 tokens: quick on a CPU
-    settings = load_settings(overrides={"home": str(tmp_path), "llm": llm})
-    runtime = Runtime(settings, transcriber=ScriptedTranscriber(meeting.vocabulary),
-                      engine=LLMEngine.from_settings(settings.llm, settings.home, settings.kv),
-                      diarizer=lambda: TimedDiarizer(meeting.turns))
+    ], slides=["Budget\nPilot: $12,000", "Next steps\nContract by Friday"])
+    runtime = scripted_runtime(meeting, tmp_path)
     yield runtime, meeting
     runtime.close()
 # ---- issue 17: tiny stand-ins for a session's parts, end ----

@@ -1,8 +1,11 @@
-"""The room bot with real aiortc peers on loopback (host candidates on 127.0.0.1, no STUN) and the real models.
+"""The room bot with real aiortc peers on loopback (host candidates on 127.0.0.1, no STUN).
 
-Two rooms at once: in "standup" a peer sends the bundled stand-up's audio and its slide video and asks
-a question over the data channel; in "side" a peer streams audio and vanishes mid-stream, and a peer
-that joins later finds everything already transcribed still there.
+Two rooms at once: in "standup" a peer sends a scripted stand-up's audio and a slide as video and asks a
+question over the data channel; in "side" a peer streams audio and vanishes mid-stream, and a peer that
+joins later finds everything already transcribed still there. The meeting is scripted (tests/scripted_parts.py:
+words as tones, speakers as hums, the slide as a grey the stand-in OCR reads), so the bot, the mixer and the
+sessions run for real on stand-in recogniser, diarizer and vision and the tiny Gemma 3, with no model to
+provision; tests/test_bot_load.py streams a real recording through the real models.
 """
 
 from __future__ import annotations
@@ -10,38 +13,28 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from pathlib import Path
 
 import httpx
 import pytest
+from scripted_parts import scripted_meeting
 
 from app.bot import BotServer, BotSettings
-from app.config import load_settings
-from app.models import EMBEDDED_ASR, EMBEDDED_LLM, models_dir
-from app.runtime import Runtime
-from app.testing.peers import FileAudioTrack, FileVideoTrack, ImageTrack, RoomClient, slide_image
+from app.testing.peers import FileAudioTrack, ImageTrack, RoomClient
 
-ROOT = Path(__file__).resolve().parent.parent
-VIDEO = ROOT / "samples" / "standup-video" / "meeting.webm"
-AUDIO = ROOT / "samples" / "standup" / "meeting.ogg"
 ROOMS = {"standup": "token-standup", "side": "token-side"}
-SPEED = 2.0  # the peers send faster than real time to keep the test short; the bot does not care
-SECONDS = 36.0  # Alice, Bob and Carol all speak, and the pilot's price is said (and on a slide)
-TAIL = 6.0  # silence after the speech: the streaming recogniser commits a word once later audio confirms it
-COMMITTED_UNTIL = 28.0  # "The pilot will cost twelve thousand dollars" ends near 27.5 s
-
-_HOME = load_settings().home
-_MISSING = [m for m in (EMBEDDED_ASR, EMBEDDED_LLM) if not (models_dir(_HOME) / m / ".minutia-complete").is_file()]
-pytestmark = [pytest.mark.slow,  # ~100 s: model loading, 18 s of streaming, two answers from Gemma 3 270M
-              pytest.mark.skipif(bool(_MISSING), reason=f"embedded models {_MISSING} not provisioned in {_HOME}")]
-
-
-def _media_tracks():
-    if VIDEO.is_file():
-        return [FileAudioTrack(VIDEO, speed=SPEED, seconds=SECONDS, tail_seconds=TAIL),
-                FileVideoTrack(VIDEO, speed=SPEED, seconds=SECONDS)]
-    slide = slide_image(["Budget", "Pilot cost: $12,000", "Starts Monday, March 10"])
-    return [FileAudioTrack(AUDIO, speed=SPEED, seconds=SECONDS, tail_seconds=TAIL), ImageTrack(slide, fps=2)]
+SPEED = 3.0  # the peers send faster than real time to keep the test short; the bot does not care
+TAIL = 1.0  # silence after the speech
+MEETING = scripted_meeting([
+    ("SPEAKER_00", "Good morning. This is our weekly meeting about the new customer website. Bob, can you start?"),
+    ("SPEAKER_01", "Sure, Alice. The login page is finished. The payment page needs one more week of work."),
+    ("SPEAKER_00", "Thanks, Bob. Carol, how does the budget look?"),
+    ("SPEAKER_02", "We have spent thirty thousand dollars so far, out of a total budget of fifty thousand dollars."),
+    ("SPEAKER_00", "And what about the pilot?"),
+    ("SPEAKER_02", "The pilot will cost twelve thousand dollars. It starts on Monday, March tenth."),
+], slides=["Budget\nPilot cost: $12,000\nStarts Monday, March 10"])
+SECONDS = MEETING.turns[-1][1]  # Alice, Bob and Carol all speak, and the pilot's price is said (and on a slide)
+COMMITTED_UNTIL = SECONDS - 1.0  # "It starts on Monday, March tenth." is the last sentence
+SIDE_FROM = MEETING.turns[3][0]  # the side room hears Carol's budget and what follows
 
 
 def _is_caption(message: dict) -> bool:
@@ -49,16 +42,21 @@ def _is_caption(message: dict) -> bool:
 
 
 @pytest.fixture(scope="module")
-def scenario():
-    runtime = Runtime(load_settings())
+def scenario(scripted_runtime, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("loopback")
+    recording = MEETING.write_wav(folder / "standup.wav")
+    runtime = scripted_runtime(MEETING, folder)
     runtime.warm_up()
     bot_settings = BotSettings(rooms=ROOMS, ice_hosts=["127.0.0.1"], max_message_bytes=2048, video_fps=1.0)
     server = BotServer(runtime, bot_settings, port=0).start()
     result: dict = {"server": server, "runtime": runtime}
 
     async def run() -> None:
-        main = RoomClient(server.url, "standup", ROOMS["standup"], _media_tracks())
-        side = RoomClient(server.url, "side", ROOMS["side"], [FileAudioTrack(AUDIO, speed=SPEED, start=40, seconds=60)])
+        main = RoomClient(server.url, "standup", ROOMS["standup"],
+                          [FileAudioTrack(recording, speed=SPEED, seconds=SECONDS, tail_seconds=TAIL),
+                           ImageTrack(MEETING.slide_frame(0), fps=2)])
+        side = RoomClient(server.url, "side", ROOMS["side"],
+                          [FileAudioTrack(recording, speed=SPEED, start=SIDE_FROM, seconds=SECONDS - SIDE_FROM)])
         await asyncio.gather(main.join(), side.join())
         result["joined"] = [m for m in main.messages if m["type"] == "joined"]
         # The side peer vanishes once it has captions, while the stand-up is still streaming.

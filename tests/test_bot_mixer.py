@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from app.bot import MIX_FRAME, AudioMixer, line_message, majority_label
+from app.mixer import MIX_FRAME, AudioMixer
+from app.room_messages import line_message, majority_label
 
 
 def _tone(value: float, frames: int = 1) -> np.ndarray:

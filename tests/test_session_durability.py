@@ -2,7 +2,9 @@
 loses at most the last checkpoint interval, with transcript, KV and position that agree.
 
 Real Runtimes over the tiny in-process Gemma 3, a real encrypted disk store in a temporary home; a second
-Runtime on the same home stands for a second process (an flock conflicts across open files).
+Runtime on the same home stands for a second process (an flock conflicts across open files). Names and claims
+need no words: those Runtimes hear through the stand-in recogniser (tests/scripted_parts.py); the `minutia live`
+runs below are other processes, which load the provisioned Whisper.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scripted_parts import scripted_meeting
 
 from app.config import load_settings
 from app.models import EMBEDDED_ASR, models_dir
@@ -25,6 +28,9 @@ from encoders.errors import InputError
 
 
 _ASR = models_dir(load_settings().home) / EMBEDDED_ASR  # the provisioned Whisper, read from its own folder
+
+
+_SCRIPT = scripted_meeting([("SPEAKER_00", "Hello.")])  # never said: the meetings below are silence
 
 
 def _runtime(home, tiny_llm_dir) -> Runtime:
@@ -42,8 +48,8 @@ def _saved_meeting(runtime: Runtime, session_id: str, seconds: float, **kwargs) 
     runtime.close_session(session_id)
 
 
-def test_a_saved_meeting_is_not_overwritten_without_replace(tmp_path, tiny_llm_dir):
-    runtime = _runtime(tmp_path, tiny_llm_dir)
+def test_a_saved_meeting_is_not_overwritten_without_replace(tmp_path, scripted_runtime):
+    runtime = scripted_runtime(_SCRIPT, tmp_path)
     try:
         _saved_meeting(runtime, "kept", 3.0)
         with pytest.raises(InputError, match="already saved.*--replace"):
@@ -59,8 +65,8 @@ def test_a_saved_meeting_is_not_overwritten_without_replace(tmp_path, tiny_llm_d
         runtime.close()
 
 
-def test_one_writer_per_session_id(tmp_path, tiny_llm_dir):
-    first, second = _runtime(tmp_path, tiny_llm_dir), _runtime(tmp_path, tiny_llm_dir)
+def test_one_writer_per_session_id(tmp_path, scripted_runtime):
+    first, second = scripted_runtime(_SCRIPT, tmp_path), scripted_runtime(_SCRIPT, tmp_path)
     try:
         first.new_session("dup", autosave=True)
         with pytest.raises(InputError, match="open in another process"):

@@ -1,10 +1,15 @@
-"""A MeetingSession end to end on stand-in parts (tests/conftest.py: a scripted recogniser, a diarizer that
-knows whose turn it is, the tiny in-process Gemma 3): the session's own work — committing words, closing
-lines, prefilling the KV, answering, saving and resuming — runs for real, with no model to provision."""
+"""A MeetingSession end to end on stand-in parts (tests/scripted_parts.py: a recogniser that reads words from
+tones, a diarizer that knows whose voice it hears, a vision pipeline whose OCR and CLIP read scripted slides; the
+tiny in-process Gemma 3): the session's own work — committing words, closing lines, showing slides, prefilling
+the KV, answering, saving and resuming — runs for real, with no model to provision."""
 
 from __future__ import annotations
 
-from app.events import LineClosed, WordsCommitted
+import numpy as np
+import pytest
+
+from app.events import LineClosed, SlideShown, WordsCommitted
+from encoders.errors import InputError
 
 RATE = 16000
 
@@ -60,3 +65,45 @@ def test_a_saved_meeting_resumes_where_it_stopped(session_parts):
     assert resumed.kv_stats()["tokens"] == tokens == report.seq_length  # loaded, not prefilled again
     assert resumed.snapshot().counters["committed_words"] == words
     assert resumed.stream_seconds == round(len(meeting.audio) / RATE, 3)
+
+
+def test_slides_become_lines_once_each_and_reach_the_timeline(session_parts):
+    """Slide 0, slide 1, then slide 0 again, at 2 frames a second beside the audio: the real keyframe detector and
+    de-duplication run on the stand-in OCR and CLIP, so each slide is shown once, enters the KV as a line of its
+    own, and is found on the timeline by its embedding."""
+    runtime, meeting = session_parts
+    session = runtime.new_session("shown")
+    events: list = []
+    session.subscribe(events.append)
+    for second, number in enumerate([0, 0, 1, 1, 1, 0, 0]):
+        for half in (0.0, 0.5):
+            session.feed_video(meeting.slide_frame(number), second + half, wait=True)
+    _replay(session, meeting.audio)
+    assert session.wait_until_prefilled(timeout=60)
+
+    shown = [e.slide for e in events if isinstance(e, SlideShown)]
+    assert [(s.time, s.text) for s in shown] == [(0.0, "Budget; Pilot: $12,000"),
+                                                 (2.0, "Next steps; Contract by Friday")]
+    assert [s.text for s in session.snapshot().slides] == [s.text for s in shown]
+    assert session.kv_stats()["lines"] == 4 + 2  # the spoken lines and one line per slide
+    query = meeting.vision().embedder.embed_texts([meeting.slides[1]])[0]
+    hit = session.timeline.top_segments(1, query=query, modality="video")
+    assert hit and hit[0].segment.start_s == 2.0 and hit[0].segment.text == shown[1].text
+
+
+def test_bad_input_is_refused_for_that_request_only(session_parts):
+    runtime, meeting = session_parts
+    session = runtime.new_session("done")
+    _replay(session, meeting.audio)
+    with pytest.raises(InputError):
+        session.ask("   ")
+    with pytest.raises(InputError):
+        session.feed_audio(np.zeros(100, dtype=np.float32), 16000)  # finished sessions take no more input
+    other = runtime.new_session()
+    with pytest.raises(InputError):
+        other.feed_video(np.zeros((4, 4), dtype=np.uint8))
+    with pytest.raises(InputError):
+        other.feed_audio(np.full(10, np.nan, dtype=np.float32), 16000)
+    assert other.snapshot().state in ("idle", "live")
+    runtime.close_session(other.session_id)
+    assert session.ask("How much will the pilot cost?").text  # the finished meeting still answers

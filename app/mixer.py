@@ -1,0 +1,116 @@
+"""A room's audio: every peer's 16 kHz mono samples summed on the room's clock before the session hears them."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import time
+
+import numpy as np
+
+ASR_RATE = 16000
+MIX_FRAME = ASR_RATE // 50  # the room's clock ticks in 20 ms frames, as WebRTC audio does
+
+
+class AudioMixer:
+    """One room's speakers summed on one clock, a 20 ms frame at a time.
+
+    Each peer has a lane of 16 kHz mono samples. A frame is mixed as soon as every live lane holds
+    one, so peers that send faster than real time are mixed as fast as they arrive; otherwise once
+    the oldest waiting audio is ``deadline`` seconds old, and a lane that lags or has stopped sending
+    gets silence: one quiet, stalled or vanished peer never holds up the room. A lane that ends is
+    still mixed until it is empty. A laggard's late audio is mixed into later frames; a lane that has
+    fallen more than ``backlog`` seconds behind the others is cut back, so its delay stays bounded.
+    """
+
+    @dataclasses.dataclass
+    class _Lane:
+        chunks: collections.deque = dataclasses.field(default_factory=collections.deque)  # (arrival, samples)
+        held: int = 0
+        live: bool = True
+
+        def take(self, n: int) -> np.ndarray:
+            parts, wanted = [], n
+            while wanted and self.chunks:
+                arrival, samples = self.chunks[0]
+                parts.append(samples[:wanted])
+                if len(samples) > wanted:
+                    self.chunks[0] = (arrival, samples[wanted:])
+                else:
+                    self.chunks.popleft()
+                wanted -= len(parts[-1])
+            self.held -= n - wanted
+            return np.concatenate(parts) if parts else np.zeros(0, np.float32)
+
+    def __init__(self, frame: int = MIX_FRAME, deadline: float = 0.1, backlog: float = 1.0) -> None:
+        self.frame, self.deadline = frame, deadline
+        self.backlog = max(int(backlog * ASR_RATE), 2 * frame)
+        self.lanes: dict[str, AudioMixer._Lane] = {}
+        self.dropped = 0  # samples cut from lanes that fell too far behind
+
+    def push(self, lane: str, samples: np.ndarray, now: float | None = None) -> None:
+        """Add a peer's next samples (float32 in [-1, 1]); a new or ended lane becomes live."""
+        if not len(samples):
+            return
+        entry = self.lanes.setdefault(lane, self._Lane())
+        entry.live = True
+        entry.chunks.append((time.monotonic() if now is None else now, np.asarray(samples, np.float32)))
+        entry.held += len(samples)
+
+    def end(self, lane: str) -> None:
+        """The peer sends no more: nobody waits for it; what it sent is still mixed."""
+        entry = self.lanes.get(lane)
+        if entry is not None:
+            entry.live = False
+            if not entry.held:
+                del self.lanes[lane]
+
+    @property
+    def live(self) -> int:
+        return sum(1 for lane in self.lanes.values() if lane.live)
+
+    @property
+    def idle(self) -> bool:
+        """No live lane and nothing left to mix: the room's audio has ended."""
+        return not self.lanes
+
+    def _ready(self) -> list["AudioMixer._Lane"]:
+        return [lane for lane in self.lanes.values() if lane.held >= self.frame or (not lane.live and lane.held)]
+
+    def wait_time(self, now: float | None = None) -> float | None:
+        """Seconds until the next frame is due by its deadline (None: nothing is waiting)."""
+        ready = self._ready()
+        if not ready:
+            return None
+        now = time.monotonic() if now is None else now
+        return max(0.0, min(lane.chunks[0][0] for lane in ready) + self.deadline - now)
+
+    def pull(self, now: float | None = None) -> np.ndarray:
+        """Every frame that is complete or due, mixed (float32 mono; empty when none is)."""
+        now = time.monotonic() if now is None else now
+        frames = []
+        while True:
+            ready = self._ready()
+            if not ready:
+                break
+            waiting = any(lane.live and lane.held < self.frame for lane in self.lanes.values())
+            if waiting and now - min(lane.chunks[0][0] for lane in ready) < self.deadline:
+                break
+            mix = np.zeros(self.frame, np.float32)
+            for lane in ready:
+                part = lane.take(self.frame)
+                mix[:len(part)] += part
+            peak = float(np.abs(mix).max())
+            if peak > 1.0:  # two loud speakers at once: scale the frame down rather than clip it
+                mix /= peak
+            frames.append(mix)
+            for name in [n for n, lane in self.lanes.items() if not lane.live and not lane.held]:
+                del self.lanes[name]
+        live = [lane for lane in self.lanes.values() if lane.live]
+        floor = min((lane.held for lane in live), default=0)
+        for lane in live:  # a lane that got silence for a late frame plays that much behind the others
+            surplus = lane.held - floor - self.backlog
+            if surplus > 0:
+                lane.take(surplus)
+                self.dropped += surplus
+        return np.concatenate(frames) if frames else np.zeros(0, np.float32)
