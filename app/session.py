@@ -305,13 +305,14 @@ class MeetingSession:
         engine = self.runtime.engine
         prompts = engine.live_prompts()
         self._prompts = prompts
+        erase_pii = self.runtime.pii_detector if self.settings.pii.zero_kv else None
         if self._restored is not None:
             context = MeetingContext(engine, self.settings.kv, header=prompts.header, restored=self._restored.cache,
-                                     restored_lines=int(self._restored.metadata.get("lines", 0)))
+                                     restored_lines=int(self._restored.metadata.get("lines", 0)), erase_pii=erase_pii)
             self._restored = None
         else:
             context = MeetingContext(engine, self.settings.kv, header=prompts.header,
-                                     cold_tier=self.runtime.cold_tier(self.session_id))
+                                     cold_tier=self.runtime.cold_tier(self.session_id), erase_pii=erase_pii)
         context.on_placed(self._place_on_timeline)
         self._context = context
         self._context_ready.set()
