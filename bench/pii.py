@@ -126,12 +126,36 @@ def main(argv: list[str] | None = None) -> int:
     total = {k: 0 for k in KINDS}
     answers: list[dict] = []
     started = time.perf_counter()
+
+    def pct(policy: str, kinds) -> str:
+        n = sum(total[k] for k in kinds)
+        c = sum(correct[(policy, k)] for k in kinds)
+        return f"{100 * c / n:.0f}% ({c}/{n})"
+
+    def report(done: list[Path]) -> list[str]:
+        """Write the table and the answers of the meetings ``done`` so far (a slow machine keeps them)."""
+        groups = [("access code", ["code"]), ("budget", ["budget"]), ("release date", ["date"]),
+                  ("**all non-PII**", ["code", "budget", "date"]), ("phone number", ["phone"]),
+                  ("e-mail address", ["email"]), ("person's name", ["person"])]
+        table = ["| needle | " + " | ".join(POLICIES) + " |", "|---|" + "---:|" * len(POLICIES)]
+        table += [f"| {label} | " + " | ".join(pct(p, kinds) for p in POLICIES) + " |" for label, kinds in groups]
+        summary = {
+            "meetings": [p.parent.name for p in done], "turns": args.turns, "seed": args.seed,
+            "seconds": round(time.perf_counter() - started, 1), "model": settings.llm.model,
+            "dtype": settings.llm.dtype, "torch_threads": torch.get_num_threads(),
+            "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}",
+            "correct": {f"{p}/{k}": correct[(p, k)] for p in POLICIES for k in KINDS}, "total": total,
+            "non_pii_needles_flagged": flagged, "table": table,
+        }
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "pii.json").write_text(json.dumps({**summary, "answers": answers}, indent=2) + "\n")
+        (args.out / "pii.md").write_text("\n".join(table) + "\n")
+        return table
+
     for index, path in enumerate(paths):
         rng = random.Random(args.seed * 1000 + index)
         needles = make_needles(rng)
         lines = meeting_lines(path, needles, rng, args.turns)
-        for needle in needles:
-            total[needle.kind] += 1
         for policy, detector in detectors.items():
             context = MeetingContext(engine, settings.kv, header=header, erase_pii=detector)
             for line in lines:
@@ -148,32 +172,15 @@ def main(argv: list[str] | None = None) -> int:
                 correct[(policy, needle.kind)] += ok
                 answers.append({"meeting": path.parent.name, "policy": policy, "kind": needle.kind,
                                 "value": needle.value, "answer": got, "correct": ok})
+                print(f"{path.parent.name} {policy}: {needle.kind} {needle.value!r} -> {got!r}", file=sys.stderr)
             context.close()
+        for needle in needles:
+            total[needle.kind] += 1
+        table = report(paths[: index + 1])
         print(f"{index + 1}/{len(paths)} meetings, {time.perf_counter() - started:.0f} s", file=sys.stderr)
-    seconds = time.perf_counter() - started
-
-    def pct(policy: str, kinds) -> str:
-        n = sum(total[k] for k in kinds)
-        c = sum(correct[(policy, k)] for k in kinds)
-        return f"{100 * c / n:.0f}% ({c}/{n})"
-
-    groups = [("access code", ["code"]), ("budget", ["budget"]), ("release date", ["date"]),
-              ("**all non-PII**", ["code", "budget", "date"]), ("phone number", ["phone"]),
-              ("e-mail address", ["email"]), ("person's name", ["person"])]
-    table = ["| needle | " + " | ".join(POLICIES) + " |", "|---|" + "---:|" * len(POLICIES)]
-    table += [f"| {label} | " + " | ".join(pct(p, kinds) for p in POLICIES) + " |" for label, kinds in groups]
-    summary = {
-        "meetings": [p.parent.name for p in paths], "turns": args.turns, "seed": args.seed, "seconds": round(seconds, 1),
-        "model": settings.llm.model, "dtype": settings.llm.dtype, "torch_threads": torch.get_num_threads(),
-        "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}",
-        "correct": {f"{p}/{k}": correct[(p, k)] for p in POLICIES for k in KINDS}, "total": total,
-        "non_pii_needles_flagged": flagged, "table": table,
-    }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "pii.json").write_text(json.dumps({**summary, "answers": answers}, indent=2) + "\n")
-    (args.out / "pii.md").write_text("\n".join(table) + "\n")
     print("\n".join(table))
-    print(f"{len(paths)} meetings in {seconds:.0f} s; non-PII needles the detector flagged: {flagged}")
+    print(f"{len(paths)} meetings in {time.perf_counter() - started:.0f} s; non-PII needles the detector "
+          f"flagged: {flagged}")
     return 0
 
 
