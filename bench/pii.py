@@ -93,8 +93,29 @@ def meeting_lines(path: Path, needles: list[Needle], rng: random.Random, max_tur
 
 
 def hit(answer: str, value: str) -> bool:
+    """The answer starts with the value as a whole word ("June 6th" counts for "June 6")."""
     text = answer.strip()
-    return text.startswith(value) and (len(text) == len(value) or not text[len(value)].isalnum())
+    if not text.startswith(value):
+        return False
+    rest = text[len(value):]
+    if value[-1].isdigit() and rest[:2] in ("st", "nd", "rd", "th"):
+        rest = rest[2:]
+    return not rest or not rest[0].isalnum()
+
+
+def table_of(answers: list[dict]) -> list[str]:
+    """The Markdown table: per needle kind and policy, the share of answers :func:`hit` accepts."""
+    groups = [("access code", ["code"]), ("budget", ["budget"]), ("release date", ["date"]),
+              ("**all non-PII**", ["code", "budget", "date"]), ("phone number", ["phone"]),
+              ("e-mail address", ["email"]), ("person's name", ["person"])]
+
+    def cell(policy: str, kinds: list[str]) -> str:
+        mine = [a for a in answers if a["policy"] == policy and a["kind"] in kinds]
+        right = sum(hit(a["answer"], a["value"]) for a in mine)
+        return f"{100 * right / max(len(mine), 1):.0f}% ({right}/{len(mine)})"
+
+    table = ["| needle | " + " | ".join(POLICIES) + " |", "|---|" + "---:|" * len(POLICIES)]
+    return table + [f"| {label} | " + " | ".join(cell(p, kinds) for p in POLICIES) + " |" for label, kinds in groups]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,7 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", default=None)
     ap.add_argument("--seed", type=int, default=18)
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "pii")
+    ap.add_argument("--rescore", type=Path, default=None, help="a pii.json: print its answers' table again")
     args = ap.parse_args(argv)
+    if args.rescore is not None:
+        print("\n".join(table_of(json.loads(args.rescore.read_text())["answers"])))
+        return 0
 
     import torch
 
@@ -121,30 +146,18 @@ def main(argv: list[str] | None = None) -> int:
     engine = LLMEngine.from_settings(settings.llm, settings.home, settings.kv)
     detectors = {name: None if kinds is None else SpacyPIIDetector(kinds) for name, kinds in POLICIES.items()}
     header = engine.live_prompts().header
-    correct = {(p, k): 0 for p in POLICIES for k in KINDS}
     flagged = {p: 0 for p in POLICIES}  # non-personal needles the detector took for personal data
-    total = {k: 0 for k in KINDS}
     answers: list[dict] = []
     started = time.perf_counter()
 
-    def pct(policy: str, kinds) -> str:
-        n = sum(total[k] for k in kinds)
-        c = sum(correct[(policy, k)] for k in kinds)
-        return f"{100 * c / n:.0f}% ({c}/{n})"
-
     def report(done: list[Path]) -> list[str]:
         """Write the table and the answers of the meetings ``done`` so far (a slow machine keeps them)."""
-        groups = [("access code", ["code"]), ("budget", ["budget"]), ("release date", ["date"]),
-                  ("**all non-PII**", ["code", "budget", "date"]), ("phone number", ["phone"]),
-                  ("e-mail address", ["email"]), ("person's name", ["person"])]
-        table = ["| needle | " + " | ".join(POLICIES) + " |", "|---|" + "---:|" * len(POLICIES)]
-        table += [f"| {label} | " + " | ".join(pct(p, kinds) for p in POLICIES) + " |" for label, kinds in groups]
+        table = table_of(answers)
         summary = {
             "meetings": [p.parent.name for p in done], "turns": args.turns, "seed": args.seed,
             "seconds": round(time.perf_counter() - started, 1), "model": settings.llm.model,
             "dtype": settings.llm.dtype, "torch_threads": torch.get_num_threads(),
             "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}",
-            "correct": {f"{p}/{k}": correct[(p, k)] for p in POLICIES for k in KINDS}, "total": total,
             "non_pii_needles_flagged": flagged, "table": table,
         }
         args.out.mkdir(parents=True, exist_ok=True)
@@ -168,14 +181,10 @@ def main(argv: list[str] | None = None) -> int:
                 budget = engine.count_tokens(" " + needle.value) + 2
                 got = context.generate(f"\n\nQuestion: {needle.question}\nAnswer: {needle.prefix}",
                                        max_new_tokens=budget).text
-                ok = hit(got, needle.value)
-                correct[(policy, needle.kind)] += ok
                 answers.append({"meeting": path.parent.name, "policy": policy, "kind": needle.kind,
-                                "value": needle.value, "answer": got, "correct": ok})
+                                "value": needle.value, "answer": got, "correct": hit(got, needle.value)})
                 print(f"{path.parent.name} {policy}: {needle.kind} {needle.value!r} -> {got!r}", file=sys.stderr)
             context.close()
-        for needle in needles:
-            total[needle.kind] += 1
         table = report(paths[: index + 1])
         print(f"{index + 1}/{len(paths)} meetings, {time.perf_counter() - started:.0f} s", file=sys.stderr)
     print("\n".join(table))
