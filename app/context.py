@@ -20,6 +20,7 @@ import torch
 
 from app.config import KVSettings, tiered_cache_config
 from app.llm import LLMEngine
+from app.pii import PIIDetector
 from app.transcript import format_time
 from encoders.errors import InputError
 from kvstore.annotations import EntityFinder, TokenFlag, tokens_in_spans
@@ -52,6 +53,16 @@ class Generation:
 
 
 @dataclass(frozen=True)
+class EncodedLine:
+    """A line tokenized: ids, and the offsets (into them) of its entities and of its personal data."""
+
+    line: ContextLine
+    ids: list[int]
+    entities: list[int]
+    pii: list[int]
+
+
+@dataclass(frozen=True)
 class PlacedLine:
     """Where a line landed: its token range in the cache (for the timeline index)."""
 
@@ -64,9 +75,17 @@ class MeetingContext:
     """A TieredCache holding the meeting so far; thread-safe (one lock for the cache, the engine's for the model)."""
 
     def __init__(self, engine: LLMEngine, kv: KVSettings, header: str, prefill_chunk_tokens: int = 192,
-                 restored: Any = None, restored_lines: int = 0, cold_tier: Any = None) -> None:
+                 restored: Any = None, restored_lines: int = 0, cold_tier: Any = None,
+                 erase_pii: PIIDetector | None = None) -> None:
         """``restored``: a cache loaded from a saved session (kvstore.persist), continued instead of a new one.
-        ``cold_tier``: a kvstore.cold.ColdTier that blocks the budget cannot hold are evicted to."""
+        ``cold_tier``: a kvstore.cold.ColdTier that blocks the budget cannot hold are evicted to.
+        ``erase_pii``: the tokens of the personal data it finds in a line are stored as zero K/V
+        (kvstore.cache.TieredCache.erase_tokens; the pii policy ``zero-in-kv``)."""
+        if erase_pii is not None and not kv.enabled:
+            raise InputError("pii.policy zero-in-kv needs minutia's tiered KV cache (kv.enabled: true)")
+        if erase_pii is not None and not getattr(engine.tokenizer, "is_fast", False):
+            raise InputError("pii.policy zero-in-kv needs a fast tokenizer (its offsets map personal data to tokens)")
+        self.erase_pii = erase_pii
         self.engine = engine
         self.kv = kv
         self.prefill_chunk_tokens = prefill_chunk_tokens
@@ -126,15 +145,21 @@ class MeetingContext:
     def _encode(self, text: str) -> list[int]:
         return self.engine.tokenizer(text, add_special_tokens=False).input_ids
 
-    def _encode_line(self, line: ContextLine) -> tuple[list[int], list[int]]:
+    def _encode_line(self, line: ContextLine) -> EncodedLine:
         """The line's token ids and the positions (in them) of its entities (numbers, names): the
-        importance score's structural bonus keeps those blocks sharper (kvstore.annotations)."""
+        importance score's structural bonus keeps those blocks sharper (kvstore.annotations); and of
+        the personal data in its text (``erase_pii``), mapped to tokens by the tokenizer's offsets."""
         text = line.render()
         tokenizer = self.engine.tokenizer
         if not getattr(tokenizer, "is_fast", False):  # offsets need a fast tokenizer
-            return self._encode(text), []
+            return EncodedLine(line, self._encode(text), [], [])
         enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        return enc.input_ids, tokens_in_spans(enc.offset_mapping, self._entities.find(text))
+        pii: list[int] = []
+        if self.erase_pii is not None:  # in the said text, not the time stamp and speaker label before it
+            at = text.rindex(line.text)
+            spans = [(at + s.start, at + s.end) for s in self.erase_pii.find(line.text)]
+            pii = tokens_in_spans(enc.offset_mapping, spans)
+        return EncodedLine(line, enc.input_ids, tokens_in_spans(enc.offset_mapping, self._entities.find(text)), pii)
 
     def on_placed(self, callback) -> None:
         """``callback(PlacedLine)`` after each line is in the cache (the session puts it on the timeline)."""
@@ -161,45 +186,48 @@ class MeetingContext:
         with self._lock:
             if not self._pending:
                 return 0
-            encoded = [(line, *self._encode_line(line)) for line in self._pending]
-            total = sum(len(ids) for _, ids, _ in encoded)
+            encoded = [self._encode_line(line) for line in self._pending]
+            total = sum(len(e.ids) for e in encoded)
             if total < min_tokens:
                 return 0
             self._pending.clear()
-            chunk: list[tuple[ContextLine, list[int], list[int]]] = []
+            chunk: list[EncodedLine] = []
             added = 0
-            for line, ids, entities in encoded:
-                if self.tokens + added + len(ids) + 512 > self.max_positions:
+            for item in encoded:
+                if self.tokens + added + len(item.ids) + 512 > self.max_positions:
                     self.full = True  # answers fall back to reading the transcript; said in stats()
                     break
-                chunk.append((line, ids, entities))
-                added += len(ids)
-                if sum(len(i) for _, i, _ in chunk) >= max_chunk_tokens:
+                chunk.append(item)
+                added += len(item.ids)
+                if sum(len(e.ids) for e in chunk) >= max_chunk_tokens:
                     self._prefill_lines(chunk)
                     chunk = []
             if chunk:
                 self._prefill_lines(chunk)
             return added
 
-    def _prefill_lines(self, chunk: list[tuple[ContextLine, list[int], list[int]]]) -> None:
+    def _prefill_lines(self, chunk: list[EncodedLine]) -> None:
         start = self.tokens
         placed: list[PlacedLine] = []
         marks: list[tuple[int, int, str, int, list[int]]] = []
         ids: list[int] = []
-        for line, line_ids, entities in chunk:
-            begin = start + len(ids)
-            ids.extend(line_ids)
-            marks.append((begin, begin + len(line_ids), line.modality, _line_flags(line), [begin + i for i in entities]))
-            placed.append(PlacedLine(line, begin, begin + len(line_ids)))
-        self._prefill(ids, marks)
+        erase: list[int] = []
+        for item in chunk:
+            line, begin = item.line, start + len(ids)
+            ids.extend(item.ids)
+            marks.append((begin, begin + len(item.ids), line.modality, _line_flags(line), [begin + i for i in item.entities]))
+            erase += [begin + i for i in item.pii]
+            placed.append(PlacedLine(line, begin, begin + len(item.ids)))
+        self._prefill(ids, marks, erase)
         self.lines += len(chunk)
         for item in placed:
             for callback in self._placed_listeners:
                 callback(item)
 
-    def _prefill(self, ids: list[int], marks: list[tuple[int, int, str, int, list[int]]]) -> None:
+    def _prefill(self, ids: list[int], marks: list[tuple[int, int, str, int, list[int]]],
+                 erase: list[int] | None = None) -> None:
         """One forward of ``ids`` after the cache; ``marks``: (start, end, modality, flags, entity
-        positions) per line."""
+        positions) per line; ``erase``: positions of personal data, stored as zero K/V."""
         if not ids:
             return
         # Everything that touches the cache runs in inference mode: tensors the model created there
@@ -212,6 +240,8 @@ class MeetingContext:
                         self.cache.annotate(list(range(begin, min(begin + 4, end))), flags)
                     if entities:
                         self.cache.annotate(entities, TokenFlag.ENTITY)
+            if erase:
+                self.cache.erase_tokens(erase)
             self._forward(ids)
         self.tokens += len(ids)
 

@@ -19,6 +19,7 @@ from encoders.errors import InputError
 
 if TYPE_CHECKING:
     from app.llm import LLMEngine
+    from app.pii import PIIDetector
     from app.session import MeetingSession
     from app.session_speech import Diarizer, SpeechRecogniser
     from app.session_vision import SlidePipeline
@@ -60,6 +61,13 @@ class Runtime:
         return self._shared("llm", lambda: LLMEngine.from_settings(self.settings.llm, self.settings.home, self.settings.kv))
 
     @property
+    def pii_detector(self) -> "PIIDetector | None":
+        """The detector the ``pii`` settings ask for (None with the policy off); loaded once."""
+        from app.pii import detector_for
+
+        return self._shared("pii", lambda: detector_for(self.settings.pii))
+
+    @property
     def transcriber(self) -> "SpeechRecogniser":
         from app.models import EMBEDDED_ASR, resolve_model
         from encoders.asr import Transcriber
@@ -94,7 +102,7 @@ class Runtime:
 
     def warm_up(self) -> None:
         """Load the models now rather than on the first session's first words."""
-        _ = self.transcriber, self.engine
+        _ = self.transcriber, self.engine, self.pii_detector
 
     def session_store(self, create_key: bool = True):
         """The encrypted store durable sessions are saved to (one per runtime)."""

@@ -292,13 +292,15 @@ class MeetingSession:
         engine = self.runtime.engine
         prompts = engine.live_prompts()
         self._prompts = prompts
+        erase_pii = self.runtime.pii_detector if self.settings.pii.zero_kv else None
         if self._restored is not None:
             context = MeetingContext(engine, self.settings.kv, header=prompts.header, restored=self._restored.cache,
-                                     restored_lines=int(self._restored.metadata.get("lines", 0)))
+                                     restored_lines=int(self._restored.metadata.get("lines", 0)), erase_pii=erase_pii)
             self._restored = None
         else:
             context = MeetingContext(engine, self.settings.kv, header=prompts.header,
-                                     cold_tier=self.runtime.cold_tier(self.session_id, self.source))
+                                     cold_tier=self.runtime.cold_tier(self.session_id, self.source),
+                                     erase_pii=erase_pii)
         context.on_placed(self._place_on_timeline)
         inputs_done = (self._speech_done, self._vision_done)
         self._prefill.run(context, lambda: all(e.is_set() for e in inputs_done) or self._closed.is_set(),

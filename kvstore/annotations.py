@@ -23,6 +23,7 @@ class TokenFlag(enum.IntFlag):
     SLIDE_CHANGE = 4  # a slide / scene change happened at this time
     ENTITY = 8  # a named entity, number, code, ...
     TIMESTAMP = 16  # an explicit time marker in the transcript
+    PII = 32  # personal data: the cache stores zero K/V for it, its blocks score 0 and are never recalled
 
 
 def _grown(length: int, *columns: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -75,6 +76,11 @@ class TokenAnnotations:
         positions = _indices(positions, self._grow)
         if positions is not None:
             self.flags[positions] |= torch.as_tensor(flags, dtype=torch.uint8).expand(positions.shape)
+
+    def flagged(self, start: int, end: int, flag: int) -> torch.Tensor:
+        """Offsets (from ``start``) of the positions in ``[start, end)`` that carry ``flag``."""
+        self._grow(end)
+        return torch.nonzero(self.flags[start:end] & int(flag)).flatten()
 
     def truncate(self, length: int) -> None:
         """Forget annotations at positions >= ``length`` (after a rollback)."""

@@ -1,0 +1,153 @@
+"""Personal data in a meeting (issue 18): found by the real detector (spaCy's en_core_web_sm NER,
+libphonenumber, Luhn), masked in what the CLI writes, and stored as zero K/V under ``zero-in-kv``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from app.config import KVSettings, LLMSettings, PIISettings, load_settings
+from app.context import ContextLine, MeetingContext
+from app.llm import LLMEngine
+from app.pii import KINDS, SpacyPIIDetector, detector_for, mask_text, mask_transcript
+from app.transcript import Transcript, TranscriptWord, Turn
+from encoders.errors import InputError
+from kvstore.layers import TieredLayer
+
+SAID = ("Thanks, Priya Raman will send the contract to dana.whitfield@example.org tonight; "
+        "if it bounces call her on (415) 555-0132. The deposit goes on card 4539 1488 0343 6467, "
+        "not 4539 1488 0343 6468, and the budget for 2025 stays at 48,000 dollars.")
+
+
+@pytest.fixture(scope="module")
+def detector() -> SpacyPIIDetector:
+    return SpacyPIIDetector(KINDS)
+
+
+def _found(text: str, spans) -> list[tuple[str, str]]:
+    return [(s.kind, text[s.start:s.end]) for s in spans]
+
+
+def test_the_detector_finds_email_phone_card_and_person_in_real_text(detector) -> None:
+    assert _found(SAID, detector.find(SAID)) == [
+        ("person", "Priya Raman"), ("email", "dana.whitfield@example.org"), ("phone", "(415) 555-0132"),
+        ("card", "4539 1488 0343 6467")]  # the second number fails the Luhn check; years and amounts stay
+    assert mask_text(SAID, detector.find(SAID)).startswith("Thanks, [PERSON] will send the contract to [EMAIL] "
+                                                           "tonight; if it bounces call her on [PHONE].")
+    assert _found("Call +44 20 7946 0958 or mail ops@acme.io.", detector.find("Call +44 20 7946 0958 or mail ops@acme.io.")) \
+        == [("phone", "+44 20 7946 0958"), ("email", "ops@acme.io")]
+
+
+def test_names_are_only_found_when_asked_for() -> None:
+    kinds = [s.kind for s in SpacyPIIDetector().find(SAID)]  # the default kinds
+    assert kinds == ["email", "phone", "card"]
+
+
+def test_a_missing_spacy_model_is_one_clear_line(monkeypatch) -> None:
+    import app.pii
+
+    monkeypatch.setattr(app.pii, "SPACY_MODEL", "en_core_web_sm_not_installed")
+    with pytest.raises(InputError) as info:
+        SpacyPIIDetector(["person"])
+    assert "\n" not in str(info.value) and "en_core_web_sm_not_installed" in str(info.value)
+    SpacyPIIDetector(["email", "phone"])  # the other kinds do not need the model
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(InputError, match="invalid setting pii.policy"):
+        load_settings(overrides={"pii": {"policy": "zero"}})
+    with pytest.raises(InputError, match="unknown PII kind"):
+        SpacyPIIDetector(["passport"])
+    assert detector_for(PIISettings(policy="off")) is None
+
+
+def test_masked_transcripts_keep_times_and_the_words_around(detector) -> None:
+    text = "Mail dana.whitfield@example.org or call 415 555 0132, thanks."
+    words = [TranscriptWord(w, i, i + 0.5, "Bob") for i, w in enumerate(text.split())]
+    masked = mask_transcript(Transcript([Turn("Bob", text, 0.0, 9.0, words)], source="m"), detector)
+    turn = masked.turns[0]
+    assert turn.text == "Mail [EMAIL] or call [PHONE], thanks."
+    assert [(w.text, w.start, w.end) for w in turn.words] == [
+        ("Mail", 0, 0.5), ("[EMAIL]", 1, 1.5), ("or", 2, 2.5), ("call", 3, 3.5), ("[PHONE],", 4, 6.5),
+        ("thanks.", 7, 7.5)]
+
+
+def _summarize(tmp_path, monkeypatch, tiny_llm_dir, policy: str) -> str:
+    from app.cli import summarize
+
+    meeting = tmp_path / "meeting.txt"
+    meeting.write_text("Alice: Please send the signed contract to dana.whitfield@example.org before Friday.\n"
+                       "Bob: I will send the contract to dana.whitfield@example.org tomorrow.\n"
+                       "Alice: If anything is missing call me on 415-555-0132 and we fix it.\n")
+    monkeypatch.setenv("MINUTIA_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MINUTIA_PII__POLICY", policy)
+    monkeypatch.setenv("MINUTIA_LLM__DTYPE", "float32")  # the random model's words do not matter here:
+    monkeypatch.setenv("MINUTIA_LLM__MAX_NEW_TOKENS", "4")  # the summary's quotes of the meeting do
+    out = tmp_path / policy
+    summarize(meeting, out_dir=out, llm=str(tiny_llm_dir))
+    return (out / "meeting.summary.json").read_text() + (out / "meeting.summary.md").read_text()
+
+
+def test_exports_are_masked_under_mask_in_exports_and_unchanged_when_off(tmp_path, monkeypatch, tiny_llm_dir) -> None:
+    plain = _summarize(tmp_path, monkeypatch, tiny_llm_dir, "off")
+    assert "dana.whitfield@example.org" in plain  # the extractive parts quote the meeting
+    masked = _summarize(tmp_path, monkeypatch, tiny_llm_dir, "mask-in-exports")
+    assert "dana.whitfield@example.org" not in masked and "555-0132" not in masked
+    assert "[EMAIL]" in masked
+    json.loads(masked[: masked.index("\n}\n") + 2])  # still valid JSON
+
+
+LINE = ContextLine("audio", 1.0, 5.0, "Alice", "The payment page needs a week, mail dana@example.org about it.")
+
+
+def _context(tiny_llm_dir, erase) -> MeetingContext:
+    engine = LLMEngine(tiny_llm_dir, LLMSettings(model=str(tiny_llm_dir), dtype="float32", max_context_tokens=1024),
+                       KVSettings(compress=False))
+    context = MeetingContext(engine, engine.kv, header="Meeting transcript:\n", erase_pii=erase)
+    context.append(ContextLine("audio", 0.0, 1.0, "Bob", "Good morning."))
+    context.append(LINE)
+    context.flush()
+    return context
+
+
+def _email_positions(context: MeetingContext) -> list[int]:
+    text = LINE.render()
+    enc = context.engine.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    start = text.index("dana@example.org")
+    first = context.tokens - len(enc.input_ids)
+    return [first + i for i, (a, b) in enumerate(enc.offset_mapping) if a < start + 16 and b > start]
+
+
+def _rows(cache, positions: list[int]) -> list[torch.Tensor]:
+    rows = []
+    for layer in cache.layers:
+        keys, values = layer.dense_kv() if isinstance(layer, TieredLayer) else (layer.keys, layer.values)
+        first = cache.get_seq_length() - keys.shape[2]
+        index = torch.tensor([p - first for p in positions])
+        rows += [keys[:, :, index], values[:, :, index]]
+    return rows
+
+
+def test_zero_in_kv_leaves_the_tokens_of_personal_data_zero_and_scored_0(tiny_llm_dir, detector) -> None:
+    kept = _context(tiny_llm_dir, None)  # the policy off: the email's K/V are there
+    positions = _email_positions(kept)
+    assert len(positions) >= 3 and all(row.abs().sum(dim=-1).gt(0).all() for row in _rows(kept.cache, positions))
+
+    erased = _context(tiny_llm_dir, detector)
+    assert _email_positions(erased) == positions
+    assert all(not row.any() for row in _rows(erased.cache, positions))
+    others = [p for p in range(erased.tokens) if p not in positions]
+    assert all(row.abs().sum(dim=-1).gt(0).all() for row in _rows(erased.cache, others))
+    block = positions[0] // erased.cache.settings.block_size
+    for layer in erased.cache.tiered_layers:
+        assert layer.policy.scorer.block_scores(layer.scoring_inputs())[block] == 0
+    answer = erased.generate("\nQuestion: What is the address?\nAnswer:", max_new_tokens=3)
+    assert answer.new_tokens >= 1 and erased.tokens == erased.cache.get_seq_length()
+
+
+def test_zero_in_kv_needs_the_tiered_cache(tiny_llm_dir, detector) -> None:
+    engine = LLMEngine(tiny_llm_dir, LLMSettings(model=str(tiny_llm_dir), dtype="float32"), KVSettings(enabled=False))
+    with pytest.raises(InputError, match="kv.enabled"):
+        MeetingContext(engine, engine.kv, header="Meeting transcript:\n", erase_pii=detector)
