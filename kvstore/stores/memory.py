@@ -289,10 +289,7 @@ class MemoryStore(ListedStore):
         if not self._cpu:
             return use(memoryview(self.get(session, block_id)))
         with self._lock:
-            try:
-                block = self._blocks[session][block_id]
-            except KeyError:
-                raise BlockNotFound(f"no block {block_id!r} in session {session!r} ({self.tier} tier)") from None
+            block = self._held(session, block_id)
             return use(memoryview(self._array(block)) if block.nbytes else memoryview(b""))
 
     def read_unverified(self, session: str, block_id: str, use: Callable[[memoryview], T]) -> T:
