@@ -1005,7 +1005,8 @@ def aggregate(per_meeting: list[dict[str, Any]], full_key: str = "full") -> dict
         }
         if m["cold"]:
             out[key]["cold"] = {
-                "prefetch_hit_rate": mean([c["prefetch_hit_rate"] for c in m["cold"]]),
+                # a meeting whose cold tier was never read has no hit rate (None), not a rate of 1
+                "prefetch_hit_rate": mean([c["prefetch_hit_rate"] for c in m["cold"] if c["prefetch_hit_rate"] is not None]),
                 "recalled": sum(c["recalled"] for c in m["cold"]),
                 "evicted": sum(c["evicted"] for c in m["cold"]),
                 "decode_step_ms_median": mean([c["decode_step_ms"]["median"] for c in m["cold"] if "decode_step_ms" in c]),

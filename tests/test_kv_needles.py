@@ -54,3 +54,18 @@ def test_meetings_the_kv_store_was_built_on_are_never_held_out() -> None:
 def test_the_held_out_part_has_enough_meetings() -> None:
     parts = [kv_part_of(p.name) for p in DATA.glob("*.json")]
     assert parts.count("held-out") >= 8 and parts.count("tuning") >= 15
+
+
+def test_a_cold_tier_never_read_has_no_hit_rate_in_the_aggregate() -> None:
+    """A meeting whose cold tier was never read reports hit rate None; the aggregate skips it (it crashed a
+    20-minute held-out run at the very end)."""
+    from bench.kv_quality import aggregate
+
+    def result(cold):
+        return {"queries": [{"retention": 1.0, "nll": 1.0}], "needles": [{"correct": True, "retention": 1.0,
+                "kind": "code"}], "full_bytes": 10, "sliding_bytes": 1, "prefill_s": 1.0, **({"cold": cold} if cold else {})}
+
+    meetings = [{"methods": {"full": result(None), "m": result({"prefetch_hit_rate": rate, "recalled": 1, "evicted": 1,
+                                                               "peak_answer_fraction": 0.2})}} for rate in (None, 0.5)]
+    cold = aggregate(meetings)["m"]["cold"]
+    assert cold["prefetch_hit_rate"] == 0.5 and cold["evicted"] == 2
