@@ -98,6 +98,7 @@ def heard(question: dict, reference: dict, transcript: Transcript) -> tuple[bool
     the meeting does not answer have nothing to lose."""
     if question["type"] in ABSENT_TYPES or question.get("evidence_turn") is None:
         return True, True
+    from app.answers import AnswerOptions
     from app.questions import parse_question
     from app.retrieval import stems
     from app.transcript import join_words
@@ -114,7 +115,7 @@ def heard(question: dict, reference: dict, transcript: Transcript) -> tuple[bool
     else:
         key = keywords_match(text, question["keywords"])
     focus = set(stems(" ".join(parse_question(question["question"]).focus)))
-    topic = not focus or len(focus & set(stems(text))) / len(focus) >= 0.6
+    topic = not focus or len(focus & set(stems(text))) / len(focus) >= AnswerOptions().min_focus_coverage
     return key, topic
 
 
