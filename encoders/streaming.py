@@ -278,6 +278,7 @@ def simulate(
     realtime: bool = False,
     diarizer: WordLabeller | None = None,
     on_update: Callable[[StreamUpdate], None] | None = None,
+    step_seconds: float | None = None,
 ) -> SimulationResult:
     """Replay 16 kHz ``audio`` through ``streamer`` as a live stream arriving in ``chunk_seconds`` pieces.
 
@@ -286,9 +287,13 @@ def simulate(
     by the measured compute time of every step, i.e. the latencies are those of a real-time replay
     on this machine, obtained without the idle waiting. Each step feeds every chunk that has
     "arrived" by the clock, then runs ``process`` (and the diarizer on what it committed).
+    With ``step_seconds`` every step costs that much stream time instead of its measured time, so
+    the decode windows, and therefore the words, do not depend on how fast or busy the machine is.
     """
     if chunk_seconds <= 0:
         raise InputError(f"chunk_seconds must be positive, got {chunk_seconds}")
+    if step_seconds is not None and (realtime or step_seconds < 0):
+        raise InputError("step_seconds must be >= 0 and cannot be combined with realtime")
     chunk = max(1, int(round(chunk_seconds * SAMPLE_RATE)))
     total = len(audio)
     fed = 0
@@ -308,7 +313,10 @@ def simulate(
         if streamer._decoded != decoded_before or update.committed:
             decodes += 1
         compute += spent
-        clock = time.perf_counter() - start_wall if realtime else clock + spent
+        if realtime:
+            clock = time.perf_counter() - start_wall
+        else:
+            clock += spent if step_seconds is None else step_seconds
         records.extend(CommittedWord(w, clock, s) for w, s in zip(update.committed, speakers))
         if on_update:
             on_update(update)
