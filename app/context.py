@@ -8,6 +8,7 @@ back afterwards: the cache holds the meeting and nothing else (seed 11; DESIGN "
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import threading
@@ -121,8 +122,14 @@ class MeetingContext:
         return TieredCache(config=self.engine.model.config, settings=tiered_cache_config(self.kv))
 
     def _attach(self, cold_tier: Any) -> None:
+        """Attach the cold tier, and the block manager every promotion, recall and report goes through
+        (None for a DynamicCache, which has no blocks)."""
+        from kvstore.cache import TieredCache
+        from kvstore.manager import KVCacheManager
+
         if cold_tier is not None and hasattr(self.cache, "attach_cold_tier"):
             self.cache.attach_cold_tier(cold_tier)
+        self.blocks = KVCacheManager(self.cache) if isinstance(self.cache, TieredCache) else None
 
     def compact(self) -> int:
         """Shrink the cache's block pools to their used blocks; returns the bytes given back."""
@@ -274,16 +281,10 @@ class MeetingContext:
         ids = self._encode(suffix)
         with self._lock:
             self.flush()
-            pinned = bool(focus) and hasattr(self.cache, "promote_tokens")
-            if pinned:
-                with torch.inference_mode():
-                    self.cache.promote_tokens(focus, pin=True)
-            try:
+            with contextlib.ExitStack() as stack:
+                if focus and self.blocks is not None:
+                    stack.enter_context(self.blocks.focus(focus))
                 return self._generate_locked(ids, max_new_tokens, stop, started, focus)
-            finally:
-                if pinned:
-                    with torch.inference_mode():
-                        self.cache.unpin()
 
     def next_token_logits(self, suffix: str) -> torch.Tensor:
         """fp32 logits of the token after the meeting + ``suffix`` (rolled back; for checks after a resume)."""
@@ -317,9 +318,9 @@ class MeetingContext:
         if self.tokens + len(ids) + max_new_tokens > self.max_positions:
             raise InputError(f"the meeting fills the model's context ({self.tokens} of {self.max_positions} tokens)")
         with self._rolled_back():
-            if focus and getattr(self.cache, "cold_tier", None) is not None:
+            if focus and self.blocks is not None and self.cache.cold_tier is not None:
                 with self.engine.lock, torch.inference_mode():
-                    self.cache.recall_tokens(focus)  # the rollback sends them back to the cold tier
+                    self.blocks.recall_tokens(focus)  # the rollback sends them back to the cold tier
             return self._decode(ids, max_new_tokens, stop, started)
 
     def _decode(self, ids: list[int], max_new: int, stop: tuple[str, ...], started: float) -> Generation:
@@ -370,10 +371,8 @@ class MeetingContext:
         with self._lock, torch.inference_mode():
             stats: dict[str, Any] = {"tokens": self.tokens, "lines": self.lines, "full": self.full}
             cache = self.cache
-            if hasattr(cache, "kv_bytes"):
-                from kvstore.report import kv_report
-
-                report = kv_report(cache).as_dict()
+            if self.blocks is not None:
+                report = self.blocks.report().as_dict()
                 stats.update({key: report[key] for key in (
                     "kv_bytes", "tiered_kv_bytes", "full_precision_bytes", "budget_bytes", "bytes_by_tier",
                     "bytes_by_modality", "prefetch_hit_rate", "mode")})

@@ -68,7 +68,8 @@ class PromotionReport:
     """Where the promoted blocks are, counted over (tiered layer, block) pairs.
 
     Full-precision and quantized blocks are read by the answer; cold ones can be recalled from the
-    cold tier (:meth:`TieredCache.recall_tokens`); dropped ones survive only in the layer's summary.
+    cold tier (:meth:`kvstore.manager.KVCacheManager.recall_tokens`); dropped ones survive only in
+    the layer's summary.
     """
 
     blocks: int  # logical blocks requested
@@ -320,27 +321,6 @@ class TieredCache(Cache):
         if self.cold_tier is not None and cold_tier is not self.cold_tier:
             self.cold_tier.close()
         self.cold_tier = cold_tier
-
-    def recall_tokens(self, token_ranges: TokenRanges) -> PromotionReport:
-        """Bring the cold blocks holding ``token_ranges`` back into the pools (staged in parallel first).
-
-        Call it after :meth:`checkpoint` so that :meth:`rollback` returns them to the cold tier.
-        """
-        from kvstore.timeline import blocks_of_ranges
-
-        blocks = blocks_of_ranges(list(token_ranges), self.settings.block_size)
-        if self.cold_tier is not None and blocks.numel():
-            wanted = []
-            for layer in self.tiered_layers:
-                if layer.is_initialized and len(layer.cold):
-                    rows = torch.nonzero(torch.isin(layer.cold.block_index, blocks)).flatten()
-                    wanted += layer.cold_index.ids(rows)
-            self.cold_tier.request(wanted)
-            self.cold_tier.wait()
-            for layer in self.tiered_layers:
-                if layer.is_initialized:
-                    layer.recall(blocks)
-        return self.block_residency(blocks)
 
     def block_residency(self, blocks: torch.Tensor) -> PromotionReport:
         full = quantized = dropped = cold = 0

@@ -14,7 +14,7 @@ Blocks come back into the device pools for the length of an answer:
   stages them in device memory while the model computes; at each decode step the cold blocks the
   current query ranks that high are recalled (a hit when already staged, a miss when they still had
   to be read from the host or lower);
-* focus ranges (:meth:`~kvstore.cache.TieredCache.recall_tokens`): the blocks of the lines a
+* focus ranges (:meth:`~kvstore.manager.KVCacheManager.recall_tokens`): the blocks of the lines a
   question retrieved.
 
 A recalled row leaves the Global Summary while it is back, and rolling back the question's

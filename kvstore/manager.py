@@ -2,8 +2,8 @@
 
 TieredCache moves blocks by itself when it is over budget; the manager is the handle the app uses
 for everything else: demote what the controller says is cold, promote what a question is about
-(query-aware promotion, seed 4), drop blocks, pre-grow pools before a large prefill, prefetch the
-blocks a step will read (resident ones count as hits; cold ones are handed to the cold tier's
+(query-aware promotion, seed 4: :meth:`focus`) and recall its cold blocks (:meth:`recall_tokens`),
+drop blocks, pre-grow pools before a large prefill, prefetch the blocks a step will read (resident ones count as hits; cold ones are handed to the cold tier's
 prefetcher; hit rate, seed 6.4), copy blocks into a tier placement, and :meth:`report` bytes per
 precision tier, location, layer and modality (kvstore.report, the one account everyone reads).
 
@@ -15,10 +15,13 @@ Precision tiers (L1 hot = full precision, L2 warm = quantized, L3 cold = the Glo
 from __future__ import annotations
 
 
+import contextlib
+from typing import Iterator
+
 import torch
 
 from kvstore.blocks import BlockFormat
-from kvstore.cache import TieredCache
+from kvstore.cache import PromotionReport, TieredCache, TokenRanges
 from kvstore.layers import TieredLayer
 from kvstore.block_ids import block_id
 from kvstore.placement import TierPlacement
@@ -128,6 +131,40 @@ class KVCacheManager:
             rows = torch.nonzero(torch.isin(layer.cold.block_index, blocks[~found])).flatten()
             tier.request([i for i in layer.cold_index.ids(rows) if not tier.staged(i)])
         return found
+
+    def recall_tokens(self, token_ranges: TokenRanges) -> PromotionReport:
+        """Bring the cold blocks holding ``token_ranges`` back into every layer's pools.
+
+        Each layer's blocks are :meth:`prefetch` ed first (resident ones count as hits, cold ones are
+        staged by the cold tier's prefetcher in parallel), then recalled. Call it inside a
+        checkpoint (:meth:`TieredCache.checkpoint`) so that the rollback returns them to the cold tier.
+        """
+        from kvstore.timeline import blocks_of_ranges
+
+        blocks = blocks_of_ranges(list(token_ranges), self.cache.settings.block_size)
+        tier = self.cache.cold_tier
+        if tier is not None and blocks.numel():
+            layers = [i for i, layer in enumerate(self.cache.layers)
+                      if isinstance(layer, TieredLayer) and layer.is_initialized]
+            for i in layers:
+                layer = self.cache.layers[i]
+                self.prefetch(i, blocks[blocks * layer.block_size < layer.cumulative_length])
+            tier.wait()
+            for i in layers:
+                self.cache.layers[i].recall(blocks)
+        return self.cache.block_residency(blocks)
+
+    @contextlib.contextmanager
+    def focus(self, token_ranges: TokenRanges) -> Iterator[PromotionReport]:
+        """Query-aware promotion for one answer: the blocks holding ``token_ranges`` get an importance
+        boost (kept afterwards), keep their format and are always read until the block ends."""
+        with torch.inference_mode():
+            report = self.cache.promote_tokens(token_ranges, pin=True)
+        try:
+            yield report
+        finally:
+            with torch.inference_mode():
+                self.cache.unpin()
 
     def recall(self, layer_idx: int, blocks: torch.Tensor | list[int]) -> int:
         """Bring the given blocks back from the cold tier into the layer's pools; returns how many came."""

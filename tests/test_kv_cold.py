@@ -10,6 +10,7 @@ from transformers import DynamicCache
 
 from kvstore.attention import MINUTIA_ATTENTION
 from kvstore.cache import TieredCache
+from kvstore.manager import KVCacheManager
 from kvstore.cold import ColdTier
 from kvstore.crypto import EncryptedStore, MasterKey, TamperedBlock
 from kvstore.placement import PlacementPolicy, Tier, TierPlacement, WatermarkController
@@ -75,7 +76,7 @@ def test_recall_then_rollback_leaves_the_cache_exactly_as_before(tmp_path: Path)
     sizes = [(len(layer.table), len(layer.cold), layer.summary.count.clone()) for layer in cache.tiered_layers]
 
     checkpoint = cache.checkpoint()
-    report = cache.recall_tokens([(0, cache.get_seq_length())])
+    report = KVCacheManager(cache).recall_tokens([(0, cache.get_seq_length())])
     assert report.cold == 0 and report.full + report.quantized == report.blocks * cache.num_tiered_layers - report.dropped
     for layer in cache.tiered_layers:
         assert len(layer.cold) == 0
@@ -92,6 +93,21 @@ def test_recall_then_rollback_leaves_the_cache_exactly_as_before(tmp_path: Path)
         layer.table.check_invariants(layer.pools)
 
 
+
+def test_recall_goes_through_the_managers_prefetch_which_counts_resident_blocks_as_hits(tmp_path: Path) -> None:
+    _, cache, _ = _meeting(tmp_path)
+    manager = KVCacheManager(cache)
+    cold = sum(len(layer.cold) for layer in cache.tiered_layers)
+    assert cold > 0 and manager.report().prefetch_requests == 0
+    checkpoint = cache.checkpoint()
+    manager.recall_tokens([(0, cache.get_seq_length())])
+    report = manager.report()
+    cache.rollback(checkpoint)
+    blocks = -(-cache.get_seq_length() // cache.settings.block_size)
+    assert report.prefetch_requests == blocks * cache.num_tiered_layers
+    resident = sum(len(layer.table) for layer in cache.tiered_layers)
+    assert report.prefetch_hits == resident  # the cold (and dropped) blocks were the misses
+
 def test_recalled_blocks_bring_the_logits_back_towards_the_full_cache(tmp_path: Path) -> None:
     model, cache, _ = _meeting(tmp_path)
     ids = token_ids(320)
@@ -102,7 +118,7 @@ def test_recalled_blocks_bring_the_logits_back_towards_the_full_cache(tmp_path: 
 
     compressed = _probe(model, cache, probe)
     checkpoint = cache.checkpoint()
-    cache.recall_tokens([(0, cache.get_seq_length())])
+    KVCacheManager(cache).recall_tokens([(0, cache.get_seq_length())])
     recalled = feed(model, cache, probe)[0, -1].float()
     cache.rollback(checkpoint)
     assert (recalled - reference).abs().max() < 0.5 * (compressed - reference).abs().max()
@@ -152,7 +168,7 @@ def test_blocks_past_the_host_budget_go_to_disk_encrypted_and_tampering_is_refus
     disk.inner.flush()
     checkpoint = cache.checkpoint()
     with pytest.raises(TamperedBlock):
-        cache.recall_tokens([(block * 8, block * 8 + 8)])
+        KVCacheManager(cache).recall_tokens([(block * 8, block * 8 + 8)])
     cache.rollback(checkpoint)
     assert int(layer.cold.block_index[row]) == block, "a failed recall loses nothing"
 
@@ -171,7 +187,7 @@ def test_the_watermark_moves_the_budget_under_a_device_cap_that_is_never_crossed
     assert cache.device_bytes() <= 0.85 * cap + 4096, "compression brought the KV under the watermark"
     assert sum(len(layer.cold) for layer in cache.tiered_layers) > 0
     checkpoint = cache.checkpoint()
-    cache.recall_tokens([(0, cache.get_seq_length())])  # wants everything back: only what fits comes
+    KVCacheManager(cache).recall_tokens([(0, cache.get_seq_length())])  # wants everything back: only what fits comes
     assert cache.device_bytes() <= cap and cache.refused_recalls > 0
     feed(model, cache, token_ids(4, seed=5))
     cache.rollback(checkpoint)
@@ -205,7 +221,7 @@ def test_a_saved_meeting_keeps_its_cold_blocks_and_a_resumed_one_recalls_them(tm
 
     def recalled_logits(c) -> torch.Tensor:
         checkpoint = c.checkpoint()
-        c.recall_tokens([(0, c.get_seq_length())])
+        KVCacheManager(c).recall_tokens([(0, c.get_seq_length())])
         out = feed(model, c, probe)[0, -1].float()
         c.rollback(checkpoint)
         return out

@@ -10,6 +10,7 @@ import torch
 
 from kvstore.attention import MINUTIA_ATTENTION
 from kvstore.cache import TieredCache
+from kvstore.manager import KVCacheManager
 from kvstore.cold import ColdTier
 from kvstore.crypto import EncryptedStore, MasterKey, MissingKeyError, TamperedBlock
 from kvstore.placement import PlacementPolicy, Tier, TierPlacement, WatermarkController
@@ -136,7 +137,7 @@ def test_a_meeting_recalls_from_a_sealed_host_tier_exactly_as_from_a_plain_one()
         model, cache, cold = _meeting(sealed)
         assert cold.placement.tier_bytes()["host"] > 0 and cold.counts.evicted > 0
         checkpoint = cache.checkpoint()
-        cache.recall_tokens([(0, cache.get_seq_length())])
+        KVCacheManager(cache).recall_tokens([(0, cache.get_seq_length())])
         assert cold.counts.recalled == cold.counts.evicted
         logits.append(feed(model, cache, token_ids(5, seed=7))[0, -1])
         cache.rollback(checkpoint)

@@ -12,6 +12,7 @@ import torch
 
 from kvstore.attention import MINUTIA_ATTENTION
 from kvstore.cache import TieredCache
+from kvstore.manager import KVCacheManager
 from kvstore.layers import TieredLayer
 
 try:
@@ -85,12 +86,12 @@ def test_blocks_with_erased_tokens_score_zero_and_are_not_recalled(tmp_path: Pat
         assert 12 in layer.cold.block_index.tolist()
         assert (scores > 0).all()  # kept ones: none of them held personal data
     checkpoint = cache.checkpoint()
-    report = cache.recall_tokens([(96, 104)])
+    report = KVCacheManager(cache).recall_tokens([(96, 104)])
     assert report.cold == report.blocks * cache.num_tiered_layers, "the erased block stays cold"
     cache.rollback(checkpoint)
     checkpoint = cache.checkpoint()
     neighbour = next(int(b) for b in cache.tiered_layers[0].cold.block_index if int(b) != 12)
-    assert cache.recall_tokens([(neighbour * 8, neighbour * 8 + 8)]).cold < cache.num_tiered_layers
+    assert KVCacheManager(cache).recall_tokens([(neighbour * 8, neighbour * 8 + 8)]).cold < cache.num_tiered_layers
     cache.rollback(checkpoint)
 
 
