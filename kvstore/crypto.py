@@ -1,25 +1,28 @@
-"""Encryption at rest for the disk and Redis tiers: AES-256-GCM, a key hierarchy, crypto-shredding.
+"""Encryption at rest for the host, disk and Redis tiers: AES-256-GCM, a key hierarchy, crypto-shredding.
 
 Keys::
 
     master key (32 bytes: a 0600 key file, or MINUTIA_MASTER_KEY as base64)
       -> session key-encryption key = HKDF-SHA256(master, salt="minutia/session/" + session)
         -> data key per (session, source): 32 random bytes, stored only wrapped (AES-GCM) by that KEK
-          -> block key = HKDF-Expand-SHA256(data key, info="minutia block v2" + block id, 32 bytes)
-                       = HMAC-SHA256(data key, info + 0x01)
+          -> block key of the source = HKDF-Expand-SHA256(data key, info="minutia blocks v3", 32 bytes)
 
 A data key is random rather than derived so that it can be destroyed: deriving it from the master
 would let anyone holding the master re-create it. Forgetting a source (a recording, a speaker)
 deletes its wrapped data keys and its blocks; a copy of the ciphertext kept elsewhere (a backup, a
 Redis replica) can then no longer be decrypted by anyone, which :func:`verify_shredded` checks.
 
-Each block is sealed with a fresh 96-bit nonce; the AAD binds it to its session, block id and
-source, so a block moved, swapped, truncated or edited fails authentication (:class:`TamperedBlock`).
+Each block is sealed with a fresh random 96-bit nonce under its source's key; the AAD binds it to its
+session, block id and source, so a block moved, swapped, truncated or edited fails authentication
+(:class:`TamperedBlock`). Random nonces under one key stay safe (collision chance below 2^-32) up to
+2^32 seals per source, far above the blocks one source's meeting writes (a 512 MiB host tier holds
+~30,000 16 KiB blocks, and a block is sealed again only when it is evicted again).
 
-Cost: the block key skips HKDF-Extract. Extract turns a non-uniform secret into a pseudorandom key;
-a data key already is 32 uniformly random bytes, so RFC 5869 (section 3.3) lets Expand use it as the
-PRK directly, and a 32-byte Expand is one HMAC-SHA256 -- about half the work of the full HKDF the
-version-1 format used (still read, never written). Sealing writes header and ciphertext straight into
+Cost: one cipher per source, set up once: format 2 derived a key per block (an HMAC plus AES's
+key schedule and OpenSSL's context set-up, ~7 us, as long as decrypting a 16 KiB block), and the
+host tier's recalls of blocks evicted long ago missed any bounded cache of those ciphers. Formats 1
+(full HKDF per block) and 2 (HKDF-Expand per block: ``info="minutia block v2" + block id``) are still
+read, never written. Sealing writes header and ciphertext straight into
 one buffer (``AESGCM.encrypt_into``) that the inner store keeps (``put_owned``), and opening decrypts
 from memoryview slices of the stored blob as the inner store lends it (``read_unverified``: a buffer it
 reuses, or its mapping), so a read makes one new block-sized buffer, the plaintext. Reads skip the inner
@@ -53,13 +56,13 @@ T = TypeVar("T")
 MASTER_KEY_ENV = "MINUTIA_MASTER_KEY"
 KEY_PREFIX = "~key/"  # block ids of wrapped data keys, inside each session
 _MAGIC = b"MKVE"
-_VERSION = 2  # written; 1 (full HKDF block keys) is still read
-_VERSIONS = (1, 2)
+_VERSION = 3  # written: one key per source; 1 and 2 (a key per block) are still read
+_VERSIONS = (1, 2, 3)
 _HEAD = struct.Struct("<4sBH")  # magic, version, len(source)
 _NONCE = 12
 _TAG = 16
 POOL_BYTES = 64 << 20  # sealed-blob buffers kept for reuse (the write-behind stores queue up to 64 MiB)
-CIPHERS = 1024  # block ciphers kept per store (deriving one is an HMAC plus a key schedule: ~2.5 us)
+CIPHERS = 1024  # ciphers kept per store: one per source (format 3), or per block of formats 1 and 2
 
 
 class KeyFileError(Exception):
@@ -231,21 +234,22 @@ class EncryptedStore(BlockStore):
 
     @staticmethod
     def block_key(data_key: bytes, block_id: str, version: int = _VERSION) -> bytes:
-        """The block's own AES-256 key (see the module docstring for why Expand alone suffices)."""
+        """The AES-256 key a block of ``version`` is sealed with: its source's (3), or its own (1, 2).
+        Expand alone suffices: a data key already is 32 uniformly random bytes (RFC 5869, 3.3)."""
         if version == 1:
             return _hkdf(data_key, None, b"minutia block v1\0" + block_id.encode())
-        info = b"minutia block v2\0" + block_id.encode()
+        info = b"minutia blocks v3" if version == 3 else b"minutia block v2\0" + block_id.encode()
         return hmac.digest(data_key, info + b"\x01", hashlib.sha256)  # = HKDF-Expand(data_key, info, 32)
 
     def _block_key(self, data_key: bytes, block_id: str, version: int = _VERSION) -> AESGCM:
-        """The block's cipher, kept for the next put or read of the block (a read often follows its put:
-        deriving it again cost 7% of a 256 KiB read). Keyed by the data key itself, so a new data key never
-        meets an old cipher; shredding or deleting a session drops them all."""
-        cipher = self._ciphers.get((data_key, block_id, version))
+        """The cipher a block is sealed with, kept for the next seal or read. Keyed by the data key
+        itself, so a new data key never meets an old cipher; shredding or deleting a session drops them all."""
+        slot = (data_key, "" if version == 3 else block_id, version)
+        cipher = self._ciphers.get(slot)
         if cipher is None:
             cipher = AESGCM(self.block_key(data_key, block_id, version))
             with self._lock:
-                self._ciphers[(data_key, block_id, version)] = cipher
+                self._ciphers[slot] = cipher
                 if len(self._ciphers) > CIPHERS:
                     self._ciphers.popitem(last=False)
         return cipher

@@ -1,4 +1,4 @@
-"""Sealed block format v2: the block-key derivation, reading v1 blocks, AAD binding, zero-copy paths."""
+"""Sealed block format v3: the source key derivation, reading v1 and v2 blocks, AAD binding, zero-copy paths."""
 
 from __future__ import annotations
 
@@ -27,20 +27,23 @@ def store(tmp_path: Path) -> EncryptedStore:
 
 def test_block_key_is_hkdf_expand_of_the_data_key() -> None:
     data_key = os.urandom(32)
+    source_key = HKDFExpand(algorithm=hashes.SHA256(), length=32, info=b"minutia blocks v3").derive(data_key)
+    assert EncryptedStore.block_key(data_key, "L3/b17") == source_key
+    assert {EncryptedStore.block_key(data_key, f"b{i}") for i in range(100)} == {source_key}  # one key per source
+    assert EncryptedStore.block_key(os.urandom(32), "b0") != source_key  # and per data key
     expand = HKDFExpand(algorithm=hashes.SHA256(), length=32, info=b"minutia block v2\0L3/b17").derive(data_key)
-    assert EncryptedStore.block_key(data_key, "L3/b17") == expand
+    assert EncryptedStore.block_key(data_key, "L3/b17", version=2) == expand
     full = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"minutia block v1\0L3/b17").derive(data_key)
     assert EncryptedStore.block_key(data_key, "L3/b17", version=1) == full
-    keys = {EncryptedStore.block_key(data_key, f"b{i}") for i in range(100)}
-    assert len(keys) == 100  # one key per block id
-    assert EncryptedStore.block_key(os.urandom(32), "b0") not in keys  # and per data key
+    keys = {EncryptedStore.block_key(data_key, f"b{i}", version=2) for i in range(100)}
+    assert len(keys) == 100  # the older formats: one key per block id
 
 
-def test_v2_layout_and_round_trip(store: EncryptedStore) -> None:
+def test_v3_layout_and_round_trip(store: EncryptedStore) -> None:
     store.put("m", "b", PLAIN, source="rec")
     blob = store.inner.get("m", "b")
     magic, version, n = struct.unpack_from("<4sBH", blob)
-    assert (magic, version, blob[7:7 + n]) == (b"MKVE", 2, b"rec")
+    assert (magic, version, blob[7:7 + n]) == (b"MKVE", 3, b"rec")
     assert len(blob) == 7 + n + 12 + len(PLAIN) + 16  # header, source, nonce, ciphertext, tag: nothing else
     assert PLAIN[:64] not in blob
     assert store.get("m", "b") == PLAIN
@@ -50,23 +53,24 @@ def test_v2_layout_and_round_trip(store: EncryptedStore) -> None:
     assert store.get("m", "view") == PLAIN[100:200]
 
 
-def test_version_1_blocks_are_still_read(store: EncryptedStore) -> None:
-    """A block sealed the way format 1 did (full HKDF block key) opens; the version is authenticated."""
+@pytest.mark.parametrize("version", [1, 2])
+def test_blocks_of_older_formats_are_still_read(store: EncryptedStore, version: int) -> None:
+    """A block sealed the way format 1 or 2 did (a key per block) opens; the version is authenticated."""
     store.put("m", "new", b"x")  # creates the data key of source "m"
     data_key = store._data_key("m", "m", create=False)
     nonce = os.urandom(12)
-    key = AESGCM(EncryptedStore.block_key(data_key, "old", version=1))
-    aad = b"MKVE\x01" + b"\0".join([b"m", b"old", b"m"])
-    v1 = struct.pack("<4sBH", b"MKVE", 1, 1) + b"m" + nonce + key.encrypt(nonce, b"old bytes", aad)
-    store.inner.put("m", "old", v1)
+    key = AESGCM(EncryptedStore.block_key(data_key, "old", version=version))
+    aad = b"MKVE" + bytes([version]) + b"\0".join([b"m", b"old", b"m"])
+    old = struct.pack("<4sBH", b"MKVE", version, 1) + b"m" + nonce + key.encrypt(nonce, b"old bytes", aad)
+    store.inner.put("m", "old", old)
     assert store.get("m", "old") == b"old bytes"
-    v2 = bytearray(store.inner.get("m", "new"))
-    v2[4] = 1  # claims version 1: other key and AAD, so it fails
-    store.inner.put("m", "new", bytes(v2))
+    v3 = bytearray(store.inner.get("m", "new"))
+    v3[4] = version  # claims the older version: other key and AAD, so it fails
+    store.inner.put("m", "new", bytes(v3))
     with pytest.raises(TamperedBlock, match="failed authentication"):
         store.get("m", "new")
-    v2[4] = 9
-    store.inner.put("m", "new", bytes(v2))
+    v3[4] = 9
+    store.inner.put("m", "new", bytes(v3))
     with pytest.raises(TamperedBlock, match="not an encrypted minutia block"):
         store.get("m", "new")
 
