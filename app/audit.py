@@ -292,11 +292,24 @@ class AuditedStore:
 
     Wraps any kvstore BlockStore (the encrypted one in practice) by delegation, so kvstore stays
     unaware of the app; everything else (flush, list, shred, ...) passes straight through.
+
+    ``batch`` > 1 (the host-memory cold tier, read at every recall): like operations are gathered into one
+    record of up to ``batch`` block ids, written when it is full, when its first operation is
+    ``max_delay_s`` old (at the next operation), on :meth:`flush` and on :meth:`close`; a crash loses at
+    most those records. ``owns_log``: close the log with the store (False when the log is shared, e.g.
+    the session store's log used by a meeting's cold tiers).
     """
 
-    def __init__(self, inner, log: "AuditLog") -> None:
+    def __init__(self, inner, log: "AuditLog", batch: int = 1, max_delay_s: float = 5.0, owns_log: bool = True) -> None:
+        if batch < 1:
+            raise ValueError("batch must be >= 1")
         self._inner = inner
         self._log = log
+        self._batch = batch
+        self._max_delay_s = max_delay_s
+        self._owns_log = owns_log
+        self._pending: dict[tuple[str, str, str], tuple[float, list[str], int]] = {}  # (session, op, source)
+        self._pending_lock = threading.Lock()
 
     @property
     def log(self) -> "AuditLog":
@@ -309,39 +322,69 @@ class AuditedStore:
 
         return isinstance(self._inner, EncryptedStore) or getattr(self._inner, "takes_source", False)
 
+    def _record(self, session: str, operation: Operation, block_id: str, source: str = "", nbytes: int = 0) -> None:
+        tier = getattr(self._inner, "tier", "?")
+        if self._batch == 1:
+            details = {"bytes": nbytes} if operation == "write" else {}
+            self._log.record(session, operation, [block_id], source, **details, tier=tier)
+            return
+        now = time.monotonic()
+        due = []
+        with self._pending_lock:
+            key = (session, operation, source)
+            since, ids, total = self._pending.get(key, (now, [], 0))
+            ids.append(block_id)
+            self._pending[key] = (since, ids, total + nbytes)
+            for k, (t0, gathered, _) in list(self._pending.items()):
+                if len(gathered) >= self._batch or now - t0 >= self._max_delay_s:
+                    due.append((k, self._pending.pop(k)))
+        self._write(due)
+
+    def _write(self, due) -> None:
+        tier = getattr(self._inner, "tier", "?")
+        for (session, operation, source), (_, ids, total) in due:
+            details = {"bytes": total} if operation == "write" else {}
+            self._log.record(session, operation, ids, source, **details, tier=tier, batched=len(ids))
+
+    def flush_records(self) -> None:
+        """Write the gathered records now (``batch`` > 1)."""
+        with self._pending_lock:
+            due, self._pending = list(self._pending.items()), {}
+        self._write(due)
+
     def put(self, session: str, block_id: str, data: bytes, **kwargs: object) -> None:
         self._inner.put(session, block_id, data, **kwargs)
-        self._log.record(session, "write", [block_id], str(kwargs.get("source") or ""), bytes=len(data),
-                         tier=getattr(self._inner, "tier", "?"))
+        self._record(session, "write", block_id, str(kwargs.get("source") or ""), len(data))
 
     def get(self, session: str, block_id: str) -> bytes:
         data = self._inner.get(session, block_id)
-        self._log.record(session, "read", [block_id], tier=getattr(self._inner, "tier", "?"))
+        self._record(session, "read", block_id)
         return data
 
     def get_unverified(self, session: str, block_id: str) -> bytes:
         data = self._inner.get_unverified(session, block_id)
-        self._log.record(session, "read", [block_id], tier=getattr(self._inner, "tier", "?"))
+        self._record(session, "read", block_id)
         return data
 
     def read_with(self, session: str, block_id: str, use):
         """The read that resume, cold-tier recall and tier moves use (a lent view, no copy): audited too."""
         result = self._inner.read_with(session, block_id, use)
-        self._log.record(session, "read", [block_id], tier=getattr(self._inner, "tier", "?"))
+        self._record(session, "read", block_id)
         return result
 
     def read_unverified(self, session: str, block_id: str, use):
         result = self._inner.read_unverified(session, block_id, use)
-        self._log.record(session, "read", [block_id], tier=getattr(self._inner, "tier", "?"))
+        self._record(session, "read", block_id)
         return result
 
     def delete(self, session: str, block_id: str) -> bool:
         existed = self._inner.delete(session, block_id)
         if existed:
-            self._log.record(session, "delete", [block_id])
+            self._record(session, "delete", block_id)
         return existed
 
     def delete_session(self, session: str) -> int:
+        self.flush_records()
         ids = self._inner.list(session)
         removed = self._inner.delete_session(session)
         if ids:
@@ -349,6 +392,7 @@ class AuditedStore:
         return removed
 
     def shred(self, source: str, session: str | None = None):
+        self.flush_records()
         report = self._inner.shred(source, session)
         for touched in report.sessions or [session or "*"]:
             self._log.record(touched, "delete", [], source, shredded=True, keys_destroyed=report.keys_destroyed,
@@ -358,11 +402,14 @@ class AuditedStore:
     def flush(self) -> None:
         """The blocks, then their records: a batch of saves is durable in both once this returns."""
         self._inner.flush()
+        self.flush_records()
         self._log.sync()
 
     def close(self) -> None:
         self._inner.close()
-        self._log.close()
+        self.flush_records()
+        if self._owns_log:
+            self._log.close()
 
     def __getattr__(self, name: str):
         return getattr(self._inner, name)

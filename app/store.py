@@ -131,32 +131,57 @@ def open_session_store(settings: Settings, create_key: bool = True, backend: str
             inner = RedisStore(redis_url or cfg.redis_url)
     except StoreError as exc:
         raise InputError(f"cannot open the {backend} session store: {exc}") from None
-    from app.audit import AuditedStore, AuditError, AuditLog, default_actor
+    from app.audit import AuditedStore
 
     try:
-        log = AuditLog(cfg.audit_log or settings.home / "audit.log", key=master.audit_key(), actor=default_actor())
-    except AuditError as exc:
+        log = open_audit_log(settings, master)
+    except InputError:
         inner.close()
-        raise InputError(str(exc)) from None
+        raise
     return AuditedStore(EncryptedStore(inner, master), log)
+
+
+def open_audit_log(settings: Settings, master):
+    """The audit log (``store.audit_log``, default ``<home>/audit.log``), keyed by the master key. Several
+    may be open on the one file (the session store's, each meeting's host tier): appends are locked and
+    every writer continues the chain from the last record."""
+    from app.audit import AuditError, AuditLog, default_actor
+
+    try:
+        return AuditLog(settings.store.audit_log or settings.home / "audit.log", key=master.audit_key(),
+                        actor=default_actor())
+    except AuditError as exc:
+        raise InputError(str(exc)) from None
+
+
+HOST_AUDIT_BATCH = 64  # block ids per audit record of the host tier (a recall reads blocks one by one)
 
 
 def host_cold_tier(settings: Settings):
     """The host tier of a live meeting's cold blocks: a memory slab, sealed block by block with the session
     store's master key unless ``kv.cold.encrypt_host`` is off (opened on the first eviction, so a meeting that
     evicts nothing never loads the key). Why: KV that leaves the device is encrypted, host memory included
-    (a core dump, swap); the per-source data keys let a source be crypto-shredded there too."""
+    (a core dump, swap); the per-source data keys let a source be crypto-shredded there too. Sealed, its
+    writes, reads (recalls, moves to the device) and deletes go into the audit log, gathered
+    ``HOST_AUDIT_BATCH`` block ids to a record (app.audit.AuditedStore)."""
     from kvstore.stores.memory import MemoryStore
 
     if not settings.kv.cold.encrypt_host:
         return MemoryStore("cpu", tier="host")
 
     def open_sealed():
+        from app.audit import AuditedStore
         from kvstore.crypto import EncryptedStore
 
-        return EncryptedStore(MemoryStore("cpu", tier="host"), load_master_key(settings))
+        master = load_master_key(settings)
+        return AuditedStore(EncryptedStore(MemoryStore("cpu", tier="host"), master), open_audit_log(settings, master),
+                            batch=HOST_AUDIT_BATCH)
 
-    return LazyStore(open_sealed, "host")
+    def close(store) -> None:
+        if store is not None:
+            store.close()  # writes the records still gathered
+
+    return LazyStore(open_sealed, "host", on_close=close)
 
 
 def cold_folder(settings: Settings, session_id: str) -> Path:
@@ -179,4 +204,4 @@ def open_cold_store(settings: Settings, session_id: str, log=None):
         return store
     from app.audit import AuditedStore
 
-    return AuditedStore(store, log)
+    return AuditedStore(store, log, owns_log=False)  # the session store's log: it outlives this meeting

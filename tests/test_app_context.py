@@ -169,6 +169,8 @@ def test_the_runtime_spills_cold_blocks_to_an_encrypted_segment_log_removed_with
         assert torch.allclose(context.next_token_logits("\nQuestion: What was said first?\nAnswer:"), before, atol=1e-6)
         context.close()
         assert not list((tmp_path / "cold").glob("m1.*")), "the meeting's cold log is removed with it"
+        runtime.session_store().put("m2", "b0", b"still logged")  # the shared audit log outlives the meeting
+        assert "m2" in (tmp_path / "audit.log").read_text()
         from app.store import load_master_key
 
         key = load_master_key(settings, create_key=False).audit_key()
@@ -197,7 +199,7 @@ def test_the_runtime_seals_cold_blocks_in_host_memory_unless_configured_off(tiny
         placement = cold.placement
         assert placement.tier_bytes()["host"] > 0
         host = placement.tiers[Tier.HOST]
-        slab_store = host._store.inner if encrypt else host
+        slab_store = host._store._inner.inner if encrypt else host  # LazyStore > AuditedStore > EncryptedStore
         slab = b"".join(c.tensor.numpy().tobytes() for cls in slab_store._classes.values() for c in cls.chunks)
         block_id = next(iter(placement.blocks))
         patterns = [t.contiguous().view(torch.uint8).numpy().tobytes()[:48] for t in cold.fetch(block_id).values()]
@@ -211,5 +213,24 @@ def test_the_runtime_seals_cold_blocks_in_host_memory_unless_configured_off(tiny
         if encrypt:  # the meeting's source crypto-shredded in host memory: its key and blocks are gone
             assert cold.shred("mic") > 0 and not placement.blocks and host.sources("m1.cold") == []
         context.close()
+        if encrypt:  # every host-tier write, read and the shred are in the keyed audit log, ids batched
+            import json
+
+            from app.audit import verify
+            from app.store import HOST_AUDIT_BATCH, load_master_key
+
+            log = tmp_path / "audit.log"
+            assert verify(log, load_master_key(settings, create_key=False).audit_key()).ok
+            records = [json.loads(line) for line in log.read_text().splitlines()]
+            host_records = [r for r in records if r.get("details", {}).get("tier") == "host"]
+            written = {b for r in host_records if r["op"] == "write" for b in r["blocks"]}
+            read = {b for r in host_records if r["op"] == "read" for b in r["blocks"]}
+            assert len(written) >= cold.counts.evicted > 0 and read and read <= written
+            assert all(r["source"] == "mic" for r in host_records if r["op"] == "write")
+            assert all(len(r["blocks"]) <= HOST_AUDIT_BATCH for r in host_records)
+            assert len(host_records) < len(written) / 4  # batched: not a record per block
+            assert any(r["op"] == "delete" and r.get("details", {}).get("shredded") for r in records)
+        else:
+            assert not (tmp_path / "audit.log").exists()
     finally:
         runtime.close()
