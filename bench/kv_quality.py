@@ -1205,8 +1205,11 @@ def target_lines(agg: dict[str, Any], press_names: list[str], budgets: list[floa
             (beaten if all(wins) else lost).append(
                 name + ("" if all(wins) else " (" + ", ".join(
                     m for m, w in zip(("retention", "NLL", "needles"), wins) if not w) + ")"))
-        checks.append(f"better than every press on all three: {'yes' if not lost else 'no'}"
-                      f" (beats {', '.join(beaten) or 'none'}; not better than {', '.join(lost) or 'none'})")
+        if not beaten and not lost:
+            checks.append("better than every press on all three: n/a (no press was run)")
+        else:
+            checks.append(f"better than every press on all three: {'yes' if not lost else 'no'}"
+                          f" (beats {', '.join(beaten) or 'none'}; not better than {', '.join(lost) or 'none'})")
         lines.append(f"at {b:g}: " + "; ".join(checks))
     return lines
 

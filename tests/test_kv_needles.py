@@ -69,3 +69,15 @@ def test_a_cold_tier_never_read_has_no_hit_rate_in_the_aggregate() -> None:
                                                                "peak_answer_fraction": 0.2})}} for rate in (None, 0.5)]
     cold = aggregate(meetings)["m"]["cold"]
     assert cold["prefetch_hit_rate"] == 0.5 and cold["evicted"] == 2
+
+
+def test_with_no_press_run_the_press_comparison_says_na_not_yes() -> None:
+    """A run with ``--presses ""`` said "better than every press: yes (beats none)"."""
+    from bench.kv_quality import target_lines
+
+    row = {"needle_vs_full": 0.5, "nll_recovery": 0.96, "span_retention": 0.94, "needle_accuracy": 0.35}
+    alone = target_lines({"minutia@0.25": row}, [], [0.25])
+    assert "n/a (no press was run)" in alone[0] and ": yes" not in alone[0]
+    press = {"span_retention": 0.3, "nll_recovery": 0.9, "needle_accuracy": 0.1}
+    beaten = target_lines({"minutia@0.25": row, "SnapKV@0.25": press}, ["SnapKV"], [0.25])
+    assert "better than every press on all three: yes (beats SnapKV" in beaten[0]
