@@ -213,6 +213,10 @@ class AnswerFinder:
                 found.append((round(self._coverage(q, sentence), 2), -rank, hit, sentence, entities))
         if not found:
             return None
+        if q.type is QuestionType.HOW_MUCH and _ASKS_COST.search(q.text):
+            # A bare number answers a price only where no line gives an amount of money (the recogniser may drop
+            # "dollars"); a slide's "5" read from "5% discount" loses to "12,000 dollars" however well it covers.
+            found = [f for f in found if any(e.kind == "money" for e in f[4])] or found
         best = max(f[:2] for f in found)
         found = [f for f in found if f[:2] >= best]
         current = [f for f in found if bool(_PAST.search(f[3].text)) == asks_past] or found

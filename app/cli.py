@@ -235,7 +235,7 @@ def demo(config: ConfigOpt = None, out_dir: OutOpt = None) -> None:
 @app.command()
 def live(
     recording: Annotated[Path, typer.Argument(help="a recording (audio or video) or a folder with one")],
-    speed: Annotated[float, typer.Option(help="replay speed: 1 = real time, 0 = as fast as possible")] = 1.0,
+    speed: Annotated[float, typer.Option(help="replay speed: 1 = real time, 0 = as fast as possible, in fixed 3 s decode steps (the same words on any machine)")] = 1.0,
     until: Annotated[Optional[float], typer.Option("--until", help="replay only the first SECONDS of the recording")] = None,
     question: Annotated[Optional[list[str]], typer.Option("--ask", "-q", help="question(s) to ask mid-replay")] = None,
     ask_at: Annotated[Optional[float], typer.Option(help="meeting second at which to ask (default: 70% through)")] = None,

@@ -172,6 +172,11 @@ class MeetingSession:
         with self._lock:
             self._received_samples += len(audio)
 
+    def decode_in_fixed_steps(self) -> None:
+        """The input from now on is a recording fed as fast as it goes (``wait=True``): decode it in steps of
+        ``asr.stream_catch_up_seconds`` of audio, so the words are the same on any machine, however busy."""
+        self._speech.fixed_step_seconds = self.settings.asr.stream_catch_up_seconds
+
     def feed_video(self, frame: np.ndarray, t: float | None = None, wait: bool = False) -> None:
         """Queue one RGB frame (HxWx3 uint8) at ``t`` seconds after this input started (default: the audio so far).
 
@@ -544,6 +549,8 @@ def replay(
         raise InputError("speed must be >= 0")
     if until is not None and until <= 0:
         raise InputError("until must be > 0 seconds")
+    if speed == 0:
+        session.decode_in_fixed_steps()
     started = time.perf_counter()
     for item in iter_media(Path(path), chunk_seconds=chunk_seconds):
         if stop is not None and stop.is_set():

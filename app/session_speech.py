@@ -59,6 +59,9 @@ class SpeechLines:
         self.line: list[TranscriptWord] = []  # committed words of the line not yet closed
         self.tentative = ""
         self.commit_lags: list[float] = []
+        # A recording fed as fast as it goes is decoded in steps of exactly this much audio, so its words do
+        # not depend on how fast or busy the machine is (None: live, steps follow what has arrived).
+        self.fixed_step_seconds: float | None = None
         self._diarized: list[int] = []  # the diarizer's word number -> index in the word list
 
     def run(self, audio: RingBuffer, closed: Event, asr: StreamingTranscriber, diarizer: Diarizer,
@@ -71,8 +74,13 @@ class SpeechLines:
         catch_up = max(piece, int(catch_up_seconds * SAMPLE_RATE))
         pending = 0.0
         while not closed.is_set():
-            behind = audio.available >= 2 * piece
-            chunk = audio.read(max_items=catch_up if behind else piece, timeout=0.2)
+            audio.wait_for(1, timeout=0.2)  # the mode is read once audio is there: it is set before the first write
+            if self.fixed_step_seconds is not None:
+                fixed = int(self.fixed_step_seconds * SAMPLE_RATE)
+                chunk = audio.read(max_items=fixed, timeout=0.2, at_least=fixed)
+            else:
+                behind = audio.available >= 2 * piece
+                chunk = audio.read(max_items=catch_up if behind else piece, timeout=0.2)
             if len(chunk.data):
                 asr.insert_audio(chunk.data)
                 diarizer.insert_audio(chunk.data)

@@ -163,12 +163,12 @@ class _Ring:
         self.stats.high_water = max(self.stats.high_water, self._tail - self._head)
         self._cond.notify_all()
 
-    def _wait_for_items(self, timeout: float | None) -> None:
-        """Block (lock held) until something is readable, the ring closes, or ``timeout`` passes."""
+    def _wait_for_items(self, timeout: float | None, at_least: int = 1) -> None:
+        """Block (lock held) until ``at_least`` items are stored, the ring closes, or ``timeout`` passes."""
         if timeout == 0:
             return
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self._tail == self._head and not self._closed:
+        while self._tail - self._head < at_least and not self._closed:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return
@@ -248,16 +248,25 @@ class RingBuffer(_Ring):
         self._data[start : start + first] = rows[:first]
         self._data[: len(rows) - first] = rows[first:]
 
-    def read(self, max_items: int | None = None, timeout: float | None = 0.0) -> Chunk:
-        """Up to ``max_items`` of the oldest unread items (a copy), waiting up to ``timeout`` s for any.
+    def wait_for(self, items: int = 1, timeout: float | None = None) -> bool:
+        """Wait up to ``timeout`` s until ``items`` are stored or the ring closes; True when they are there."""
+        with self._cond:
+            self._wait_for_items(timeout, items)
+            return self._tail - self._head >= items
 
-        An empty chunk means nothing arrived in time, or, when ``exhausted``, the end of the stream.
+    def read(self, max_items: int | None = None, timeout: float | None = 0.0, at_least: int = 1) -> Chunk:
+        """Up to ``max_items`` of the oldest unread items (a copy), waiting up to ``timeout`` s for ``at_least``.
+
+        With ``at_least`` > 1 fewer items are not read until the ring closes (a consumer that wants fixed
+        steps). An empty chunk means nothing arrived in time, or, when ``exhausted``, the end of the stream.
         ``start_index`` jumps forward where the overflow policy dropped items, so a chunk is always
         contiguous in stream time.
         """
         with self._cond:
-            self._wait_for_items(timeout)
+            self._wait_for_items(timeout, at_least)
             n = self._readable(max_items)
+            if self._tail - self._head < at_least and not self._closed:  # a gap may still cut it short
+                n = 0
             start = self._head % self.capacity
             idx = (start + np.arange(n)) % self.capacity if start + n > self.capacity else slice(start, start + n)
             chunk = Chunk(self._head + self._skip, self._data[idx].copy())

@@ -168,6 +168,18 @@ def test_a_slide_figure_is_read_from_its_own_line():
     assert "30,000" in finder.answer("How much has been spent so far?").text
 
 
+def test_an_amount_of_money_beats_a_bare_number_for_a_price():
+    """CI's live page answered "What is the budget for the pilot?" with "5" from a slide (OCR had lost a "%" or
+    a currency): the slide covered the question better than the spoken price. A bare number answers a price only
+    where no line gives money (the recogniser may drop "dollars")."""
+    t = _turns(("SPEAKER_00", "The pilot will cost 12,000 dollars."), ("SPEAKER_01", "We want 200 users in the pilot."),
+               ("Slide", "Budget for the pilot: 5"))
+    finder = AnswerFinder(t)
+    assert "12,000" in finder.answer("What is the budget for the pilot?").text
+    spoken = _turns(("SPEAKER_00", "The pilot will cost twelve thousand."), ("SPEAKER_01", "We want 200 users."))
+    assert "twelve thousand" in AnswerFinder(spoken).answer("How much will the pilot cost?").text.lower()
+
+
 def test_a_topic_said_without_the_figure_asked_is_not_answered():
     """The meeting talks about the website and the payment page but gives no price and no page count: a line
     about the topic, or a duration, is not an answer to "how much" or "how many"."""

@@ -57,12 +57,15 @@ def runtime(store_env):
 
 @pytest.fixture(scope="module")
 def replayed(runtime):
-    """The stand-up replayed as fast as the models go, with a question asked while it is still running."""
+    """The stand-up replayed as fast as the models go, with a question asked while it is still running.
+
+    Speed 0 decodes in fixed steps (``decode_in_fixed_steps``): at a multiple of real time the decode windows,
+    and so the words, followed the machine's speed, and a slower CI machine heard other words."""
     session = runtime.new_session(source="standup")
     events: list = []
     session.subscribe(events.append)
     mid_answer: list = []
-    feeder = threading.Thread(target=replay, args=(session, STANDUP / "meeting.ogg"), kwargs={"speed": 3, "finish": False})
+    feeder = threading.Thread(target=replay, args=(session, STANDUP / "meeting.ogg"), kwargs={"speed": 0, "finish": False})
     feeder.start()
     # Mid-meeting: once the pilot's price has been committed, ask about it while the meeting goes on.
     import time

@@ -105,6 +105,21 @@ def test_close_drains_then_signals_end_of_stream():
         ring.write(np.ones(1))
 
 
+def test_at_least_reads_nothing_until_that_many_arrive_or_the_stream_ends():
+    ring = RingBuffer(16, dtype=np.float64)
+    ring.write(stream(0, 5))
+    assert len(ring.read(6, timeout=0.05, at_least=6).data) == 0  # 5 stored: nothing read, nothing lost
+    assert ring.wait_for(5, timeout=0) and not ring.wait_for(6, timeout=0.05)
+    threading.Timer(0.1, lambda: ring.write(stream(5, 4))).start()
+    chunk = ring.read(6, timeout=5.0, at_least=6)  # waits for the writer, then reads exactly 6
+    check(chunk)
+    assert chunk.start_index == 0 and len(chunk.data) == 6
+    ring.close()
+    chunk = ring.read(6, timeout=5.0, at_least=6)  # the end of the stream: the last 3 are read
+    check(chunk)
+    assert chunk.start_index == 6 and len(chunk.data) == 3 and ring.exhausted
+
+
 def test_bad_arguments_are_clear_errors():
     with pytest.raises(InputError):
         RingBuffer(0)

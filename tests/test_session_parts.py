@@ -20,6 +20,35 @@ def _replay(session, audio) -> None:
     session.finish(timeout=120)
 
 
+def test_a_recording_fed_as_fast_as_it_goes_is_decoded_in_the_same_steps_however_it_arrives(session_parts):
+    """``decode_in_fixed_steps`` (replay at speed 0): the decode windows are the same whether the audio comes in one burst or trickles in with pauses a busy machine would cause."""
+    import time
+
+    runtime, meeting = session_parts
+    recogniser = runtime.transcriber
+    windows: list[list[int]] = []
+
+    def recording(audio, options=None):
+        windows[-1].append(len(audio))
+        return type(recogniser).transcribe(recogniser, audio, options)
+
+    recogniser.transcribe = recording
+    texts = []
+    for pause in (0.0, 0.13):
+        windows.append([])
+        session = runtime.new_session(f"fixed-{int(pause * 100)}")
+        session.decode_in_fixed_steps()
+        for n, start in enumerate(range(0, len(meeting.audio), RATE // 4)):
+            session.feed_audio(meeting.audio[start:start + RATE // 4], RATE, wait=True)
+            if pause and n % 3 == 0:
+                time.sleep(pause)  # the decoder catches up and waits: a live loop would decode shorter steps
+        session.finish(timeout=120)
+        texts.append([t.text for t in session.transcript().turns])
+    del recogniser.transcribe
+    assert windows[0] == windows[1] and len(windows[0]) >= 3, windows
+    assert texts[0] == texts[1] and texts[0]
+
+
 def test_words_are_committed_with_speakers_and_lines_close(session_parts):
     runtime, meeting = session_parts
     session = runtime.new_session("parts")
