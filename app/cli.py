@@ -406,14 +406,22 @@ def forget(
     session: Annotated[str, typer.Option("--session", help="a saved meeting's session id")],
     source: Annotated[Optional[str], typer.Option("--source", help="what to forget: a source of that meeting "
                                                   "(without it, the sources are listed)")] = None,
+    speaker: Annotated[Optional[str], typer.Option("--speaker", help="forget one speaker instead: a label "
+                                                   "(SPEAKER_01) or the name the transcript gives them")] = None,
     backend: Annotated[Optional[str], typer.Option("--store", help="disk or redis (default: the config's store)")] = None,
-    config: ConfigOpt = None,
+    config: ConfigOpt = None, llm: LLMOpt = None,
 ) -> None:
     """Crypto-shred one source of a saved meeting: its data keys are destroyed and its blocks deleted, so no copy
-    of them (a backup included) can be decrypted again; the audit log records it."""
+    of them (a backup included) can be decrypted again; the audit log records it. With --speaker, the meeting
+    is rebuilt without that speaker's words (the KV prefilled again), saved, and its old sources shredded."""
     from app.store import open_session_store
 
-    settings = _settings(config)
+    settings = _settings(config, llm)
+    if speaker is not None:
+        if source is not None:
+            raise InputError("give --source or --speaker, not both")
+        _forget_speaker(settings, session, speaker, backend)
+        return
     store = open_session_store(settings, create_key=False, backend=backend)
     try:
         sources = store.sources(session)
@@ -430,6 +438,25 @@ def forget(
     left = "" if sources != [source] else "; nothing is left of the meeting"
     out.print(f"forgot {escape(source)} in session {escape(session)}: {report.keys_destroyed} key(s) destroyed, "
               f"{report.blocks_deleted} block(s) deleted{left}")
+
+
+def _forget_speaker(settings: Settings, session: str, speaker: str, backend: str | None) -> None:
+    from app.forget import forget_speaker
+    from app.runtime import Runtime
+
+    if backend is not None:
+        settings = settings.model_copy(update={"store": settings.store.model_copy(update={"backend": backend})})
+    runtime = Runtime(settings)
+    try:
+        with out.status(f"rebuilding {escape(session)} without {escape(speaker)}..."):
+            report = forget_speaker(runtime, session, speaker)
+    finally:
+        runtime.close()
+    named = f" ({escape(report.name)})" if report.name else ""
+    keys = sum(r.keys_destroyed for r in report.shredded)
+    out.print(f"forgot {escape(report.speaker)}{named} in session {escape(session)}: {report.words_removed} word(s) "
+              f"removed, {report.words_kept} kept, {report.tokens} token(s) prefilled again as source "
+              f"{escape(report.source)}; {keys} old key(s) destroyed")
 
 
 @audit_app.command("verify")

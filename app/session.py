@@ -24,7 +24,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -173,16 +173,12 @@ class MeetingSession:
             self._received_samples += len(audio)
 
     def decode_in_fixed_steps(self) -> None:
-        """The input from now on is a recording fed as fast as it goes (``wait=True``): decode it in steps of
-        ``asr.stream_catch_up_seconds`` of audio, so the words are the same on any machine, however busy."""
+        """Input fed as fast as it goes: decode fixed steps (``asr.stream_catch_up_seconds``), same words anywhere."""
         self._speech.fixed_step_seconds = self.settings.asr.stream_catch_up_seconds
 
     def feed_video(self, frame: np.ndarray, t: float | None = None, wait: bool = False) -> None:
-        """Queue one RGB frame (HxWx3 uint8) at ``t`` seconds after this input started (default: the audio so far).
-
-        The vision worker keeps up with a few frames a second; beyond its ring the oldest frames are
-        dropped and counted, unless ``wait=True``.
-        """
+        """Queue one RGB frame (HxWx3 uint8) at ``t`` s after this input started (default: the audio so far). Beyond
+        the vision ring (a few frames a second keep up) the oldest frames are dropped and counted, unless ``wait``."""
         frame = np.asarray(frame)
         if frame.ndim != 3 or frame.shape[2] not in (3, 4) or frame.dtype != np.uint8:
             raise InputError(f"a video frame must be HxWx3 uint8 RGB, got shape {frame.shape} and dtype {frame.dtype}")
@@ -203,28 +199,28 @@ class MeetingSession:
         if not self._finished.wait(timeout):
             raise TimeoutError(f"session {self.session_id} did not finish within {timeout} s")
 
-    def add_transcript(self, transcript: Transcript, words_per_second: float = 2.5) -> None:
-        """Add an earlier part of the meeting as already-committed text (a transcript, e.g. QMSum).
-
-        Turns without times get times at ``words_per_second`` after what the session holds; the audio
-        clock moves on accordingly, so live audio fed afterwards continues the same timeline.
-        """
+    def add_transcript(self, transcript: Transcript, words_per_second: float = 2.5, slides: Sequence[Slide] = (),
+                       until: float | None = None) -> None:
+        """Add an earlier part of the meeting as committed text (a transcript, e.g. QMSum) with its ``slides`` by
+        time, ending at ``until`` if after its last word. Turns keep their words' times; untimed turns are timed
+        at ``words_per_second`` after what the session holds, and live audio fed afterwards continues from there."""
         self._ensure_open()
         with self._lock:
             clock = max(self.stream_seconds, self._words[-1].end if self._words else 0.0)
+        waiting = sorted(slides, key=lambda slide: slide.time)
         for turn in transcript.turns:
             tokens = turn.text.split()
             if not tokens:
                 continue
             start = turn.start if turn.start is not None else clock
             end = turn.end if turn.end is not None else start + len(tokens) / words_per_second
-            step = (end - start) / len(tokens)
-            words = [
-                TranscriptWord(tok, round(start + i * step, 3), round(start + (i + 1) * step, 3), turn.speaker)
-                for i, tok in enumerate(tokens)
-            ]
-            self._speech.add_turn(words, turn.speaker, start, end)
+            while waiting and waiting[0].time <= start:
+                self._vision.add(waiting.pop(0))
+            self._speech.add_turn(_turn_words(turn, tokens, start, end), turn.speaker, start, end)
             clock = end
+        for slide in waiting:
+            self._vision.add(slide)
+        clock = max([clock, until or 0.0] + [slide.time for slide in waiting])
         with self._lock:
             if self._received_samples == int(round(self._time_offset * SAMPLE_RATE)):
                 self._time_offset = max(self._time_offset, clock)  # no audio yet: the ASR's times start here
@@ -271,6 +267,9 @@ class MeetingSession:
     def _speech_worker(self) -> None:
         from encoders.streaming import StreamingOptions, StreamingTranscriber
 
+        if not self._speech.wait_for_audio(self._audio, self._closed):  # no model is loaded for a text-only meeting
+            self._speech_done.set()
+            return
         asr_settings = self.settings.asr
         asr = StreamingTranscriber(
             self.runtime.transcriber,
@@ -359,14 +358,15 @@ class MeetingSession:
         return extract_action_items(self.transcript())
 
     # ------------------------------------------------------------------ durability
-    def save(self):
+    def save(self, rewrite: bool = False):
         """Save the meeting (KV blocks, scores, timeline, transcript) to the encrypted session store.
 
-        Incremental: blocks unchanged since the last save are not written again. ``minutia resume``
-        (or Runtime.resume_session) continues from here without prefilling anything again.
+        Incremental: blocks unchanged since the last save are not written again (with ``rewrite``, all are,
+        under this session's source). ``minutia resume`` (or Runtime.resume_session) continues from here
+        without prefilling anything again.
         """
         context = self._prefill.ready()
-        report = self._checkpoints.save(context, self.source, lambda: self._state_dict(context))
+        report = self._checkpoints.save(context, self.source, lambda: self._state_dict(context), rewrite)
         if self.on_transfer is not None:
             self.on_transfer("device", self.settings.store.backend, report.bytes_written, report.seconds)
         return report
@@ -498,6 +498,15 @@ class MeetingSession:
                 thread.join(timeout=10)
         if self._context is not None:
             self._context.close()
+
+
+def _turn_words(turn, tokens: list[str], start: float, end: float) -> list[TranscriptWord]:
+    """A transcript turn's words: their own times where it has them, else spread evenly over the turn."""
+    if turn.words and turn.start is not None:
+        return [TranscriptWord(w.text, w.start, w.end, turn.speaker, w.probability) for w in turn.words]
+    step = (end - start) / len(tokens)
+    return [TranscriptWord(tok, round(start + i * step, 3), round(start + (i + 1) * step, 3), turn.speaker)
+            for i, tok in enumerate(tokens)]
 
 
 def _make_timeline():

@@ -64,6 +64,14 @@ class SpeechLines:
         self.fixed_step_seconds: float | None = None
         self._diarized: list[int] = []  # the diarizer's word number -> index in the word list
 
+    def wait_for_audio(self, audio: RingBuffer, closed: Event) -> bool:
+        """Wait until audio arrives (True), or the input ends or the session closes without any (False)."""
+        while not audio.wait_for(1, timeout=0.2):
+            if audio.exhausted or closed.is_set():
+                self.close_line()
+                return False
+        return True
+
     def run(self, audio: RingBuffer, closed: Event, asr: StreamingTranscriber, diarizer: Diarizer,
             catch_up_seconds: float) -> None:
         """Drain ``audio`` into the recogniser and the diarizer until it is exhausted or ``closed`` is set."""

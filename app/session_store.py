@@ -116,8 +116,11 @@ class Checkpoints:
         self.saved_at = time.monotonic()  # wall clock of the last checkpoint
         self.saved_lines = saved_lines  # lines the KV held at the last checkpoint
 
-    def save(self, context: MeetingContext, source: str, state: Callable[[], dict]) -> SaveReport:
-        """Save ``context``'s cache with ``state()`` (read under the context's lock, so that they agree)."""
+    def save(self, context: MeetingContext, source: str, state: Callable[[], dict], rewrite: bool = False) -> SaveReport:
+        """Save ``context``'s cache with ``state()`` (read under the context's lock, so that they agree).
+
+        ``rewrite``: write every block again under ``source``, also those saved before with the same content
+        under another source (a meeting rebuilt without one speaker, whose old source is shredded next)."""
         import torch
 
         from kvstore.persist import SessionWriter
@@ -126,8 +129,8 @@ class Checkpoints:
         if not hasattr(context.cache, "tiered_layers"):
             raise InputError("saving a meeting needs minutia's TieredCache (kv.enabled: true)")
         with context._lock:
-            if self._writer is None:
-                self._writer = SessionWriter(self._open_store(), self.session_id, source=source)
+            if self._writer is None or rewrite:
+                self._writer = SessionWriter(self._open_store(), self.session_id, source=source, rewrite=rewrite)
             metadata = state()
             try:
                 with torch.inference_mode():

@@ -62,11 +62,14 @@ class SlideWatcher:
                 if event is None or not event.text.strip():
                     continue
                 text = "; ".join(part.strip() for part in event.text.splitlines() if part.strip())
-                slide = Slide(event.time, text, event.thumbnail)
-                with self._lock:
-                    self._slides.append(slide)
                 if event.embedding is not None:
                     self.embeddings[event.time] = event.embedding
-                self._append_line(ContextLine("video", event.time, event.time, None, slide.text, slide_change=True), 0)
-                self._bump()
-                self._emit(SlideShown(slide))
+                self.add(Slide(event.time, text, event.thumbnail))
+
+    def add(self, slide: Slide) -> None:
+        """Show ``slide`` and queue its text for the KV (a slide read from a frame, or one saved earlier)."""
+        with self._lock:
+            self._slides.append(slide)
+        self._append_line(ContextLine("video", slide.time, slide.time, None, slide.text, slide_change=True), 0)
+        self._bump()
+        self._emit(SlideShown(slide))

@@ -125,11 +125,13 @@ def _digest(data: bytes) -> str:
 class SessionWriter:
     """Saves one session's cache into a store, incrementally (it remembers the blocks present)."""
 
-    def __init__(self, store: BlockStore, session: str, source: str | None = None) -> None:
+    def __init__(self, store: BlockStore, session: str, source: str | None = None, rewrite: bool = False) -> None:
+        """``rewrite``: the first save writes every block, present or not (under this writer's ``source``)."""
         self.store = store
         self.session = session
         self.source = source
         self._present: set[str] = set(store.list(session))
+        self._rewrite = set(self._present) if rewrite else set()
 
     def _put(self, block_id: str, data: bytes) -> None:
         if isinstance(self.store, EncryptedStore) or getattr(self.store, "takes_source", False):
@@ -149,7 +151,8 @@ class SessionWriter:
             nonlocal written, bytes_written
             block_id = f"{stem}.{_digest(data)}"
             names.append(block_id)
-            if block_id not in self._present:
+            if block_id not in self._present or block_id in self._rewrite:
+                self._rewrite.discard(block_id)
                 self._put(block_id, data)
                 self._present.add(block_id)
                 written += 1
@@ -192,6 +195,7 @@ class SessionWriter:
         written += 1
         bytes_written += len(data)
         self.store.flush()  # the manifest and everything it names are durable from here on
+        self._rewrite.clear()
         stale = self._present - set(names) - {MANIFEST}
         for block_id in stale:
             self.store.delete(self.session, block_id)

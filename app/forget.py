@@ -1,0 +1,100 @@
+"""Forget one speaker of a saved meeting, in the transcript and in the KV cache.
+
+A KV block mixes the tokens of every speaker whose lines it holds, and every later token attended to the
+forgotten ones, so no set of blocks can be shredded to forget one speaker. The meeting is rebuilt instead:
+the saved words and slides without that speaker's words are prefilled into a new cache, saved under a new
+source (every block written again under its own data key), and then every old source of the meeting is
+crypto-shredded, so the old blocks, and any copy of them (a backup), can no longer be decrypted. The new
+cache is the one a meeting without that speaker would have: the model cannot read what was never prefilled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from app.session_store import SavedState
+from app.speakers import speaker_names
+from app.transcript import Transcript, realign_to_sentences, turns_from_words
+from encoders.errors import InputError
+
+if TYPE_CHECKING:
+    from app.runtime import Runtime
+    from kvstore.crypto import ShredReport
+
+
+@dataclass(frozen=True)
+class ForgetReport:
+    session: str
+    speaker: str  # the label forgotten
+    name: str | None  # the name it went by in the transcript, if any
+    words_removed: int
+    words_kept: int
+    slides: int
+    tokens: int  # in the rebuilt KV cache
+    source: str  # the rebuilt meeting's source
+    shredded: tuple[ShredReport, ...]  # one per old source
+
+
+def forget_speaker(runtime: Runtime, session_id: str, speaker: str, timeout: float | None = 600.0) -> ForgetReport:
+    """Rebuild saved meeting ``session_id`` without ``speaker`` (a label or the name it goes by), save it and
+    shred the old sources. Holds the session's name against other processes while it works; a crash before the
+    new save leaves the old meeting as it was, and one after it leaves the rebuilt meeting."""
+    from app.store import SessionClaim
+    from kvstore.persist import SessionNotFound, session_info
+
+    claim = SessionClaim(runtime.settings.home, session_id)
+    try:
+        store = runtime.session_store(create_key=False)
+        try:
+            saved = SavedState.from_dict(session_info(store, session_id).metadata, session_id, "")
+        except SessionNotFound:
+            raise InputError(f"no saved session {session_id!r} in the {runtime.settings.store.backend} store") from None
+        words = realign_to_sentences(saved.words)
+        names = speaker_names(Transcript(turns_from_words(words)), runtime.settings.asr.hotwords)
+        label = _label(speaker, [w.speaker for w in words], names)
+        kept = [w for w in words if w.speaker != label]
+        old_sources = store.sources(session_id)
+        source = _new_source(saved.source or session_id, label, old_sources)
+
+        session = runtime.new_session(session_id, source=source)  # no autosave: only the finished rebuild is saved
+        try:
+            session.add_transcript(Transcript(turns_from_words(kept), source=source), slides=saved.slides,
+                                   until=saved.position)
+            session.finish(timeout)
+            if session.state != "finished":
+                raise InputError(f"session {session_id} could not be rebuilt: {session.snapshot().error}")
+            report = session.save(rewrite=True)
+        finally:
+            runtime.close_session(session_id)
+        shredded = tuple(store.shred(old, session_id) for old in old_sources if old != source)
+        log = getattr(store, "log", None)
+        if log is not None:  # what was forgotten, beside the shreds' own records
+            log.record(session_id, "delete", [], label, forgot_speaker=label, words_removed=len(words) - len(kept),
+                       rebuilt_as=source, shredded_sources=[r.source for r in shredded])
+        return ForgetReport(session_id, label, names.get(label), len(words) - len(kept), len(kept),
+                            len(saved.slides), report.seq_length, source, shredded)
+    finally:
+        claim.release()
+
+
+def _label(speaker: str, labels: list[str], names: dict[str, str]) -> str:
+    """The diarizer label ``speaker`` means: a label, or (any case) the name a label goes by."""
+    known = list(dict.fromkeys(labels))
+    if speaker in known:
+        return speaker
+    matches = [label for label in known if names.get(label, "").lower() == speaker.strip().lower()]
+    if len(matches) == 1:
+        return matches[0]
+    shown = ", ".join(f"{label} ({names[label]})" if label in names else label for label in known) or "none"
+    raise InputError(f"the meeting has no speaker {speaker!r}; its speakers: {shown}")
+
+
+def _new_source(base: str, label: str, taken: list[str]) -> str:
+    """A source name for the rebuilt meeting that no key of the session has."""
+    stem = f"{base}-without-{label}"
+    source, n = stem, 1
+    while source in taken:
+        n += 1
+        source = f"{stem}-{n}"
+    return source

@@ -1,0 +1,117 @@
+"""Forgetting one speaker of a saved meeting (app/forget.py) on the stand-in parts and the tiny Gemma 3: the
+meeting is rebuilt without that speaker's words, saved under a new source, and the old sources are shredded."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from app.forget import forget_speaker
+from app.transcript import Transcript, turns_from_words
+from encoders.errors import InputError
+
+RATE = 16000
+PROBE = "\nQuestion: Who will send the contract, and when?\nAnswer:"
+
+
+def _meeting(runtime, meeting, session_id: str):
+    session = runtime.new_session(session_id, source="mic")
+    for second, number in enumerate([0, 0, 1, 1]):
+        session.feed_video(meeting.slide_frame(number), second * 1.0, wait=True)
+    for start in range(0, len(meeting.audio), RATE // 2):
+        session.feed_audio(meeting.audio[start:start + RATE // 2], RATE)
+    session.finish(timeout=120)
+    return session
+
+
+def test_a_forgotten_speaker_is_gone_from_the_transcript_the_kv_and_every_old_ciphertext(session_parts):
+    runtime, meeting = session_parts
+    session = _meeting(runtime, meeting, "met")
+    session.save()
+    saved_words = session.transcript().words
+    assert {"SPEAKER_00", "SPEAKER_01"} <= {w.speaker for w in saved_words}
+    position, slides = session.stream_seconds, session.snapshot().slides
+    runtime.close_session("met")
+    store = runtime.session_store()
+    encrypted = store._inner
+    copies = [("met", b, encrypted.inner.get("met", b)) for b in encrypted.list("met")]  # a backup taken before
+    assert not encrypted.verify_shredded("mic", copies)
+
+    report = forget_speaker(runtime, "met", "SPEAKER_01")
+    assert (report.speaker, report.words_removed, report.slides) == ("SPEAKER_01", 8, 2)
+    assert report.source == "mic-without-SPEAKER_01" and store.sources("met") == [report.source]
+    assert [s.source for s in report.shredded] == ["mic"] and report.shredded[0].keys_destroyed == 1
+    assert encrypted.verify_shredded("mic", copies)  # the backup cannot be decrypted any more
+
+    resumed = runtime.resume_session("met")
+    words = resumed.transcript().words
+    assert {w.speaker for w in words} == {"SPEAKER_00"} and "contract" not in " ".join(w.text for w in words)
+    assert [(w.text, w.start, w.end) for w in words] == [(w.text, w.start, w.end) for w in saved_words
+                                                         if w.speaker == "SPEAKER_00"]  # times kept
+    assert [s.text for s in resumed.snapshot().slides] == [s.text for s in slides]
+    assert resumed.stream_seconds == position  # a continuation starts where the meeting stopped
+    after = resumed._context.next_token_logits(PROBE)
+    tokens = resumed.kv_stats()["tokens"]
+    runtime.close_session("met")
+
+    # The rebuilt KV is exactly the one of a meeting in which the forgotten speaker never spoke.
+    never = runtime.new_session("never", source="mic")
+    kept = [w for w in saved_words if w.speaker == "SPEAKER_00"]
+    never.add_transcript(Transcript(turns_from_words(kept)), slides=slides, until=position)
+    never.finish(timeout=120)
+    assert never.kv_stats()["tokens"] == tokens
+    assert torch.equal(never._context.next_token_logits(PROBE), after)
+    runtime.close_session("never")
+
+    log = [json.loads(line) for line in (runtime.settings.home / "audit.log").read_text().splitlines()]
+    shreds = [r for r in log if r["op"] == "delete" and r["details"].get("shredded") and r["session"] == "met"]
+    assert [r["source"] for r in shreds] == ["mic"] and shreds[0]["details"]["keys_destroyed"] == 1
+    forgot = [r for r in log if r["details"].get("forgot_speaker")]
+    assert len(forgot) == 1 and forgot[0]["details"]["words_removed"] == 8 and forgot[0]["source"] == "SPEAKER_01"
+
+
+def test_forgetting_an_unknown_speaker_or_meeting_changes_nothing(session_parts):
+    runtime, meeting = session_parts
+    _meeting(runtime, meeting, "kept").save()
+    runtime.close_session("kept")
+    store = runtime.session_store()
+    before = sorted(store.list("kept"))
+    with pytest.raises(InputError, match=r"no speaker 'Zed'; its speakers: SPEAKER_00, SPEAKER_01"):
+        forget_speaker(runtime, "kept", "Zed")
+    with pytest.raises(InputError, match="no saved session 'gone'"):
+        forget_speaker(runtime, "gone", "SPEAKER_00")
+    assert sorted(store.list("kept")) == before and store.sources("kept") == ["mic"]
+
+
+def test_minutia_forget_speaker_on_the_command_line(session_parts, tiny_llm_dir):
+    """The command a user runs: a name the transcript does not have is refused with the speakers it has; a
+    label is forgotten, and the meeting answers no more about what only that speaker said."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    runtime, meeting = session_parts
+    _meeting(runtime, meeting, "cli").save()
+    runtime.close_session("cli")
+    home = runtime.settings.home
+    runtime.close()  # the store and its audit log are the command's now
+    env = {**os.environ, "MINUTIA_HOME": str(home), "HF_HUB_OFFLINE": "1"}
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "app.cli", "forget", "--session", "cli", "--llm", str(tiny_llm_dir),
+                               *args], capture_output=True, text=True, cwd=Path(__file__).parent.parent, timeout=300,
+                              env=env)
+
+    wrong = cli("--speaker", "Maria")
+    assert wrong.returncode == 2 and "its speakers: SPEAKER_00, SPEAKER_01" in wrong.stderr, wrong.stderr[-2000:]
+    assert "Traceback" not in wrong.stderr
+    both = cli("--speaker", "SPEAKER_01", "--source", "mic")
+    assert both.returncode == 2 and "not both" in both.stderr
+    done = cli("--speaker", "SPEAKER_01")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "forgot SPEAKER_01 in session cli: 8 word(s) removed" in done.stdout and "1 old key(s) destroyed" in done.stdout
+    listed = cli()
+    assert listed.returncode == 0 and listed.stdout.split() == ["mic-without-SPEAKER_01"], listed.stdout + listed.stderr
