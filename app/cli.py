@@ -137,6 +137,12 @@ def _masked(transcript, settings: Settings, detector=None):
     return transcript if detector is None else mask_transcript(transcript, detector)
 
 
+def _for_the_model(transcript, settings: Settings):
+    """What the LLM reads and answers from: under ``pii.policy: zero-in-kv`` the masked transcript, so the
+    batch path keeps personal data out of the model as the live path keeps it out of the KV."""
+    return _masked(transcript, settings) if settings.pii.zero_kv else transcript
+
+
 def _assistant(settings: Settings):
     from app.assistant import Assistant
     from app.llm import LLMEngine
@@ -170,7 +176,7 @@ def summarize(
 
     settings = _settings(config, llm, asr_model, diarization_model, num_speakers, hotwords)
     folder, stem = _out_dir(out_dir, meeting), _stem(meeting)
-    transcript = load_meeting(meeting, settings, err)
+    transcript = _for_the_model(load_meeting(meeting, settings, err), settings)
     assistant = _assistant(settings)
     with err.status("summarising"):
         summary = assistant.summarize(transcript)
@@ -205,7 +211,7 @@ def ask(
     if not question.strip():
         raise InputError("the question is empty")
     settings = _settings(config, llm, asr_model, diarization_model, num_speakers, hotwords)
-    transcript = load_meeting(meeting, settings, err)
+    transcript = _for_the_model(load_meeting(meeting, settings, err), settings)
     assistant = _assistant(settings)
     with err.status("thinking"):
         answer = assistant.ask(transcript, question)

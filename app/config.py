@@ -206,7 +206,7 @@ class PIISettings(BaseModel):
     ``mask-in-exports``: transcripts and summaries the CLI writes carry [EMAIL]/[PHONE]/[CARD]/[PERSON]
     masks; the live cache keeps everything, so a question about a phone number said in the meeting is
     still answered. ``zero-in-kv`` also stores zero K/V for those tokens in the LLM's cache (they cannot
-    be recalled or answered from it). Names are not masked unless ``kinds`` lists ``person``: "who"
+    be recalled from it), and answers and summaries read the transcript masked. Names are not masked unless ``kinds`` lists ``person``: "who"
     questions and speaker labels need them.
     """
 

@@ -143,7 +143,7 @@ class MeetingSession:
                                    stream_seconds=lambda: self.stream_seconds, time_offset=lambda: self._time_offset)
         self._vision = SlideWatcher(session_id, output, self._slides, runtime.vision_pipeline)
         self._questions = MeetingQuestions(self._lock, self._slides, self.timeline, self._prefill.ready,
-                                           lambda: self._prompts)
+                                           lambda: self._prompts, lambda: runtime.pii_detector if self.settings.pii.zero_kv else None)
 
         self._threads = [
             threading.Thread(target=self._guard(self._speech_worker), name=f"speech-{session_id}", daemon=True),

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from app.events import Slide
     from app.llm import LivePrompts
+    from app.pii import PIIDetector
     from app.sentences import Sentence
     from kvstore.timeline import TimelineIndex
 
@@ -27,8 +28,13 @@ class MeetingQuestions:
     because the meeting is already in the KV (``context``, once the LLM is loaded; ``prompts`` with it)."""
 
     def __init__(self, lock: RLock, slides: list[Slide], timeline: TimelineIndex,
-                 context: Callable[[], MeetingContext], prompts: Callable[[], LivePrompts]) -> None:
+                 context: Callable[[], MeetingContext], prompts: Callable[[], LivePrompts],
+                 erased_pii: Callable[[], PIIDetector | None] = lambda: None) -> None:
+        """``erased_pii``: the detector whose finds the KV holds as zeros (``pii.policy: zero-in-kv``); answers and
+        summaries then read a transcript masked by it, so what the KV cannot recall is not answered either."""
         self._lock = lock
+        self._erased_pii = erased_pii
+        self._masked: dict[tuple, Turn] = {}  # turn -> its masked copy, so a question masks only new turns
         self._slides = slides
         self._timeline = timeline
         self._context = context
@@ -37,7 +43,8 @@ class MeetingQuestions:
 
     def ask(self, question: str, transcript: Transcript) -> Answer:
         """Answer from the meeting so far (app/answers.py); a free-form answer is generated from the KV."""
-        lines = self._lines_for_retrieval(transcript)
+        transcript = self._without_erased_pii(transcript)
+        lines = self._without_erased_pii(self._lines_for_retrieval(transcript))
         if not lines.turns:
             return Answer(question, "Nothing has been said yet.", [], 0, 0.0)
         return AnswerFinder(lines, default_embedder(), partial(self._model_answer, transcript)).answer(question)
@@ -45,6 +52,7 @@ class MeetingQuestions:
     def summary(self, transcript: Transcript) -> MeetingSummary:
         if not transcript.turns:
             return MeetingSummary("Nothing has been said yet.")
+        transcript = self._without_erased_pii(transcript)
         context = self._context()
         engine = context.engine
         stop = ("\n",) if engine.prompts.style == "completion" else ()
@@ -52,6 +60,20 @@ class MeetingQuestions:
         prefix = engine.prompts.summary_prefix
         text = f"{prefix} {generation.text}".strip() if prefix else generation.text
         return build_summary(transcript, text)
+
+    def _without_erased_pii(self, transcript: Transcript) -> Transcript:
+        detector = self._erased_pii()
+        if detector is None:
+            return transcript
+        from app.pii import mask_transcript
+
+        def key(turn: Turn) -> tuple:
+            return turn.speaker, turn.start, turn.end, turn.text
+
+        new = [turn for turn in transcript.turns if key(turn) not in self._masked]
+        for turn, masked in zip(new, mask_transcript(Transcript(new), detector).turns):
+            self._masked[key(turn)] = masked
+        return Transcript([self._masked[key(t)] for t in transcript.turns], transcript.source, transcript.duration)
 
     def _model_answer(self, transcript: Transcript, question: str,
                       evidence: Sequence[Sentence]) -> tuple[str, float] | None:

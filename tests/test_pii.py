@@ -151,3 +151,49 @@ def test_zero_in_kv_needs_the_tiered_cache(tiny_llm_dir, detector) -> None:
     engine = LLMEngine(tiny_llm_dir, LLMSettings(model=str(tiny_llm_dir), dtype="float32"), KVSettings(enabled=False))
     with pytest.raises(InputError, match="kv.enabled"):
         MeetingContext(engine, engine.kv, header="Meeting transcript:\n", erase_pii=detector)
+
+
+def _ask_json(tmp_path, monkeypatch, capsys, tiny_llm_dir, policy: str) -> str:
+    from app.cli import ask
+
+    meeting = tmp_path / "ask.txt"
+    meeting.write_text("Alice: The release is on Friday.\n"
+                       "Bob: If anything is missing call me on 415-555-0132 and we fix it.\n")
+    monkeypatch.setenv("MINUTIA_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MINUTIA_PII__POLICY", policy)
+    monkeypatch.setenv("MINUTIA_LLM__DTYPE", "float32")
+    monkeypatch.setenv("MINUTIA_LLM__MAX_NEW_TOKENS", "4")
+    capsys.readouterr()
+    ask(meeting, "What number do we call if anything is missing?", llm=str(tiny_llm_dir), as_json=True)
+    return capsys.readouterr().out
+
+
+def test_zero_in_kv_keeps_personal_data_out_of_batch_answers(tmp_path, monkeypatch, capsys, tiny_llm_dir) -> None:
+    """The batch path has no cache to zero: under zero-in-kv the model reads, and answers from, the masked
+    transcript, so an answer can no more give the number than the live KV can."""
+    assert "555-0132" in _ask_json(tmp_path, monkeypatch, capsys, tiny_llm_dir, "off")
+    erased = _ask_json(tmp_path, monkeypatch, capsys, tiny_llm_dir, "zero-in-kv")
+    assert "555-0132" not in erased and "[PHONE]" in erased, erased
+
+
+def test_zero_in_kv_keeps_personal_data_out_of_live_answers_and_summaries(scripted_runtime, tmp_path) -> None:
+    """A live session's answers read the transcript as well as the KV: under zero-in-kv they read it masked."""
+    from tests.scripted_parts import scripted_meeting
+
+    meeting = scripted_meeting([("SPEAKER_00", "Good morning.")])
+    said = [Turn("Alice", "The release is on Friday.", 0.0, 2.0),
+            Turn("Bob", "Mail the contract to dana.whitfield@example.org before noon.", 2.5, 6.0)]
+    for policy, leaks in (("mask-in-exports", True), ("zero-in-kv", False)):
+        runtime = scripted_runtime(meeting, tmp_path / policy, pii={"policy": policy})
+        try:
+            session = runtime.new_session("pii")
+            session.add_transcript(Transcript(said))
+            session.finish(timeout=120)
+            answer = session.ask("Where should the contract be mailed?")
+            shown = answer.text + " ".join(c.text for c in answer.citations)
+            summary = json.dumps(session.summary().to_dict())
+            assert ("dana.whitfield@example.org" in shown) is leaks, (policy, shown)
+            if not leaks:
+                assert "[EMAIL]" in shown and "dana.whitfield" not in summary
+        finally:
+            runtime.close()
