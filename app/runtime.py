@@ -210,11 +210,12 @@ class Runtime:
 
     def _resume(self, store, session_id: str, autosave: bool) -> "MeetingSession":
         from app.session import MeetingSession, SavedMeeting
-        from kvstore.persist import SessionNotFound, load_session
+        from kvstore.persist import SessionNotFound, load_session, session_info
         from kvstore.stores import StoreError
 
-        cold = self.cold_tier(session_id)
-        try:
+        cold = None
+        try:  # the cold tier tags the blocks it takes with the meeting's source (crypto-shredding goes by it)
+            cold = self.cold_tier(session_id, (session_info(store, session_id).metadata or {}).get("source", ""))
             cache, metadata = load_session(store, session_id, self.engine.model.config,
                                            settings=tiered_cache_config(self.settings.kv), cold_tier=cold)
         except (SessionNotFound, StoreError) as exc:

@@ -136,3 +136,31 @@ def test_bad_input_is_refused_for_that_request_only(session_parts):
     assert other.snapshot().state in ("idle", "live")
     runtime.close_session(other.session_id)
     assert session.ask("How much will the pilot cost?").text  # the finished meeting still answers
+
+
+def test_a_resumed_meetings_cold_blocks_keep_its_source(scripted_runtime, tmp_path):
+    """The blocks a resumed meeting holds in its cold tier are tagged with the meeting's source, as they were
+    before the save, so forgetting that source reaches them (they were tagged with no source at all)."""
+    from app.transcript import Transcript, Turn
+    from tests.scripted_parts import scripted_meeting
+
+    meeting = scripted_meeting([("SPEAKER_00", "Good morning.")])
+    runtime = scripted_runtime(meeting, tmp_path, kv={"block_size": 8, "budget_floor_tokens": 0, "recent_tokens": 16,
+                                                      "cold": {"spill_to_store": False}})
+    try:
+        session = runtime.new_session("long", source="mic")
+        said = [Turn(f"SPEAKER_0{i % 2}", f"Item {i}: the team reviewed budget line {i} and agreed on the next step.",
+                     i * 5.0, i * 5.0 + 4.0) for i in range(40)]
+        session.add_transcript(Transcript(said))
+        session.finish(timeout=120)
+        cold = session._context.cache.cold_tier
+        assert cold is not None and cold.placement.blocks, "nothing was evicted to the cold tier"
+        assert {info.source for info in cold.placement.blocks.values()} == {"mic"}
+        session.save()
+        runtime.close_session("long")
+        resumed = runtime.resume_session("long")
+        placement = resumed._context.cache.cold_tier.placement
+        assert placement.blocks and {info.source for info in placement.blocks.values()} == {"mic"}
+        runtime.close_session("long")
+    finally:
+        runtime.close()
