@@ -435,6 +435,9 @@ def forget(
             raise InputError(f"no saved session {session!r} in the {backend or settings.store.backend} store")
         if source is None:
             out.print("\n".join(sources))
+            speakers = _saved_speakers(store, session)
+            if speakers:
+                out.print(f"speakers (for --speaker): {escape(speakers)}")
             return
         if source not in sources:
             raise InputError(f"session {session!r} has no source {source!r}; its sources: {', '.join(sources)}")
@@ -444,6 +447,18 @@ def forget(
     left = "" if sources != [source] else "; nothing is left of the meeting"
     out.print(f"forgot {escape(source)} in session {escape(session)}: {report.keys_destroyed} key(s) destroyed, "
               f"{report.blocks_deleted} block(s) deleted{left}")
+
+
+def _saved_speakers(store, session: str) -> str:
+    """A saved meeting's speaker labels with the names the transcript gives them ("" if it holds no words)."""
+    from app.forget import saved_speakers
+    from kvstore.stores import StoreError
+
+    try:
+        named = saved_speakers(store, session)
+    except (InputError, StoreError):
+        return ""
+    return ", ".join(f"{label} ({name})" if name else label for label, name in named.items())
 
 
 def _forget_speaker(settings: Settings, session: str, speaker: str, backend: str | None) -> None:

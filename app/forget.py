@@ -41,15 +41,11 @@ def forget_speaker(runtime: Runtime, session_id: str, speaker: str, timeout: flo
     shred the old sources. Holds the session's name against other processes while it works; a crash before the
     new save leaves the old meeting as it was, and one after it leaves the rebuilt meeting."""
     from app.store import SessionClaim
-    from kvstore.persist import SessionNotFound, session_info
 
     claim = SessionClaim(runtime.settings.home, session_id)
     try:
         store = runtime.session_store(create_key=False)
-        try:
-            saved = SavedState.from_dict(session_info(store, session_id).metadata, session_id, "")
-        except SessionNotFound:
-            raise InputError(f"no saved session {session_id!r} in the {runtime.settings.store.backend} store") from None
+        saved = _saved(store, session_id)
         words = realign_to_sentences(saved.words)
         names = speaker_names(Transcript(turns_from_words(words)), runtime.settings.asr.hotwords)
         label = _label(speaker, [w.speaker for w in words], names)
@@ -76,6 +72,22 @@ def forget_speaker(runtime: Runtime, session_id: str, speaker: str, timeout: flo
                             len(saved.slides), report.seq_length, source, shredded)
     finally:
         claim.release()
+
+
+def saved_speakers(store, session_id: str, hotwords: tuple[str, ...] = ()) -> dict[str, str | None]:
+    """Label -> the name the transcript gives it (None when unnamed), for a saved meeting in ``store``."""
+    words = realign_to_sentences(_saved(store, session_id).words)
+    names = speaker_names(Transcript(turns_from_words(words)), hotwords)
+    return {label: names.get(label) for label in dict.fromkeys(w.speaker for w in words)}
+
+
+def _saved(store, session_id: str) -> SavedState:
+    from kvstore.persist import SessionNotFound, session_info
+
+    try:
+        return SavedState.from_dict(session_info(store, session_id).metadata, session_id, "")
+    except SessionNotFound:
+        raise InputError(f"no saved session {session_id!r} in the {getattr(store, 'tier', 'session')} store") from None
 
 
 def _label(speaker: str, labels: list[str], names: dict[str, str]) -> str:
