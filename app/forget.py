@@ -55,8 +55,11 @@ def forget_speaker(runtime: Runtime, session_id: str, speaker: str, timeout: flo
 
         session = runtime.new_session(session_id, source=source)  # no autosave: only the finished rebuild is saved
         try:
+            timeline = saved.timeline  # the slides' image embeddings, so the timeline still finds them by picture
+            pictures = {seg.start_s: timeline.embedding(seg.index) for seg in timeline.segments()
+                        if seg.modality == "video" and timeline.embedding(seg.index) is not None}
             session.add_transcript(Transcript(turns_from_words(kept), source=source), slides=saved.slides,
-                                   until=saved.position)
+                                   until=saved.position, slide_embeddings=pictures)
             session.finish(timeout)
             if session.state != "finished":
                 raise InputError(f"session {session_id} could not be rebuilt: {session.snapshot().error}")

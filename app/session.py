@@ -200,10 +200,10 @@ class MeetingSession:
             raise TimeoutError(f"session {self.session_id} did not finish within {timeout} s")
 
     def add_transcript(self, transcript: Transcript, words_per_second: float = 2.5, slides: Sequence[Slide] = (),
-                       until: float | None = None) -> None:
+                       until: float | None = None, slide_embeddings: dict[float, np.ndarray] | None = None) -> None:
         """Add an earlier part of the meeting as committed text (a transcript, e.g. QMSum) with its ``slides`` by
-        time, ending at ``until`` if after its last word. Turns keep their words' times; untimed turns are timed
-        at ``words_per_second`` after what the session holds, and live audio fed afterwards continues from there."""
+        time (and their image embeddings by time), ending at ``until`` if after its last word. Turns keep their
+        words' times; untimed turns are timed at ``words_per_second`` after what the session holds."""
         self._ensure_open()
         with self._lock:
             clock = max(self.stream_seconds, self._words[-1].end if self._words else 0.0)
@@ -215,11 +215,11 @@ class MeetingSession:
             start = turn.start if turn.start is not None else clock
             end = turn.end if turn.end is not None else start + len(tokens) / words_per_second
             while waiting and waiting[0].time <= start:
-                self._vision.add(waiting.pop(0))
+                self._vision.add(waiting.pop(0), slide_embeddings)
             self._speech.add_turn(_turn_words(turn, tokens, start, end), turn.speaker, start, end)
             clock = end
         for slide in waiting:
-            self._vision.add(slide)
+            self._vision.add(slide, slide_embeddings)
         clock = max([clock, until or 0.0] + [slide.time for slide in waiting])
         with self._lock:
             if self._received_samples == int(round(self._time_offset * SAMPLE_RATE)):

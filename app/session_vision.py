@@ -66,8 +66,11 @@ class SlideWatcher:
                     self.embeddings[event.time] = event.embedding
                 self.add(Slide(event.time, text, event.thumbnail))
 
-    def add(self, slide: Slide) -> None:
-        """Show ``slide`` and queue its text for the KV (a slide read from a frame, or one saved earlier)."""
+    def add(self, slide: Slide, embeddings: dict[float, np.ndarray] | None = None) -> None:
+        """Show ``slide`` and queue its text for the KV (a slide read from a frame, or one saved earlier, whose
+        image embedding ``embeddings`` may hold by time)."""
+        if embeddings and slide.time in embeddings:
+            self.embeddings[slide.time] = embeddings[slide.time]
         with self._lock:
             self._slides.append(slide)
         self._append_line(ContextLine("video", slide.time, slide.time, None, slide.text, slide_change=True), 0)

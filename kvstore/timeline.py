@@ -184,6 +184,12 @@ class TimelineIndex:
             text=self._text[index],
         )
 
+    def embedding(self, index: int) -> np.ndarray | None:
+        """The embedding segment ``index`` was added with (None if it had none)."""
+        code = int(self._modality.view()[index])
+        rows = self._emb_rows.get(code, [])
+        return self._emb_vecs[code][rows.index(index)] if index in rows else None
+
     def segments(self, indices: Iterable[int] | None = None) -> list[Segment]:
         indices = range(len(self)) if indices is None else indices
         return [self.segment(int(i)) for i in indices]

@@ -52,6 +52,9 @@ def test_a_forgotten_speaker_is_gone_from_the_transcript_the_kv_and_every_old_ci
                                                          if w.speaker == "SPEAKER_00"]  # times kept
     assert [s.text for s in resumed.snapshot().slides] == [s.text for s in slides]
     assert resumed.stream_seconds == position  # a continuation starts where the meeting stopped
+    query = meeting.vision().embedder.embed_texts([meeting.slides[1]])[0]  # slides are still found by picture
+    hit = resumed.timeline.top_segments(1, query=query, modality="video")
+    assert hit and hit[0].segment.text == slides[1].text
     after = resumed._context.next_token_logits(PROBE)
     tokens = resumed.kv_stats()["tokens"]
     runtime.close_session("met")
