@@ -36,7 +36,7 @@ class ForgetReport:
     shredded: tuple[ShredReport, ...]  # one per old source
 
 
-def forget_speaker(runtime: Runtime, session_id: str, speaker: str, timeout: float | None = 600.0) -> ForgetReport:
+def forget_speaker(runtime: Runtime, session_id: str, speaker: str, timeout: float | None = None) -> ForgetReport:
     """Rebuild saved meeting ``session_id`` without ``speaker`` (a label or the name it goes by), save it and
     shred the old sources. Holds the session's name against other processes while it works; a crash before the
     new save leaves the old meeting as it was, and one after it leaves the rebuilt meeting."""
