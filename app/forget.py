@@ -47,13 +47,16 @@ def forget_speaker(runtime: Runtime, session_id: str, speaker: str, timeout: flo
         store = runtime.session_store(create_key=False)
         saved = _saved(store, session_id)
         words = realign_to_sentences(saved.words)
-        names = speaker_names(Transcript(turns_from_words(words)), runtime.settings.asr.hotwords)
+        names = _names(words, runtime.settings.asr.hotwords, saved.forgotten_names)
         label = _label(speaker, [w.speaker for w in words], names)
         kept = [w for w in words if w.speaker != label]
         old_sources = store.sources(session_id)
         source = _new_source(saved.source or session_id, label, old_sources)
 
         session = runtime.new_session(session_id, source=source)  # no autosave: only the finished rebuild is saved
+        # Others still address the forgotten speaker ("Bob, can you...?"): that name must not pass to whoever
+        # now speaks next.
+        session.forgotten_names = saved.forgotten_names + ((names[label],) if label in names else ())
         try:
             timeline = saved.timeline  # the slides' image embeddings, so the timeline still finds them by picture
             pictures = {seg.start_s: timeline.embedding(seg.index) for seg in timeline.segments()
@@ -79,9 +82,16 @@ def forget_speaker(runtime: Runtime, session_id: str, speaker: str, timeout: flo
 
 def saved_speakers(store, session_id: str, hotwords: tuple[str, ...] = ()) -> dict[str, str | None]:
     """Label -> the name the transcript gives it (None when unnamed), for a saved meeting in ``store``."""
-    words = realign_to_sentences(_saved(store, session_id).words)
-    names = speaker_names(Transcript(turns_from_words(words)), hotwords)
+    saved = _saved(store, session_id)
+    words = realign_to_sentences(saved.words)
+    names = _names(words, hotwords, saved.forgotten_names)
     return {label: names.get(label) for label in dict.fromkeys(w.speaker for w in words)}
+
+
+def _names(words, hotwords, forgotten: tuple[str, ...]) -> dict[str, str]:
+    """Label -> name as the session names them (a forgotten speaker's name goes to no one)."""
+    named = speaker_names(Transcript(turns_from_words(words)), hotwords)
+    return {label: name for label, name in named.items() if name not in forgotten}
 
 
 def _saved(store, session_id: str) -> SavedState:

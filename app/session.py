@@ -134,6 +134,7 @@ class MeetingSession:
         self.on_transfer: Callable[[str, str, int, float], None] | None = None  # (source, target, bytes, s) per save
         self._time_offset = 0.0  # stream time at which this process's input starts (a resumed meeting goes on)
         self._restored = restored
+        self.forgotten_names: tuple[str, ...] = ()  # speakers forgotten from this meeting: their names go to no one
         if restored is not None:
             last_speaker = self._restore_state(restored.metadata)
         self._checkpoints = Checkpoints(runtime.session_store, session_id, self._ledger.base_lines if restored else -1)
@@ -359,12 +360,8 @@ class MeetingSession:
 
     # ------------------------------------------------------------------ durability
     def save(self, rewrite: bool = False):
-        """Save the meeting (KV blocks, scores, timeline, transcript) to the encrypted session store.
-
-        Incremental: blocks unchanged since the last save are not written again (with ``rewrite``, all are,
-        under this session's source). ``minutia resume`` (or Runtime.resume_session) continues from here
-        without prefilling anything again.
-        """
+        """Save the meeting (KV blocks, scores, timeline, transcript) to the encrypted session store, incrementally
+        (with ``rewrite``: every block again, under this session's source); ``minutia resume`` continues from it."""
         context = self._prefill.ready()
         report = self._checkpoints.save(context, self.source, lambda: self._state_dict(context), rewrite)
         if self.on_transfer is not None:
@@ -392,12 +389,13 @@ class MeetingSession:
             else:
                 position = max(self._time_offset, words[-1].end if words else 0.0)
             return SavedState(self.source, position, self.stream_seconds, lines, mark.last_speaker, words,
-                              self._slides[:mark.slides], self.timeline).to_dict()
+                              self._slides[:mark.slides], self.timeline, self.forgotten_names).to_dict()
 
     def _restore_state(self, meta: dict) -> str | None:
         """Take the saved words, slides and position over; returns the label of the last line saved."""
         saved = SavedState.from_dict(meta, self.session_id, self.source)
         self.source, self._words, self._slides, self.timeline = saved.source, saved.words, saved.slides, saved.timeline
+        self.forgotten_names = saved.forgotten_names
         self._time_offset = saved.position
         self._received_samples = int(round(self._time_offset * SAMPLE_RATE))
         self._ledger = LineLedger(LineMark(len(self._words), len(self._slides), saved.last_speaker), saved.lines)
@@ -417,7 +415,8 @@ class MeetingSession:
         with self._lock:
             if self._snapshot_cache is None or self._snapshot_cache[0] != self._version:
                 raw = self._raw_transcript()
-                names = speaker_names(raw, self.settings.asr.hotwords)
+                names = {label: name for label, name in speaker_names(raw, self.settings.asr.hotwords).items()
+                         if name not in self.forgotten_names}
                 self._snapshot_cache = (self._version, rename_speakers(raw, names), names)
             return self._snapshot_cache[1], self._snapshot_cache[2]
 

@@ -32,6 +32,7 @@ class SavedState:
     words: list[TranscriptWord]
     slides: list[Slide]
     timeline: TimelineIndex
+    forgotten_names: tuple[str, ...] = ()  # names of speakers forgotten (app/forget.py): never given again
 
     def to_dict(self) -> dict:
         return {
@@ -44,6 +45,7 @@ class SavedState:
             "words": [[w.text, w.start, w.end, w.speaker, w.probability] for w in self.words],
             "slides": [[s.time, s.text] for s in self.slides],
             "timeline": self.timeline.to_dict(),
+            "forgotten_names": list(self.forgotten_names),
         }
 
     @classmethod
@@ -63,6 +65,7 @@ class SavedState:
             words=[TranscriptWord(t, s, e, spk, p) for t, s, e, spk, p in meta["words"]],
             slides=[Slide(t, text) for t, text in meta["slides"]],
             timeline=TimelineIndex.from_dict(meta["timeline"]),
+            forgotten_names=tuple(meta.get("forgotten_names", ())),
         )
 
 

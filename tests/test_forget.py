@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from app.forget import forget_speaker
-from app.transcript import Transcript, turns_from_words
+from app.transcript import Transcript, Turn, turns_from_words
 from encoders.errors import InputError
 
 RATE = 16000
@@ -119,3 +119,26 @@ def test_minutia_forget_speaker_on_the_command_line(session_parts, tiny_llm_dir)
     listed = cli()
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.splitlines() == ["mic-without-SPEAKER_01", "speakers (for --speaker): SPEAKER_00"], listed.stdout
+
+
+def test_a_forgotten_speakers_name_passes_to_no_one(session_parts):
+    """Others still address the forgotten speaker ("Bob, can you ...?"); with Bob's turns gone, the address
+    rule would name whoever speaks next Bob. The forgotten name is kept with the meeting and given to no one."""
+    runtime, _ = session_parts
+    session = runtime.new_session("named", source="mic")
+    said = [Turn("SPEAKER_00", "Good morning everyone. Bob, can you give us the numbers?", 0.0, 4.0),
+            Turn("SPEAKER_01", "Sure. We spent thirty thousand dollars so far.", 4.5, 8.0),
+            Turn("SPEAKER_02", "The pilot starts on Monday.", 8.5, 10.0),
+            Turn("SPEAKER_00", "Great. Bob, can you send the report?", 10.5, 13.0),
+            Turn("SPEAKER_01", "Yes, I will send it on Friday.", 13.5, 16.0)]
+    session.add_transcript(Transcript(said))
+    session.finish(timeout=120)
+    assert "Bob" in session.transcript().speakers
+    session.save()
+    runtime.close_session("named")
+
+    report = forget_speaker(runtime, "named", "Bob")
+    assert report.speaker == "SPEAKER_01" and report.name == "Bob"
+    resumed = runtime.resume_session("named")
+    assert "Bob" not in resumed.transcript().speakers, resumed.transcript().speakers
+    runtime.close_session("named")
