@@ -59,8 +59,8 @@ def forget_speaker(runtime: Runtime, session_id: str, speaker: str, timeout: flo
         session.forgotten_names = saved.forgotten_names + ((names[label],) if label in names else ())
         try:
             timeline = saved.timeline  # the slides' image embeddings, so the timeline still finds them by picture
-            pictures = {seg.start_s: timeline.embedding(seg.index) for seg in timeline.segments()
-                        if seg.modality == "video" and timeline.embedding(seg.index) is not None}
+            pictures = {seg.start_s: vec for seg in timeline.segments()
+                        if seg.modality == "video" and (vec := timeline.embedding(seg.index)) is not None}
             session.add_transcript(Transcript(turns_from_words(kept), source=source), slides=saved.slides,
                                    until=saved.position, slide_embeddings=pictures)
             session.finish(timeout)
@@ -90,8 +90,7 @@ def saved_speakers(store, session_id: str, hotwords: tuple[str, ...] = ()) -> di
 
 def _names(words, hotwords, forgotten: tuple[str, ...]) -> dict[str, str]:
     """Label -> name as the session names them (a forgotten speaker's name goes to no one)."""
-    named = speaker_names(Transcript(turns_from_words(words)), hotwords)
-    return {label: name for label, name in named.items() if name not in forgotten}
+    return speaker_names(Transcript(turns_from_words(words)), hotwords, forgotten)
 
 
 def _saved(store, session_id: str) -> SavedState:

@@ -415,8 +415,7 @@ class MeetingSession:
         with self._lock:
             if self._snapshot_cache is None or self._snapshot_cache[0] != self._version:
                 raw = self._raw_transcript()
-                names = {label: name for label, name in speaker_names(raw, self.settings.asr.hotwords).items()
-                         if name not in self.forgotten_names}
+                names = speaker_names(raw, self.settings.asr.hotwords, self.forgotten_names)
                 self._snapshot_cache = (self._version, rename_speakers(raw, names), names)
             return self._snapshot_cache[1], self._snapshot_cache[2]
 

@@ -78,9 +78,10 @@ def name_speakers(transcript: Transcript, known: Sequence[str] = ()) -> Transcri
     return rename_speakers(transcript, speaker_names(transcript, known))
 
 
-def speaker_names(transcript: Transcript, known: Sequence[str] = ()) -> dict[str, str]:
-    """Label -> name for the labels the meeting names (the others are left out)."""
-    return {n.label: n.name for n in named_speakers(transcript, known)}
+def speaker_names(transcript: Transcript, known: Sequence[str] = (), forgotten: Sequence[str] = ()) -> dict[str, str]:
+    """Label -> name for the labels the meeting names (the others are left out); ``forgotten``: names given to no
+    one (speakers forgotten from the meeting, whom the others still address)."""
+    return {n.label: n.name for n in named_speakers(transcript, known, forgotten)}
 
 
 def known_spelling(name: str, known: Sequence[str]) -> str:
@@ -121,8 +122,9 @@ def _votes(turns: list[Turn], known: Sequence[str] = ()) -> tuple[dict[str, Coun
     return votes, kinds
 
 
-def named_speakers(transcript: Transcript, known: Sequence[str] = ()) -> list[SpeakerName]:
-    """Names with their confidence; a name goes to one label only, strongest evidence first."""
+def named_speakers(transcript: Transcript, known: Sequence[str] = (), forgotten: Sequence[str] = ()) -> list[SpeakerName]:
+    """Names with their confidence; a name goes to one label only, strongest evidence first, and a ``forgotten``
+    one to none."""
     votes, kinds = _votes(transcript.turns, known)
     ranked = sorted(
         ((count, label, name) for label, c in votes.items() for name, count in c.items()),
@@ -130,7 +132,7 @@ def named_speakers(transcript: Transcript, known: Sequence[str] = ()) -> list[Sp
     )
     names: list[SpeakerName] = []
     done: set[str] = set()
-    taken: set[str] = set(transcript.speakers)  # never rename a label to another label's name
+    taken: set[str] = set(transcript.speakers) | set(forgotten)  # never another label's name, nor a forgotten one
     for count, label, name in ranked:
         if label in done or name in taken:
             continue
