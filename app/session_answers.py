@@ -43,8 +43,8 @@ class MeetingQuestions:
 
     def ask(self, question: str, transcript: Transcript) -> Answer:
         """Answer from the meeting so far (app/answers.py); a free-form answer is generated from the KV."""
+        lines = self._without_erased_pii(self._lines_for_retrieval(transcript))  # the same turns: masked once
         transcript = self._without_erased_pii(transcript)
-        lines = self._without_erased_pii(self._lines_for_retrieval(transcript))
         if not lines.turns:
             return Answer(question, "Nothing has been said yet.", [], 0, 0.0)
         return AnswerFinder(lines, default_embedder(), partial(self._model_answer, transcript)).answer(question)
