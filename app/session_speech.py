@@ -65,7 +65,8 @@ class SpeechLines:
         self._diarized: list[int] = []  # the diarizer's word number -> index in the word list
 
     def wait_for_audio(self, audio: RingBuffer, closed: Event) -> bool:
-        """Wait until audio arrives (True), or the input ends or the session closes without any (False)."""
+        """Wait until audio arrives (True), or the input ends or the session closes without any (False). Call it
+        before :meth:`run`: ``fixed_step_seconds`` is set before the first write, so run's first read sees it."""
         while not audio.wait_for(1, timeout=0.2):
             if audio.exhausted or closed.is_set():
                 self.close_line()
@@ -82,7 +83,6 @@ class SpeechLines:
         catch_up = max(piece, int(catch_up_seconds * SAMPLE_RATE))
         pending = 0.0
         while not closed.is_set():
-            audio.wait_for(1, timeout=0.2)  # the mode is read once audio is there: it is set before the first write
             if self.fixed_step_seconds is not None:
                 fixed = int(self.fixed_step_seconds * SAMPLE_RATE)
                 chunk = audio.read(max_items=fixed, timeout=0.2, at_least=fixed)
