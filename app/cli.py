@@ -449,6 +449,12 @@ def forget(
               f"{report.blocks_deleted} block(s) deleted{left}")
 
 
+def _with_store(settings: Settings, **overrides) -> Settings:
+    """``settings`` with the store options a command was given (those not None)."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    return settings.model_copy(update={"store": settings.store.model_copy(update=given)}) if given else settings
+
+
 def _saved_speakers(store, session: str) -> str:
     """A saved meeting's speaker labels with the names the transcript gives them ("" if it holds no words)."""
     from app.forget import saved_speakers
@@ -465,9 +471,7 @@ def _forget_speaker(settings: Settings, session: str, speaker: str, backend: str
     from app.forget import forget_speaker
     from app.runtime import Runtime
 
-    if backend is not None:
-        settings = settings.model_copy(update={"store": settings.store.model_copy(update={"backend": backend})})
-    runtime = Runtime(settings)
+    runtime = Runtime(_with_store(settings, backend=backend))
     try:
         with out.status(f"rebuilding {escape(session)} without {escape(speaker)}..."):
             report = forget_speaker(runtime, session, speaker)
@@ -549,9 +553,7 @@ def resume(
     from kvstore.stores import StoreError
 
     settings = _settings(config, llm)
-    overrides = {"backend": backend, "path": path, "redis_url": redis_url, "key_file": key_file}
-    settings = settings.model_copy(update={"store": settings.store.model_copy(
-        update={k: v for k, v in overrides.items() if v is not None})})
+    settings = _with_store(settings, backend=backend, path=path, redis_url=redis_url, key_file=key_file)
     runtime = Runtime(settings)
     try:
         store = runtime.session_store(create_key=False)
