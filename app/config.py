@@ -205,8 +205,8 @@ class PIISettings(BaseModel):
 
     ``mask-in-exports``: transcripts and summaries the CLI writes carry [EMAIL]/[PHONE]/[CARD]/[PERSON]
     masks; the live cache keeps everything, so a question about a phone number said in the meeting is
-    still answered. ``zero-in-kv`` also stores zero K/V for those tokens in the LLM's cache (they cannot
-    be recalled from it), and answers and summaries read the transcript masked. Names are not masked unless ``kinds`` lists ``person``: "who"
+    still answered. ``zero-in-kv`` also keeps them out of the LLM's cache (the model reads each line
+    without them, so they cannot be recalled from it), and answers and summaries read the transcript masked. Names are not masked unless ``kinds`` lists ``person``: "who"
     questions and speaker labels need them.
     """
 

@@ -120,6 +120,19 @@ def mask_text(text: str, spans: Iterable[PIISpan]) -> str:
     return "".join(out) + text[at:]
 
 
+def cut_text(text: str, spans: Iterable[PIISpan]) -> str:
+    """``text`` without the spans (spaces closed up): what the model reads under ``zero-in-kv``.
+
+    A bracketed mask would be read too: on development meetings the 270M model then answered "Who is
+    the contact person?" with "[EMAIL]." (4 of 10 names right, against 8 of 10 with the text left out).
+    """
+    out, at = [], 0
+    for span in sorted(spans):
+        out.append(text[at:span.start])
+        at = span.end
+    return re.sub(r"\s+([.,;:!?])", r"\1", " ".join("".join(out + [text[at:]]).split()))
+
+
 def mask_transcript(transcript: "Transcript", detector: PIIDetector) -> "Transcript":
     """A copy of ``transcript`` whose turn texts and words carry masks instead of personal data.
 

@@ -30,7 +30,7 @@ class MeetingQuestions:
     def __init__(self, lock: RLock, slides: list[Slide], timeline: TimelineIndex,
                  context: Callable[[], MeetingContext], prompts: Callable[[], LivePrompts],
                  erased_pii: Callable[[], PIIDetector | None] = lambda: None) -> None:
-        """``erased_pii``: the detector whose finds the KV holds as zeros (``pii.policy: zero-in-kv``); answers and
+        """``erased_pii``: the detector whose finds the KV never holds (``pii.policy: zero-in-kv``); answers and
         summaries then read a transcript masked by it, so what the KV cannot recall is not answered either."""
         self._lock = lock
         self._erased_pii = erased_pii

@@ -1,4 +1,4 @@
-"""Needle accuracy with personal data erased from the live KV cache (issue 18, pii.policy zero-in-kv).
+"""Needle accuracy with personal data kept out of the live KV cache (issue 18, pii.policy zero-in-kv).
 
 Each meeting (a reference transcript of the development suite, ``bench/out/suite-dev/seed-*``) gets six
 needles said once, each as its own line at a random depth: three facts that are not personal data (an
@@ -7,7 +7,7 @@ person's name). The meeting is prefilled line by line into a MeetingContext on t
 as a live meeting is, once per policy:
 
 * ``off``: nothing erased;
-* ``zero-in-kv``: the default kinds (e-mail, phone, card) stored as zero K/V;
+* ``zero-in-kv``: the default kinds (e-mail, phone, card) left out of the text the model reads;
 * ``zero-in-kv + person``: names too (spaCy's en_core_web_sm NER, every name in the meeting).
 
 Each needle is then asked as ``Question: ...`` with the answer's opening words given (``Answer: The phone

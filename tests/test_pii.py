@@ -1,5 +1,5 @@
 """Personal data in a meeting (issue 18): found by the real detector (spaCy's en_core_web_sm NER,
-libphonenumber, Luhn), masked in what the CLI writes, and stored as zero K/V under ``zero-in-kv``."""
+libphonenumber, Luhn), masked in what the CLI writes, and kept out of the LLM's cache under ``zero-in-kv``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from app.config import KVSettings, LLMSettings, PIISettings, load_settings
 from app.context import ContextLine, MeetingContext
 from app.llm import LLMEngine
-from app.pii import KINDS, SpacyPIIDetector, detector_for, mask_text, mask_transcript
+from app.pii import KINDS, SpacyPIIDetector, cut_text, detector_for, mask_text, mask_transcript
 from app.transcript import Transcript, TranscriptWord, Turn
 from encoders.errors import InputError
 from kvstore.layers import TieredLayer
@@ -102,55 +102,64 @@ def test_exports_are_masked_under_mask_in_exports_and_unchanged_when_off(tmp_pat
 LINE = ContextLine("audio", 1.0, 5.0, "Alice", "The payment page needs a week, mail dana@example.org about it.")
 
 
-def _context(tiny_llm_dir, erase) -> MeetingContext:
+def _context(tiny_llm_dir, erase, line: ContextLine = LINE, kv: KVSettings | None = None) -> MeetingContext:
     engine = LLMEngine(tiny_llm_dir, LLMSettings(model=str(tiny_llm_dir), dtype="float32", max_context_tokens=1024),
-                       KVSettings(compress=False))
+                       kv or KVSettings(compress=False))
     context = MeetingContext(engine, engine.kv, header="Meeting transcript:\n", erase_pii=erase)
     context.append(ContextLine("audio", 0.0, 1.0, "Bob", "Good morning."))
-    context.append(LINE)
+    context.append(line)
     context.flush()
     return context
 
 
-def _email_positions(context: MeetingContext) -> list[int]:
-    text = LINE.render()
-    enc = context.engine.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    start = text.index("dana@example.org")
-    first = context.tokens - len(enc.input_ids)
-    return [first + i for i, (a, b) in enumerate(enc.offset_mapping) if a < start + 16 and b > start]
-
-
-def _rows(cache, positions: list[int]) -> list[torch.Tensor]:
+def _all_rows(cache) -> list[torch.Tensor]:
     rows = []
     for layer in cache.layers:
         keys, values = layer.dense_kv() if isinstance(layer, TieredLayer) else (layer.keys, layer.values)
-        first = cache.get_seq_length() - keys.shape[2]
-        index = torch.tensor([p - first for p in positions])
-        rows += [keys[:, :, index], values[:, :, index]]
+        rows += [keys, values]
     return rows
 
 
-def test_zero_in_kv_leaves_the_tokens_of_personal_data_zero_and_scored_0(tiny_llm_dir, detector) -> None:
-    kept = _context(tiny_llm_dir, None)  # the policy off: the email's K/V are there
-    positions = _email_positions(kept)
-    assert len(positions) >= 3 and all(row.abs().sum(dim=-1).gt(0).all() for row in _rows(kept.cache, positions))
+def _placed(context: MeetingContext) -> list:
+    placed = []
+    context.on_placed(placed.append)
+    return placed
 
+
+def test_zero_in_kv_keeps_personal_data_out_of_the_cache(tiny_llm_dir, detector) -> None:
+    """The cache holds exactly what a meeting in which the address was never said holds: same length,
+    same K/V, same next-token logits; the timeline's line shows the mask."""
     erased = _context(tiny_llm_dir, detector)
-    assert _email_positions(erased) == positions
-    assert all(not row.any() for row in _rows(erased.cache, positions))
-    others = [p for p in range(erased.tokens) if p not in positions]
-    assert all(row.abs().sum(dim=-1).gt(0).all() for row in _rows(erased.cache, others))
-    block = positions[0] // erased.cache.settings.block_size
-    for layer in erased.cache.tiered_layers:
-        assert layer.policy.scorer.block_scores(layer.scoring_inputs())[block] == 0
-    answer = erased.generate("\nQuestion: What is the address?\nAnswer:", max_new_tokens=3)
-    assert answer.new_tokens >= 1 and erased.tokens == erased.cache.get_seq_length()
+    said = "The payment page needs a week, mail about it."
+    never = _context(tiny_llm_dir, None, line=ContextLine("audio", 1.0, 5.0, "Alice", said))
+    assert cut_text(LINE.text, detector.find(LINE.text)) == said
+    assert erased.tokens == never.tokens == erased.cache.get_seq_length()
+    for mine, theirs in zip(_all_rows(erased.cache), _all_rows(never.cache)):
+        assert torch.equal(mine, theirs)
+    question = "\nQuestion: What is the address?\nAnswer:"
+    assert erased.generate(question, max_new_tokens=3).text == never.generate(question, max_new_tokens=3).text
+    kept = _context(tiny_llm_dir, None)  # the policy off: the address is read
+    assert kept.tokens > erased.tokens
 
 
-def test_zero_in_kv_needs_the_tiered_cache(tiny_llm_dir, detector) -> None:
-    engine = LLMEngine(tiny_llm_dir, LLMSettings(model=str(tiny_llm_dir), dtype="float32"), KVSettings(enabled=False))
-    with pytest.raises(InputError, match="kv.enabled"):
-        MeetingContext(engine, engine.kv, header="Meeting transcript:\n", erase_pii=detector)
+def test_the_timeline_shows_where_personal_data_was_left_out(tiny_llm_dir, detector) -> None:
+    engine = LLMEngine(tiny_llm_dir, LLMSettings(model=str(tiny_llm_dir), dtype="float32"), KVSettings(compress=False))
+    context = MeetingContext(engine, engine.kv, header="Meeting transcript:\n", erase_pii=detector)
+    placed = _placed(context)
+    context.append(LINE)
+    context.flush()
+    assert [p.line.text for p in placed] == ["The payment page needs a week, mail [EMAIL] about it."]
+
+
+def test_zero_in_kv_works_without_the_tiered_cache(tiny_llm_dir, detector) -> None:
+    """Nothing is zeroed in place, so a plain DynamicCache (kv.enabled: false) keeps the data out too."""
+    plain = KVSettings(enabled=False)
+    erased = _context(tiny_llm_dir, detector, kv=plain)
+    said = ContextLine("audio", 1.0, 5.0, "Alice", "The payment page needs a week, mail about it.")
+    never = _context(tiny_llm_dir, None, line=said, kv=plain)
+    assert erased.tokens == never.tokens < _context(tiny_llm_dir, None, kv=plain).tokens
+    for mine, theirs in zip(_all_rows(erased.cache), _all_rows(never.cache)):
+        assert torch.equal(mine, theirs)
 
 
 def _ask_json(tmp_path, monkeypatch, capsys, tiny_llm_dir, policy: str) -> str:
