@@ -70,6 +70,7 @@ class SessionSnapshot:
     error: str | None
     version: int
     counters: dict = field(default_factory=dict)
+    decoded_seconds: float = 0.0  # meeting time the recogniser has decoded up to (stream_seconds: heard)
 
 
 @dataclass
@@ -448,6 +449,7 @@ class MeetingSession:
                 error=self._error,
                 version=self._version,
                 counters=counters,
+                decoded_seconds=round(max(self._speech.decoded_seconds, self._time_offset), 3),
             )
 
     def kv_stats(self) -> dict:

@@ -62,6 +62,7 @@ class SpeechLines:
         # A recording fed as fast as it goes is decoded in steps of exactly this much audio, so its words do
         # not depend on how fast or busy the machine is (None: live, steps follow what has arrived).
         self.fixed_step_seconds: float | None = None
+        self.decoded_seconds = 0.0  # meeting time up to which the recogniser has decoded the audio
         self._diarized: list[int] = []  # the diarizer's word number -> index in the word list
 
     def wait_for_audio(self, audio: RingBuffer, closed: Event) -> bool:
@@ -82,6 +83,7 @@ class SpeechLines:
         # whole Whisper window however little new audio it brings.
         catch_up = max(piece, int(catch_up_seconds * SAMPLE_RATE))
         pending = 0.0
+        inserted = 0  # samples given to the recogniser
         while not closed.is_set():
             if self.fixed_step_seconds is not None:
                 fixed = int(self.fixed_step_seconds * SAMPLE_RATE)
@@ -93,11 +95,14 @@ class SpeechLines:
                 asr.insert_audio(chunk.data)
                 diarizer.insert_audio(chunk.data)
                 pending += len(chunk.data) / SAMPLE_RATE
+                inserted += len(chunk.data)
             if pending >= step:
                 pending = 0.0
                 self._commit(asr.process(), diarizer)
+                self.decoded_seconds = self._time_offset() + inserted / SAMPLE_RATE
             if audio.exhausted:
                 self._commit(asr.finish(), diarizer, final=True)
+                self.decoded_seconds = self._time_offset() + inserted / SAMPLE_RATE
                 break
         self.close_line()
 

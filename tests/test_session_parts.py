@@ -164,3 +164,32 @@ def test_a_resumed_meetings_cold_blocks_keep_its_source(scripted_runtime, tmp_pa
         runtime.close_session("long")
     finally:
         runtime.close()
+
+
+def test_the_snapshot_says_how_far_the_recogniser_has_decoded(session_parts):
+    """The page's progress line (issue 23) reads ``decoded_seconds`` beside ``stream_seconds``: audio fed
+    while the recogniser is held back is heard but not yet transcribed; once it catches up both agree."""
+    import threading
+
+    runtime, meeting = session_parts
+    recogniser = runtime.transcriber
+    gate = threading.Event()
+
+    def held(audio, options=None):
+        gate.wait(60)
+        return type(recogniser).transcribe(recogniser, audio, options)
+
+    recogniser.transcribe = held
+    try:
+        session = runtime.new_session("progress")
+        session.feed_audio(meeting.audio, RATE, wait=True)
+        snapshot = session.snapshot()
+        assert snapshot.stream_seconds == pytest.approx(len(meeting.audio) / RATE, abs=0.01)
+        assert snapshot.decoded_seconds < snapshot.stream_seconds - 1.0
+        gate.set()
+        session.finish(timeout=120)
+    finally:
+        gate.set()
+        del recogniser.transcribe
+    done = session.snapshot()
+    assert done.decoded_seconds == pytest.approx(done.stream_seconds, abs=0.01)

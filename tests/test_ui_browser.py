@@ -95,6 +95,13 @@ def _status(page) -> str:
     return page.inner_text("#mt-status")
 
 
+def _heard(page) -> int:
+    """Seconds in "heard up to mm:ss" on the status line (or the meeting's length once finished)."""
+    found = re.search(r"(?:heard up to|·) (\d\d):(\d\d)(?: of meeting)?", page.inner_text("#mt-status"))
+    assert found, page.inner_text("#mt-status")
+    return int(found.group(1)) * 60 + int(found.group(2))
+
+
 def _wait_for_text(page, selector: str, pattern: str, timeout: float) -> str:
     deadline = time.monotonic() + timeout
     text = ""
@@ -132,11 +139,15 @@ def test_live_meeting_page(server, browser, tmp_path_factory):
     page.press("#mt-speed input[type=number]", "Enter")
     page.click("#mt-replay")
     _wait_for_text(page, "#mt-status", r"\blive\b", 30)
+    # the progress line says how far the audio was heard and transcribed (issue 23: "01:45 received" read as live)
+    _wait_for_text(page, "#mt-status", r"heard up to \d\d:\d\d · transcribed up to \d\d:\d\d", 30)
+    heard_first = _heard(page)
     keywords = "|".join(re.escape(k) for k in PILOT["keywords"] + ["twelve thousand"])
     lines = page.locator("#mt-transcript .mt-line:not(.mt-tentative)")
     # the fact committed (and the line after it, so the fact's line is closed and handed to the LLM)
     _wait_for_text(page, "#mt-transcript .mt-line:not(.mt-tentative)", rf"({keywords})[\s\S]*\b(200|two hundred)\b", 150)
     phase("fact spoken and committed")
+    assert _heard(page) > heard_first  # the progress line moved
     assert lines.count() >= 3
     speakers = set(page.locator("#mt-transcript .mt-speaker").all_inner_texts())
     assert len(speakers) >= 2, speakers

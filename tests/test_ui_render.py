@@ -150,3 +150,20 @@ def test_page_actions_per_tab_without_a_meeting(tmp_path, tiny_llm_dir):
     assert set(page.tabs) == {"tab-b"}
     page.close()
     assert page.tabs == {}
+
+
+def _snapshot(state: str, heard: float, decoded: float):
+    from app.session import SessionSnapshot
+
+    return SessionSnapshot(session_id="s", state=state, stream_seconds=heard, transcript=_transcript(), tentative="",
+                           slides=[], kv={}, commit_lag=None, error=None, version=1, decoded_seconds=decoded)
+
+
+def test_the_status_line_says_how_far_behind_the_transcript_is():
+    """Issue 23: "01:45 received" while the transcript showed 00:17 read as live; the line now says both."""
+    behind = render.status_line(_snapshot("live", 105.0, 17.0))
+    assert "heard up to 01:45" in behind and "transcribed up to 00:17" in behind and "behind by 88 s" in behind
+    keeping_up = render.status_line(_snapshot("live", 105.0, 104.0))
+    assert "transcribed up to 01:44" in keeping_up and "behind" not in keeping_up  # one decode step is not behind
+    done = render.status_line(_snapshot("finished", 106.0, 106.0), None)
+    assert done.startswith("**finished** · 01:46 of meeting · 4 turns") and "heard" not in done

@@ -114,6 +114,7 @@ class Tab:
     last_version: int = -1
     notice: str | None = None
     shown_notice: str | None = None
+    shown_status: str | None = None
     summary_md: str = "_No summary yet._"  # shown: without action items, which have a panel of their own
     summary_export: str = "_No summary yet._"  # exported: with them
     summary_version: int = 0
@@ -130,7 +131,7 @@ class Tab:
     def reset_views(self) -> None:
         self.history = render.KVHistory(self.history_points)
         self.last_version = -1
-        self.notice = self.shown_notice = None
+        self.notice = self.shown_notice = self.shown_status = None
         self.summary_md, self.summary_version, self.shown_summary, self.summary_at = "_No summary yet._", 0, -1, 0.0
         self.summary_export = self.summary_md
 
@@ -259,6 +260,7 @@ class LivePage:
             replay(session, path, speed=speed, stop=stop, finish=False)
             if not stop.is_set():  # a replaced or closed meeting is not worth finishing
                 session.finish()
+                tab.notice = None  # "replaying ... at 4x" is over; the state says finished
         except Exception as exc:  # shown on this tab only
             log.exception("replay of %s failed", path)
             tab.notice = f"⚠️ replay failed: {exc}"
@@ -333,16 +335,19 @@ class LivePage:
         changed = snapshot.version != tab.last_version or tab.notice != tab.shown_notice
         summary = tab.summary_md if tab.summary_version != tab.shown_summary else gr.skip()
         tab.shown_summary = tab.summary_version
-        if not changed:
-            return (gr.skip(),) * (TAB_OUTPUTS - 1) + (summary,)
-        tab.last_version, tab.shown_notice = snapshot.version, tab.notice
+        status = render.status_line(snapshot, tab.notice)
+        if not changed:  # the progress line still moves while nothing is committed (silence, a backlog)
+            moved = status != tab.shown_status
+            tab.shown_status = status
+            return (status if moved else gr.skip(),) + (gr.skip(),) * (TAB_OUTPUTS - 2) + (summary,)
+        tab.last_version, tab.shown_notice, tab.shown_status = snapshot.version, tab.notice, status
         tab.history.add(round(time.monotonic() - tab.started, 1), snapshot.kv)
         try:
             actions = render.action_items_markdown(session.action_items())
         except Exception as exc:
             actions = f"_action items unavailable: {exc}_"
         return (
-            render.status_line(snapshot, tab.notice),
+            status,
             render.transcript_html(snapshot.transcript, snapshot.tentative),
             tab.history.bytes_frame("bytes_by_tier"),
             tab.history.bytes_frame("bytes_by_modality"),

@@ -22,6 +22,9 @@ LINE_PREFIX = "mt-t-"  # a line's anchor: its start in centiseconds, stable whil
 MIB = 1024 * 1024
 
 
+BEHIND_SECONDS = 3.0  # the recogniser decodes in steps of about a second: less is not 'behind'
+
+
 def speaker_colours(speakers: Iterable[str]) -> dict[str, str]:
     """Colour by order of first appearance, so a speaker keeps their colour as the meeting grows."""
     colours: dict[str, str] = {}
@@ -150,14 +153,23 @@ def kv_stats_markdown(kv: dict, commit_lag: float | None = None) -> str:
 
 
 def status_line(snapshot: Any, notice: str | None = None) -> str:
-    """One line on top of the page: state, stream time, and an error or notice when there is one."""
+    """One line on top of the page that tells where the meeting is: heard up to, transcribed up to and how
+    far behind (a busy machine falls behind; the page says so), or finished; an error or notice after."""
     state = snapshot.state if snapshot is not None else "idle"
     text = f"**{state}**"
     if snapshot is not None:
-        text += f" · {format_time(snapshot.stream_seconds)} received · {len(snapshot.transcript.turns)} turns"
+        turns = len(snapshot.transcript.turns)
+        if state == "finished":
+            text += f" · {format_time(snapshot.stream_seconds)} of meeting · {turns} turns"
+        else:
+            heard, decoded = snapshot.stream_seconds, getattr(snapshot, "decoded_seconds", snapshot.stream_seconds)
+            text += f" · heard up to {format_time(heard)} · transcribed up to {format_time(decoded)}"
+            if heard - decoded >= BEHIND_SECONDS:
+                text += f" · behind by {heard - decoded:.0f} s"
+            text += f" · {turns} turns"
         if snapshot.error:
             text += f" · ⚠️ error: {snapshot.error}"
-        elif snapshot.state == "finished" and not snapshot.transcript.turns:
+        elif state == "finished" and not turns:
             text += " · ⚠️ no speech found in this recording"
     if notice:
         text += f" · {notice}"
