@@ -262,7 +262,11 @@ class MeetingSession:
                 worker()
             except Exception as exc:  # a worker's failure ends this session only
                 log.exception("session %s: %s failed", self.session_id, worker.__name__)
-                self._fail(f"{type(exc).__name__}: {exc}")
+                if isinstance(exc, InputError):
+                    self._fail(str(exc))
+                else:  # its text can hold paths and errnos: the page and the bot say something plain
+                    part = worker.__name__.strip("_").removesuffix("_worker")
+                    self._fail(f"the meeting's {part} stopped on an unexpected error (the details are in the server log)")
 
         return run
 

@@ -193,3 +193,25 @@ def test_the_snapshot_says_how_far_the_recogniser_has_decoded(session_parts):
         del recogniser.transcribe
     done = session.snapshot()
     assert done.decoded_seconds == pytest.approx(done.stream_seconds, abs=0.01)
+
+
+def test_a_worker_failure_ends_the_session_with_a_plain_message(session_parts):
+    """The page and the bot show the session's error: no exception names, paths or errnos (issue 23)."""
+    runtime, meeting = session_parts
+    recogniser = runtime.transcriber
+
+    def broken(audio, options=None):
+        raise OSError(2, "No such file or directory", "/home/someone/.cache/minutia/models/whisper/model.bin")
+
+    recogniser.transcribe = broken
+    try:
+        session = runtime.new_session("broken")
+        session.feed_audio(meeting.audio, RATE, wait=True)
+        session.finish(timeout=60)
+    finally:
+        del recogniser.transcribe
+    snapshot = session.snapshot()
+    assert snapshot.state == "error"
+    assert "speech stopped" in snapshot.error and "server log" in snapshot.error
+    for leak in ("/home", "Errno", "OSError", "model.bin"):
+        assert leak not in snapshot.error

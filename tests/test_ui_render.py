@@ -167,3 +167,17 @@ def test_the_status_line_says_how_far_behind_the_transcript_is():
     assert "transcribed up to 01:44" in keeping_up and "behind" not in keeping_up  # one decode step is not behind
     done = render.status_line(_snapshot("finished", 106.0, 106.0), None)
     assert done.startswith("**finished** · 01:46 of meeting · 4 turns") and "heard" not in done
+
+
+def test_user_messages_hold_no_paths_errnos_or_exception_names(tmp_path):
+    from ui.app import user_message
+
+    assert user_message(InputError("the question is empty")) == "the question is empty"
+    said = user_message(OSError(2, "No such file or directory", "/tmp/gradio/abc/upload.mp3"))
+    for leak in ("/tmp", "Errno", "OSError", "upload.mp3"):
+        assert leak not in said
+    noise = tmp_path / "noise.mp3"
+    noise.write_bytes(bytes(range(256)) * 40)  # random-looking bytes named like a recording
+    with pytest.raises(InputError) as refused:
+        check_upload(noise, max_mb=10)
+    assert str(refused.value) == "noise.mp3 is not an audio or video recording this page can read"

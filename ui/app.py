@@ -164,8 +164,18 @@ def check_upload(path: str | Path, max_mb: float) -> Path:
     except InputError:
         raise
     except Exception as exc:  # av raises many kinds for non-media input
-        raise InputError(f"{path.name} is not an audio or video recording ({type(exc).__name__})") from exc
+        log.info("upload %s refused: %r", path, exc)  # the detail for the server log, not the page
+        raise InputError(f"{path.name} is not an audio or video recording this page can read") from exc
     return path
+
+
+def user_message(exc: Exception) -> str:
+    """What the page says about a failure: an InputError's own line; anything else could carry paths, errnos or
+    exception names, so the page says something plain and the server log keeps the detail (logged here)."""
+    if isinstance(exc, InputError):
+        return str(exc) or "that input cannot be used"
+    log.error("ui action failed", exc_info=exc)
+    return "something went wrong on the server (the details are in its log); try again or start a new meeting"
 
 
 class LivePage:
@@ -262,8 +272,7 @@ class LivePage:
                 session.finish()
                 tab.notice = None  # "replaying ... at 4x" is over; the state says finished
         except Exception as exc:  # shown on this tab only
-            log.exception("replay of %s failed", path)
-            tab.notice = f"⚠️ replay failed: {exc}"
+            tab.notice = f"⚠️ replay failed: {user_message(exc)}"
 
     def _live(self, tab: Tab, restart_finished: bool) -> MeetingSession | None:
         """The tab's live (microphone/webcam) meeting, started on first use; a finished one is
@@ -303,7 +312,7 @@ class LivePage:
         try:
             session.finish()
         except Exception as exc:
-            tab.notice = f"⚠️ {exc}"
+            tab.notice = f"⚠️ {user_message(exc)}"
 
     def feed_webcam(self, frame: Any, request: gr.Request) -> None:
         """One webcam frame into the tab's live meeting, at the time since that meeting started."""
@@ -446,9 +455,7 @@ class LivePage:
     @staticmethod
     def _fail(tab: Tab, exc: Exception) -> str:
         """A clear message on this tab (toast + status line); unexpected errors are logged too."""
-        if not isinstance(exc, InputError):
-            log.exception("ui action failed")
-        message = str(exc) or type(exc).__name__
+        message = user_message(exc)
         tab.notice = f"⚠️ {message}"
         gr.Warning(message)
         return render.status_line(tab.session.snapshot() if tab.session else None, tab.notice)
@@ -469,7 +476,8 @@ def build_page(runtime: Runtime, ui_settings: UISettings | None = None) -> gr.Bl
                     with gr.Row():
                         sample = gr.Dropdown(samples, value=samples[0] if samples else None, label="Sample meeting", elem_id="mt-sample")
                         speed = gr.Slider(0, 16, value=ui.replay_speed, step=0.5, label="Replay speed (x real time; 0 = fastest)", elem_id="mt-speed")
-                    upload = gr.File(label=f"…or upload a recording (≤ {ui.max_upload_mb:g} MB)", type="filepath", elem_id="mt-upload")
+                    upload = gr.File(label=f"…or upload a recording (≤ {ui.max_upload_mb:g} MB)", type="filepath",
+                                     file_types=["audio", "video"], elem_id="mt-upload")
                     replay_button = gr.Button("Replay live", variant="primary", elem_id="mt-replay")
                 with gr.Tab("Microphone / webcam"):
                     mic = gr.Audio(sources=["microphone"], streaming=True, label="Microphone", elem_id="mt-mic")
