@@ -21,6 +21,7 @@ import pytest
 
 from app.config import load_settings
 from app.models import EMBEDDED_ASR, EMBEDDED_LLM, models_dir
+from ui.app import UPLOAD_TYPES
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
@@ -210,12 +211,15 @@ def test_live_meeting_page(server, browser, tmp_path_factory):
     other = browser.new_page()
     other.goto(srv.url)
     other.wait_for_selector("#mt-replay")
-    notes = shots / "notes.txt"
-    notes.write_text("minutes, not a recording\n")
+    accept = other.locator("#mt-upload input[type=file]").get_attribute("accept") or ""
+    assert set(UPLOAD_TYPES) <= {a.strip() for a in accept.split(",")}, accept  # the picker offers recordings only
+    notes = shots / "notes.mp3"  # random bytes named like a recording: the picker's type filter lets it through
+    notes.write_bytes(bytes(range(256)) * 64)
     _upload(other, notes)
     other.click("#mt-replay")
     # generous: the first tab's replay and summaries may hold both cores of a loaded CI machine (it once took > 20 s)
-    _wait_for_text(other, "#mt-status", "not an audio or video recording", 60)
+    _wait_for_text(other, "#mt-status", "notes.mp3 is not an audio or video recording this page can read", 60)
+    assert not re.search(r"Error|Errno|/tmp", _status(other)), _status(other)
     silence = shots / "silence.wav"
     _write_wav(silence, np.zeros(16000 * 3, np.float32))
     _upload(other, silence)

@@ -477,7 +477,7 @@ def build_page(runtime: Runtime, ui_settings: UISettings | None = None) -> gr.Bl
                         sample = gr.Dropdown(samples, value=samples[0] if samples else None, label="Sample meeting", elem_id="mt-sample")
                         speed = gr.Slider(0, 16, value=ui.replay_speed, step=0.5, label="Replay speed (x real time; 0 = fastest)", elem_id="mt-speed")
                     upload = gr.File(label=f"…or upload a recording (≤ {ui.max_upload_mb:g} MB)", type="filepath",
-                                     file_types=["audio", "video"], elem_id="mt-upload")
+                                     file_types=UPLOAD_TYPES, elem_id="mt-upload")
                     replay_button = gr.Button("Replay live", variant="primary", elem_id="mt-replay")
                 with gr.Tab("Microphone / webcam"):
                     mic = gr.Audio(sources=["microphone"], streaming=True, label="Microphone", elem_id="mt-mic")
