@@ -149,6 +149,25 @@ def test_live_meeting_page(server, browser, tmp_path_factory):
     _wait_for_text(page, "#mt-transcript .mt-line:not(.mt-tentative)", rf"({keywords})[\s\S]*\b(200|two hundred)\b", 150)
     phase("fact spoken and committed")
     assert _heard(page) > heard_first  # the progress line moved
+
+    # a reader who scrolls up is not pulled back to the bottom while lines arrive; "Jump to live" brings it back
+    # (a short box, so that a few lines already scroll)
+    short = page.add_style_tag(content=".mt-transcript { max-height: 60px !important; }")
+    box = "#mt-transcript .mt-transcript"
+    page.wait_for_function(f"document.querySelector('{box}').scrollHeight > document.querySelector('{box}').clientHeight + 20", timeout=60_000)
+    page.evaluate(f"document.querySelector('{box}').scrollTop = 1e6")  # the reader at the newest line...
+    page.wait_for_timeout(300)
+    page.evaluate(f"document.querySelector('{box}').scrollTop = 0")  # ...scrolls up to the start
+    expect(page.locator("#mt-transcript .mt-jump")).to_be_visible(timeout=5_000)
+    shown = lines.count()
+    page.wait_for_function(f"document.querySelectorAll('#mt-transcript .mt-line:not(.mt-tentative)').length > {shown}", timeout=120_000)
+    page.wait_for_timeout(500)
+    assert page.evaluate(f"document.querySelector('{box}').scrollTop") < 5  # still where the reader left it
+    page.click("#mt-transcript .mt-jump")
+    page.wait_for_function(f"(b => b.scrollHeight - b.scrollTop - b.clientHeight < 40)(document.querySelector('{box}'))", timeout=5_000)
+    expect(page.locator("#mt-transcript .mt-jump")).to_be_hidden(timeout=5_000)
+    short.evaluate("tag => tag.remove()")
+    phase("scrolling up is not undone")
     assert lines.count() >= 3
     speakers = set(page.locator("#mt-transcript .mt-speaker").all_inner_texts())
     assert len(speakers) >= 2, speakers

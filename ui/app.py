@@ -43,17 +43,27 @@ CSS = """
 .mt-tentative { color: #999; font-style: italic; }
 .mt-flash { background: #fff3b0; transition: background 0.3s; }
 .mt-empty { color: #888; }
+.mt-jump { margin-top: 4px; padding: 2px 10px; border-radius: 12px; border: 1px solid #bbb; background: #f4f4f4; cursor: pointer; }
 #mt-summary h1 { font-size: 1.2rem; margin: 0.2em 0; }
 #mt-summary h2 { font-size: 1.05rem; margin: 0.4em 0 0.2em; }
 """
 
-# The transcript follows the newest line while the meeting runs. A citation link (#mt-t-<centiseconds>)
-# scrolls it to the line spoken at that time instead (the line with that id, else the last line starting
-# before it: turns can be re-split as later words arrive) and holds it there for a while, across re-renders.
+# The transcript follows the newest line while the reader is at the bottom; scrolled up, it stays where the
+# reader put it across re-renders (each update replaces the box) and a "Jump to live" button brings it back.
+# A citation link (#mt-t-<centiseconds>) scrolls it to the line spoken at that time (the line with that id,
+# else the last line starting before it: turns can be re-split as later words arrive) and holds it there.
 HEAD = """
 <script>
 (function () {
   var focus = null;  // {anchor, until}: a cited line to keep in view
+  var following = true;  // the reader is at the newest line
+  var savedTop = 0;  // where a reader who scrolled up left the box
+  var ownTop = -1;  // the scrollTop this script last set: a scroll event landing there is ours, not the reader's
+  function atBottom(box) { return box.scrollHeight - box.scrollTop - box.clientHeight < 40; }
+  function setTop(box, top) { box.scrollTop = top; ownTop = box.scrollTop; }
+  function showJump() {
+    document.querySelectorAll('.mt-jump').forEach(function (b) { b.hidden = following; });
+  }
   function lineFor(anchor) {
     var target = document.getElementById(anchor);
     if (target || anchor.indexOf('mt-t-') !== 0) return target;
@@ -68,7 +78,8 @@ HEAD = """
     var target = lineFor(anchor);
     if (!target) return;
     var box = target.closest('.mt-transcript');
-    if (box) box.scrollTop = target.offsetTop - box.offsetTop - box.clientHeight / 2;
+    if (box) { setTop(box, target.offsetTop - box.offsetTop - box.clientHeight / 2); savedTop = box.scrollTop; }
+    following = false;
     target.scrollIntoView({block: 'nearest'});
     target.classList.add('mt-flash');
   }
@@ -77,9 +88,22 @@ HEAD = """
     focus = null;
     document.querySelectorAll('.mt-flash').forEach(function (line) { line.classList.remove('mt-flash'); });
     var box = document.querySelector('.mt-transcript');
-    if (box) box.scrollTop = box.scrollHeight;
+    if (box) setTop(box, following ? box.scrollHeight : savedTop);
+    showJump();
   }
+  document.addEventListener('scroll', function (event) {  // scroll does not bubble: listen while it is captured
+    var box = event.target;
+    if (!box.classList || !box.classList.contains('mt-transcript') || Math.abs(box.scrollTop - ownTop) < 1) return;
+    following = atBottom(box);
+    savedTop = box.scrollTop;
+    ownTop = -1;  // the reader moved it: the next scroll event is theirs too, wherever it lands
+    if (following) focus = null;
+    showJump();
+  }, true);
   document.addEventListener('click', function (event) {
+    if (event.target.classList && event.target.classList.contains('mt-jump')) {
+      focus = null; following = true; follow(); return;
+    }
     var link = event.target.closest ? event.target.closest('a[href*="#mt-t-"], a[href*="#mt-turn-"]') : null;
     if (!link) return;
     event.preventDefault(); event.stopPropagation();

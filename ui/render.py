@@ -50,7 +50,8 @@ def transcript_html(transcript: Transcript, tentative: str = "") -> str:
         lines.append(f'<div class="mt-line mt-tentative"><span class="mt-text">{html.escape(tentative.strip())}</span></div>')
     if not lines:
         lines.append('<div class="mt-empty">No transcript yet: replay the sample, upload a recording or start the microphone.</div>')
-    return '<div class="mt-transcript">' + "".join(lines) + "</div>"
+    jump = '<button type="button" class="mt-jump" hidden>↓ Jump to live</button>'  # the page script shows it
+    return '<div class="mt-transcript">' + "".join(lines) + "</div>" + jump
 
 
 def line_anchor(start: float | None, index: int) -> str:
