@@ -224,7 +224,11 @@ class AnswerFinder:
             _, _, _, sentence, entities = max(current, key=lambda f: f[3].start or 0.0)
         else:
             _, _, _, sentence, entities = max(current, key=lambda f: (f[2].score, f[3].start or 0.0))
-        entity = _pick(sentence.text, entities, content_words(q.text), asks_past)
+        # Near the question's focus when the sentence says it ("budget for the pilot" on a slide "Total budget:
+        # $50,000; Pilot cost: $12,000" is the pilot's figure, not the one after the frame word "budget").
+        said = sentence.text.lower()
+        near = [w for w in q.focus if re.search(rf"\b{re.escape(w.lower()[:5])}", said)] or content_words(q.text)
+        entity = _pick(sentence.text, entities, near, asks_past)
         return _capitalise(entity.text), [sentence]
 
     def _who_will(self, q: Question, hits: list[Hit]) -> tuple[str, list[Sentence]] | None:

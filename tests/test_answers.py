@@ -180,6 +180,18 @@ def test_an_amount_of_money_beats_a_bare_number_for_a_price():
     assert "twelve thousand" in AnswerFinder(spoken).answer("How much will the pilot cost?").text.lower()
 
 
+def test_a_slide_figure_is_read_next_to_the_question_focus_not_its_frame_word():
+    """CI's live page answered "What is the budget for the pilot?" with "$50,000" whenever the budget slide was
+    read before the question: of "Total budget: $50,000; Pilot cost: $12,000" the figure nearest any question
+    word was taken, and "budget" (the frame) sat nearer its figure than "pilot" (the focus) did."""
+    t = _turns(("SPEAKER_00", "Carol, how does the budget look?"),
+               ("Slide", "Budget; Spent so far: $30,000; Total budget: $50,000; Pilot cost: $12,000"))
+    finder = AnswerFinder(t)
+    assert "12,000" in finder.answer("What is the budget for the pilot?").text
+    assert "50,000" in finder.answer("What is the total budget?").text
+    assert "30,000" in finder.answer("How much has been spent so far?").text
+
+
 def test_a_topic_said_without_the_figure_asked_is_not_answered():
     """The meeting talks about the website and the payment page but gives no price and no page count: a line
     about the topic, or a duration, is not an answer to "how much" or "how many"."""

@@ -34,7 +34,9 @@ def test_transcript_html_lines_anchor_colour_escape_and_tentative():
     colours = render.speaker_colours(["Alice", "Bob", "Carol"])
     assert len(set(colours.values())) == 3
     assert html.count(f'color:{colours["Alice"]}') == 2  # the same speaker keeps the same colour
-    assert html.endswith('<div class="mt-line mt-tentative"><span class="mt-text">and the pilot</span></div></div>')
+    box, jump = html.rsplit("</div>", 1)
+    assert box.endswith('<div class="mt-line mt-tentative"><span class="mt-text">and the pilot</span></div>')
+    assert jump == '<button type="button" class="mt-jump" hidden>↓ Jump to live</button>'  # shown by the page script
 
 
 def test_colours_are_stable_as_the_meeting_grows():
