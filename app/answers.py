@@ -224,11 +224,7 @@ class AnswerFinder:
             _, _, _, sentence, entities = max(current, key=lambda f: f[3].start or 0.0)
         else:
             _, _, _, sentence, entities = max(current, key=lambda f: (f[2].score, f[3].start or 0.0))
-        # Near the question's focus when the sentence says it ("budget for the pilot" on a slide "Total budget:
-        # $50,000; Pilot cost: $12,000" is the pilot's figure, not the one after the frame word "budget").
-        said = sentence.text.lower()
-        near = [w for w in q.focus if re.search(rf"\b{re.escape(w.lower()[:5])}", said)] or content_words(q.text)
-        entity = _pick(sentence.text, entities, near, asks_past)
+        entity = _pick(sentence.text, entities, q.focus, content_words(q.text), asks_past)
         return _capitalise(entity.text), [sentence]
 
     def _who_will(self, q: Question, hits: list[Hit]) -> tuple[str, list[Sentence]] | None:
@@ -328,13 +324,18 @@ class AnswerFinder:
         return Citation(sentence.turn_index, sentence.speaker, sentence.start, sentence.text)
 
 
-def _pick(text: str, entities: list[Entity], words: Sequence[str], asks_past: bool) -> Entity:
-    """The entity nearest (in characters) a word of the question within one clause: a slide's lines joined
-    by ";" ("Total budget: $50,000; Pilot cost: $12,000") give the pilot's cost, not the figure just before
-    "Pilot". Of two figures in one clause ("89 percent, a change from 43 percent before"), the one not
+def _pick(text: str, entities: list[Entity], focus: Sequence[str], words: Sequence[str], asks_past: bool) -> Entity:
+    """The entity nearest (in characters) a focus word of the question within one clause, else any of its
+    ``words`` when the text says no focus word: a slide's lines joined by ";" ("Total budget: $50,000; Pilot
+    cost: $12,000") give "the budget for the pilot" the pilot's cost, not the figure after the frame word
+    "budget". Of two figures in one clause ("89 percent, a change from 43 percent before"), the one not
     marked as past unless the question asks for the past."""
     lowered = text.lower()
-    spots = [m.start() for word in words for m in re.finditer(rf"\b{re.escape(word[:5])}", lowered)]
+
+    def spots_of(said: Sequence[str]) -> list[int]:
+        return [m.start() for word in said for m in re.finditer(rf"\b{re.escape(word.lower()[:5])}", lowered)]
+
+    spots = spots_of(focus) or spots_of(words)
     past = {id(e) for e in entities if _PAST.search(text[e.end:e.end + 12]) or _PAST.search(text[max(0, e.start - 25):e.start])}
     pool = [e for e in entities if (id(e) in past) == asks_past] or entities
     if not spots:

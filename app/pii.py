@@ -111,13 +111,18 @@ def _first_of_overlaps(spans: list[PIISpan]) -> list[PIISpan]:
     return sorted(kept)
 
 
-def mask_text(text: str, spans: Iterable[PIISpan]) -> str:
-    """``text`` with each span replaced by its mask (``[EMAIL]``, ``[PHONE]``, ``[CARD]``, ``[PERSON]``)."""
+def _replace_spans(text: str, spans: Iterable[PIISpan], replacement) -> str:
+    """``text`` with each span replaced by ``replacement(span)``."""
     out, at = [], 0
     for span in sorted(spans):
-        out += [text[at:span.start], span.mask]
+        out += [text[at:span.start], replacement(span)]
         at = span.end
     return "".join(out) + text[at:]
+
+
+def mask_text(text: str, spans: Iterable[PIISpan]) -> str:
+    """``text`` with each span replaced by its mask (``[EMAIL]``, ``[PHONE]``, ``[CARD]``, ``[PERSON]``)."""
+    return _replace_spans(text, spans, lambda span: span.mask)
 
 
 def cut_text(text: str, spans: Iterable[PIISpan]) -> str:
@@ -126,11 +131,8 @@ def cut_text(text: str, spans: Iterable[PIISpan]) -> str:
     A bracketed mask would be read too: on development meetings the 270M model then answered "Who is
     the contact person?" with "[EMAIL]." (4 of 10 names right, against 8 of 10 with the text left out).
     """
-    out, at = [], 0
-    for span in sorted(spans):
-        out.append(text[at:span.start])
-        at = span.end
-    return re.sub(r"\s+([.,;:!?])", r"\1", " ".join("".join(out + [text[at:]]).split()))
+    cut = _replace_spans(text, spans, lambda span: "")
+    return re.sub(r"\s+([.,;:!?])", r"\1", " ".join(cut.split()))
 
 
 def mask_transcript(transcript: "Transcript", detector: PIIDetector) -> "Transcript":

@@ -163,7 +163,7 @@ def status_line(snapshot: Any, notice: str | None = None) -> str:
         if state == "finished":
             text += f" · {format_time(snapshot.stream_seconds)} of meeting · {turns} turns"
         else:
-            heard, decoded = snapshot.stream_seconds, getattr(snapshot, "decoded_seconds", snapshot.stream_seconds)
+            heard, decoded = snapshot.stream_seconds, snapshot.decoded_seconds
             text += f" · heard up to {format_time(heard)} · transcribed up to {format_time(decoded)}"
             if heard - decoded >= BEHIND_SECONDS:
                 text += f" · behind by {heard - decoded:.0f} s"
