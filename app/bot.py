@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("minutia.bot")
 
 ASK_PREFIX = "ask:"
+FORGET_PREFIX = "forget:"  # "forget: <speaker>": the meeting goes on without that speaker's words (app/forget.py)
 
 
 def _shown(name: str, limit: int = 64) -> str:
@@ -129,6 +130,7 @@ class Room:
         self.unsubscribe: Any = None
         self.recent_words: collections.deque = collections.deque(maxlen=400)  # committed words with labels
         self.held_lines: list[Any] = []  # closed lines waiting for their last words' labels
+        self.parked: list[np.ndarray] | None = None  # audio that arrives while a forget rebuilds the meeting
 
     def broadcast(self, message: dict) -> None:
         for peer in list(self.peers.values()):
@@ -345,6 +347,9 @@ class RoomBot:
                 pass
 
     async def _feed_audio(self, room: Room, samples: np.ndarray) -> bool:
+        if room.parked is not None:  # a forget is rebuilding the meeting: the audio waits for the rebuilt session
+            room.parked.append(samples)
+            return True
         if room.finished:  # a speaker after the end: the meeting goes on in a new session
             await self._continue_room(room)
         try:
@@ -358,6 +363,9 @@ class RoomBot:
     async def _end_of_stream(self, room: Room) -> None:
         """The last audio track of the room ended: commit what the recogniser still holds, keep the room."""
         log.info("room audio ended; finishing its session", extra={"room": room.name})
+        if room.parked is not None:  # finish the session a forget is building, not the one it replaces
+            async with room.session_lock:
+                pass
         room.finished = True
         try:
             await asyncio.get_running_loop().run_in_executor(self._finish_pool, room.session.finish)
@@ -368,12 +376,9 @@ class RoomBot:
         """New audio in a finished room: the meeting goes on in a new session (questions still see all of it).
         Questions in flight finish on the old session first; those asked meanwhile wait for the new one."""
         async with room.session_lock:
-            old = room.session
-            session = await asyncio.get_running_loop().run_in_executor(None, self._next_session, room.name, old)
-            if room.unsubscribe is not None:
-                room.unsubscribe()
-            room.session, room.finished = session, False
-        self._listen(room)
+            session = await asyncio.get_running_loop().run_in_executor(None, self._next_session, room.name,
+                                                                       room.session)
+            await self._swap(room, session)
         log.info("room continues in a new session", extra={"room": room.name, "session": session.session_id})
 
     def _next_session(self, room_name: str, old: "MeetingSession") -> "MeetingSession":
@@ -384,9 +389,7 @@ class RoomBot:
         self.runtime.close_session(old.session_id)
         if old.autosave and old.state == "finished":
             try:
-                session = self.runtime.resume_session(old.session_id, autosave=True)
-                session.on_transfer = self.metrics.record_transfer
-                return session
+                return self.runtime.resume_session(old.session_id, autosave=True)
             except InputError as exc:
                 log.warning("cannot resume the room's session", extra={"room": room_name, "error": str(exc)})
         return self._new_session(room_name, old.transcript())
@@ -423,15 +426,18 @@ class RoomBot:
         if isinstance(message, bytes):
             peer.send({"type": "error", "message": "binary messages are not understood; send 'ask: <question>'"})
             return
-        if not message.lower().startswith(ASK_PREFIX):
-            peer.send({"type": "error", "message": "unknown message; send 'ask: <question>'"})
+        lowered = message.lower()
+        if not lowered.startswith((ASK_PREFIX, FORGET_PREFIX)):
+            peer.send({"type": "error", "message": "unknown message; send 'ask: <question>' or 'forget: <speaker>'"})
             return
-        question = message[len(ASK_PREFIX):].strip()
         if peer.asking:
-            peer.send({"type": "error", "message": "one question at a time, please"})
+            peer.send({"type": "error", "message": "one request at a time, please"})
             return
         peer.asking = True
-        self._spawn(peer, self._answer(peer, question))
+        if lowered.startswith(FORGET_PREFIX):
+            self._spawn(peer, self._forget(peer, message[len(FORGET_PREFIX):].strip()))
+        else:
+            self._spawn(peer, self._answer(peer, message[len(ASK_PREFIX):].strip()))
 
     async def _answer(self, peer: Peer, question: str) -> None:
         from encoders.errors import InputError
@@ -461,6 +467,68 @@ class RoomBot:
         ttft = float_or_none(snapshot.kv.get("question_ttft"))
         self.metrics.question_ttft.observe(ttft if ttft is not None else elapsed)
         peer.send(answer_message(answer, elapsed))
+
+    async def _forget(self, peer: Peer, speaker: str) -> None:
+        """Forget one speaker while the meeting goes on (any peer of the room may: each joined with its token).
+        The room's meeting is rebuilt without that speaker's words and goes on in the rebuilt session; audio that
+        arrives meanwhile waits and is fed to it. Everyone in the room is sent the rebuilt transcript."""
+        from app.forget import forget_in_live_meeting
+        from encoders.errors import InputError
+
+        room, loop = peer.room, asyncio.get_running_loop()
+        try:
+            if not speaker:
+                raise InputError("say whom to forget: 'forget: <speaker>' (a name or a label such as SPEAKER_01)")
+            async with room.session_lock:
+                was_finished, room.parked = room.finished, []
+                try:
+                    session, report = await loop.run_in_executor(
+                        self._finish_pool, forget_in_live_meeting, self.runtime, room.session, speaker)
+                    await self._swap(room, session)
+                    room.held_lines = []  # lines of the old session, the forgotten speaker's among them
+                finally:
+                    parked, room.parked = room.parked, None
+                    await self._settle(room, parked, was_finished)
+                transcript = room.session.transcript()
+        except InputError as exc:
+            peer.send({"type": "error", "message": str(exc), "forget": speaker})
+            return
+        except Exception:
+            log.exception("forget failed", extra={"room": room.name})
+            peer.send({"type": "error", "message": "the forget failed on an unexpected error (the details are in "
+                                                   "the bot's log)", "forget": speaker})
+            return
+        finally:
+            peer.asking = False
+        log.info("speaker forgotten", extra={"room": room.name, "speaker": report.speaker,
+                                             "words_removed": report.words_removed})
+        room.recent_words.clear()
+        room.broadcast({"type": "forgot", "speaker": report.speaker, "name": report.name,
+                        "words_removed": report.words_removed,
+                        "lines": [line_message(turn, None) for turn in transcript.turns]})
+
+    async def _settle(self, room: Room, parked: list[np.ndarray], was_finished: bool) -> None:
+        """After a forget, done or refused (call with the room's session lock held): the audio that waited goes to
+        the room's session; a session the forget closed, or finished while audio waited, is continued as after
+        the end of the stream; a room that had finished stays finished."""
+        loop = asyncio.get_running_loop()
+        session = room.session
+        if session not in self.runtime.sessions() or (parked and session.state == "finished"):
+            session = await loop.run_in_executor(None, self._next_session, room.name, session)
+            await self._swap(room, session)
+        if parked:
+            session.feed_audio(np.concatenate(parked), ASR_RATE)
+        elif was_finished or session.state == "finished":
+            await loop.run_in_executor(self._finish_pool, session.finish)
+            room.finished = True
+
+    async def _swap(self, room: Room, session: "MeetingSession") -> None:
+        """The room goes on in ``session`` (call with the room's session lock held)."""
+        if room.unsubscribe is not None:
+            room.unsubscribe()
+        session.on_transfer = self.metrics.record_transfer
+        room.session, room.finished = session, False
+        self._listen(room)
 
     # ------------------------------------------------------------------ session events (from session threads)
     def _on_event(self, room: Room, session: "MeetingSession", event: SessionEvent) -> None:

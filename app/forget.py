@@ -20,6 +20,7 @@ from encoders.errors import InputError
 
 if TYPE_CHECKING:
     from app.runtime import Runtime
+    from app.session import MeetingSession
     from kvstore.crypto import ShredReport
 
 
@@ -46,51 +47,103 @@ def forget_speaker(runtime: Runtime, session_id: str, speaker: str, timeout: flo
     try:
         store = runtime.session_store(create_key=False)
         saved = _saved(store, session_id)
-        words = realign_to_sentences(saved.words)
-        names = _names(words, runtime.settings.asr.hotwords, saved.forgotten_names)
-        label = _label(speaker, [w.speaker for w in words], names)
-        kept = [w for w in words if w.speaker != label]
         old_sources = store.sources(session_id)
-        source = _new_source(saved.source or session_id, label, old_sources)
-
-        session = runtime.new_session(session_id, source=source)  # no autosave: only the finished rebuild is saved
-        # Others still address the forgotten speaker ("Bob, can you...?"): that name must not pass to whoever
-        # now speaks next.
-        session.forgotten_names = saved.forgotten_names + ((names[label],) if label in names else ())
+        plan = _Plan.of(saved, speaker, runtime.settings.asr.hotwords, old_sources)
+        session = _rebuilt(runtime, session_id, saved, plan, autosave=False)  # only the finished rebuild is saved
         try:
-            timeline = saved.timeline  # the slides' image embeddings, so the timeline still finds them by picture
-            pictures = {seg.start_s: vec for seg in timeline.segments()
-                        if seg.modality == "video" and (vec := timeline.embedding(seg.index)) is not None}
-            session.add_transcript(Transcript(turns_from_words(kept), source=source), slides=saved.slides,
-                                   until=saved.position, slide_embeddings=pictures)
             session.finish(timeout)
             if session.state != "finished":
                 raise InputError(f"session {session_id} could not be rebuilt: {session.snapshot().error}")
             report = session.save(rewrite=True)
         finally:
             runtime.close_session(session_id)
-        shredded = tuple(store.shred(old, session_id) for old in old_sources if old != source)
+        shredded = tuple(store.shred(old, session_id) for old in old_sources if old != plan.source)
         log = getattr(store, "log", None)
         if log is not None:  # what was forgotten, beside the shreds' own records
-            log.record(session_id, "delete", [], label, forgot_speaker=label, words_removed=len(words) - len(kept),
-                       rebuilt_as=source, shredded_sources=[r.source for r in shredded])
-        return ForgetReport(session_id, label, names.get(label), len(words) - len(kept), len(kept),
-                            len(saved.slides), report.seq_length, source, shredded)
+            log.record(session_id, "delete", [], plan.label, forgot_speaker=plan.label, words_removed=plan.removed,
+                       rebuilt_as=plan.source, shredded_sources=[r.source for r in shredded])
+        return plan.report(session_id, report.seq_length, shredded)
     finally:
         claim.release()
+
+
+def forget_in_live_meeting(runtime: Runtime, session: MeetingSession, speaker: str,
+                           timeout: float | None = None) -> tuple[MeetingSession, ForgetReport]:
+    """Forget ``speaker`` while the meeting goes on; returns the session that continues it (new audio goes there).
+
+    What was heard so far is transcribed first (the session is finished), so nothing the speaker said before the
+    forget escapes it. A session that saves itself (autosave) is saved, rebuilt and shredded as
+    :func:`forget_speaker` does, and resumed; any other one is rebuilt in memory, and its old cache is closed."""
+    session_id = session.session_id
+    speakers = session.speakers()  # an unknown speaker is refused before anything changes
+    _label(speaker, list(speakers), {label: name for label, name in speakers.items() if name})
+    session.finish(timeout)
+    if session.state != "finished":
+        raise InputError(f"the meeting stopped on an error and cannot be rebuilt: {session.snapshot().error}")
+    if session.autosave:
+        runtime.close_session(session_id)
+        report = forget_speaker(runtime, session_id, speaker, timeout)
+        return runtime.resume_session(session_id, autosave=True), report
+    saved = session.saved_state()
+    plan = _Plan.of(saved, speaker, runtime.settings.asr.hotwords, [saved.source])
+    runtime.close_session(session_id)
+    rebuilt = _rebuilt(runtime, session_id, saved, plan, autosave=False)
+    rebuilt.wait_until_prefilled(timeout)
+    return rebuilt, plan.report(session_id, rebuilt.kv_stats().get("tokens", 0), ())
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Which label goes, which words stay, and the names and source the rebuilt meeting gets."""
+
+    label: str
+    names: dict[str, str]  # label -> name before the forget
+    kept: list  # the words that stay
+    removed: int
+    slides: int
+    source: str
+
+    @classmethod
+    def of(cls, saved: SavedState, speaker: str, hotwords: tuple[str, ...], taken: list[str]) -> _Plan:
+        words = realign_to_sentences(saved.words)
+        names = _names(words, hotwords, saved.forgotten_names, saved.kept_names)
+        label = _label(speaker, [w.speaker for w in words], names)
+        kept = [w for w in words if w.speaker != label]
+        return cls(label, names, kept, len(words) - len(kept), len(saved.slides),
+                   _new_source(saved.source or "meeting", label, taken))
+
+    def report(self, session_id: str, tokens: int, shredded: tuple) -> ForgetReport:
+        return ForgetReport(session_id, self.label, self.names.get(self.label), self.removed, len(self.kept),
+                            self.slides, tokens, self.source, shredded)
+
+
+def _rebuilt(runtime: Runtime, session_id: str, saved: SavedState, plan: _Plan, autosave: bool) -> MeetingSession:
+    """A new session holding ``saved`` without the plan's speaker (still open: finish it or feed it on)."""
+    session = runtime.new_session(session_id, source=plan.source, autosave=autosave)
+    # Others still address the forgotten speaker ("Bob, can you...?"): that name must not pass to whoever now
+    # speaks next; and those who stay keep the names they had, even where the evidence was the forgotten turns.
+    forgotten = plan.names.get(plan.label)
+    session.forgotten_names = saved.forgotten_names + ((forgotten,) if forgotten else ())
+    session.kept_names = {label: name for label, name in plan.names.items() if label != plan.label}
+    timeline = saved.timeline  # the slides' image embeddings, so the timeline still finds them by picture
+    pictures = {seg.start_s: vec for seg in timeline.segments()
+                if seg.modality == "video" and (vec := timeline.embedding(seg.index)) is not None}
+    session.add_transcript(Transcript(turns_from_words(plan.kept), source=plan.source), slides=saved.slides,
+                           until=saved.position, slide_embeddings=pictures)
+    return session
 
 
 def saved_speakers(store, session_id: str, hotwords: tuple[str, ...] = ()) -> dict[str, str | None]:
     """Label -> the name the transcript gives it (None when unnamed), for a saved meeting in ``store``."""
     saved = _saved(store, session_id)
     words = realign_to_sentences(saved.words)
-    names = _names(words, hotwords, saved.forgotten_names)
+    names = _names(words, hotwords, saved.forgotten_names, saved.kept_names)
     return {label: names.get(label) for label in dict.fromkeys(w.speaker for w in words)}
 
 
-def _names(words, hotwords, forgotten: tuple[str, ...]) -> dict[str, str]:
+def _names(words, hotwords, forgotten: tuple[str, ...], kept: dict[str, str]) -> dict[str, str]:
     """Label -> name as the session names them (a forgotten speaker's name goes to no one)."""
-    return speaker_names(Transcript(turns_from_words(words)), hotwords, forgotten)
+    return speaker_names(Transcript(turns_from_words(words)), hotwords, forgotten, kept)
 
 
 def _saved(store, session_id: str) -> SavedState:

@@ -210,17 +210,22 @@ class Runtime:
 
     def _resume(self, store, session_id: str, autosave: bool) -> "MeetingSession":
         from app.session import MeetingSession, SavedMeeting
-        from kvstore.persist import SessionNotFound, load_session, session_info
+        from kvstore.persist import SessionNotFound, load_session
         from kvstore.stores import StoreError
 
-        cold = None
-        try:  # the cold tier tags the blocks it takes with the meeting's source (crypto-shredding goes by it)
-            cold = self.cold_tier(session_id, (session_info(store, session_id).metadata or {}).get("source", ""))
+        made: list = []
+
+        def cold_for(metadata: Any):  # the cold tier tags its blocks with the meeting's source (shredding goes by it)
+            made.append(self.cold_tier(session_id, (metadata or {}).get("source", "")))
+            return made[-1]
+
+        try:
             cache, metadata = load_session(store, session_id, self.engine.model.config,
-                                           settings=tiered_cache_config(self.settings.kv), cold_tier=cold)
+                                           settings=tiered_cache_config(self.settings.kv), cold_tier_for=cold_for)
         except (SessionNotFound, StoreError) as exc:
-            if cold is not None:
-                cold.close()
+            for cold in made:
+                if cold is not None:
+                    cold.close()
             if isinstance(exc, SessionNotFound):
                 raise InputError(str(exc)) from None
             raise InputError(f"session {session_id!r} cannot be resumed: {exc}") from None

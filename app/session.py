@@ -136,6 +136,7 @@ class MeetingSession:
         self._time_offset = 0.0  # stream time at which this process's input starts (a resumed meeting goes on)
         self._restored = restored
         self.forgotten_names: tuple[str, ...] = ()  # speakers forgotten from this meeting: their names go to no one
+        self.kept_names: dict[str, str] = {}  # label -> name known before a forget (app/forget.py): given first
         if restored is not None:
             last_speaker = self._restore_state(restored.metadata)
         self._checkpoints = Checkpoints(runtime.session_store, session_id, self._ledger.base_lines if restored else -1)
@@ -373,6 +374,12 @@ class MeetingSession:
             self.on_transfer("device", self.settings.store.backend, report.bytes_written, report.seconds)
         return report
 
+    def saved_state(self) -> SavedState:
+        """What :meth:`save` would store with the KV now (all of the meeting once it has finished)."""
+        context = self._prefill.ready()
+        with context._lock:
+            return SavedState.from_dict(self._state_dict(context), self.session_id, self.source)
+
     def _state_dict(self, context: MeetingContext) -> dict:
         """The app state that goes with the KV as it is now (call with ``context._lock`` held): the words and
         slides of the lines the KV holds, and the position up to which they cover the meeting. Words of
@@ -394,13 +401,14 @@ class MeetingSession:
             else:
                 position = max(self._time_offset, words[-1].end if words else 0.0)
             return SavedState(self.source, position, self.stream_seconds, lines, mark.last_speaker, words,
-                              self._slides[:mark.slides], self.timeline, self.forgotten_names).to_dict()
+                              self._slides[:mark.slides], self.timeline, self.forgotten_names,
+                              self.kept_names).to_dict()
 
     def _restore_state(self, meta: dict) -> str | None:
         """Take the saved words, slides and position over; returns the label of the last line saved."""
         saved = SavedState.from_dict(meta, self.session_id, self.source)
         self.source, self._words, self._slides, self.timeline = saved.source, saved.words, saved.slides, saved.timeline
-        self.forgotten_names = saved.forgotten_names
+        self.forgotten_names, self.kept_names = saved.forgotten_names, saved.kept_names
         self._time_offset = saved.position
         self._received_samples = int(round(self._time_offset * SAMPLE_RATE))
         self._ledger = LineLedger(LineMark(len(self._words), len(self._slides), saved.last_speaker), saved.lines)
@@ -420,9 +428,15 @@ class MeetingSession:
         with self._lock:
             if self._snapshot_cache is None or self._snapshot_cache[0] != self._version:
                 raw = self._raw_transcript()
-                names = speaker_names(raw, self.settings.asr.hotwords, self.forgotten_names)
+                names = speaker_names(raw, self.settings.asr.hotwords, self.forgotten_names, self.kept_names)
                 self._snapshot_cache = (self._version, rename_speakers(raw, names), names)
             return self._snapshot_cache[1], self._snapshot_cache[2]
+
+    def speakers(self) -> dict[str, str | None]:
+        """Each diarizer label that has spoken, with the name the meeting gives it (None until named)."""
+        names = self._names()
+        with self._lock:
+            return {label: names.get(label) for label in dict.fromkeys(w.speaker for w in self._words)}
 
     def transcript(self) -> Transcript:
         """Committed turns with the names people call each other (SPEAKER_xx until someone is named)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from app.events import Slide
@@ -33,6 +33,7 @@ class SavedState:
     slides: list[Slide]
     timeline: TimelineIndex
     forgotten_names: tuple[str, ...] = ()  # names of speakers forgotten (app/forget.py): never given again
+    kept_names: dict[str, str] = field(default_factory=dict)  # label -> name known before a forget: kept
 
     def to_dict(self) -> dict:
         return {
@@ -46,6 +47,7 @@ class SavedState:
             "slides": [[s.time, s.text] for s in self.slides],
             "timeline": self.timeline.to_dict(),
             "forgotten_names": list(self.forgotten_names),
+            "kept_names": dict(self.kept_names),
         }
 
     @classmethod
@@ -66,6 +68,7 @@ class SavedState:
             slides=[Slide(t, text) for t, text in meta["slides"]],
             timeline=TimelineIndex.from_dict(meta["timeline"]),
             forgotten_names=tuple(meta.get("forgotten_names", ())),
+            kept_names={str(k): str(v) for k, v in (meta.get("kept_names") or {}).items()},
         )
 
 

@@ -68,7 +68,7 @@ class SpeakerName:
     label: str
     name: str
     confidence: float
-    evidence: str  # "introduction" or "address"
+    evidence: str  # "introduction", "address", or "kept" (known before a forget)
 
 
 _KNOWN_CLOSE = 0.6  # difflib ratio at which a heard name counts as a known one
@@ -78,10 +78,12 @@ def name_speakers(transcript: Transcript, known: Sequence[str] = ()) -> Transcri
     return rename_speakers(transcript, speaker_names(transcript, known))
 
 
-def speaker_names(transcript: Transcript, known: Sequence[str] = (), forgotten: Sequence[str] = ()) -> dict[str, str]:
+def speaker_names(transcript: Transcript, known: Sequence[str] = (), forgotten: Sequence[str] = (),
+                  kept: dict[str, str] | None = None) -> dict[str, str]:
     """Label -> name for the labels the meeting names (the others are left out); ``forgotten``: names given to no
-    one (speakers forgotten from the meeting, whom the others still address)."""
-    return {n.label: n.name for n in named_speakers(transcript, known, forgotten)}
+    one (speakers forgotten from the meeting, whom the others still address); ``kept``: label -> name known
+    before a forget (the evidence may have been in the forgotten speaker's turns), given first."""
+    return {n.label: n.name for n in named_speakers(transcript, known, forgotten, kept)}
 
 
 def known_spelling(name: str, known: Sequence[str]) -> str:
@@ -122,17 +124,20 @@ def _votes(turns: list[Turn], known: Sequence[str] = ()) -> tuple[dict[str, Coun
     return votes, kinds
 
 
-def named_speakers(transcript: Transcript, known: Sequence[str] = (), forgotten: Sequence[str] = ()) -> list[SpeakerName]:
-    """Names with their confidence; a name goes to one label only, strongest evidence first, and a ``forgotten``
-    one to none."""
+def named_speakers(transcript: Transcript, known: Sequence[str] = (), forgotten: Sequence[str] = (),
+                   kept: dict[str, str] | None = None) -> list[SpeakerName]:
+    """Names with their confidence; a name goes to one label only, strongest evidence first, a ``forgotten``
+    one to none, and a ``kept`` one (label -> name, from before a forget) to its label before any vote."""
     votes, kinds = _votes(transcript.turns, known)
     ranked = sorted(
         ((count, label, name) for label, c in votes.items() for name, count in c.items()),
         key=lambda r: (-r[0], r[1], r[2]),
     )
-    names: list[SpeakerName] = []
-    done: set[str] = set()
-    taken: set[str] = set(transcript.speakers) | set(forgotten)  # never another label's name, nor a forgotten one
+    kept = {label: name for label, name in (kept or {}).items() if name not in forgotten}
+    names = [SpeakerName(label, name, 1.0, "kept") for label, name in kept.items()]
+    done: set[str] = set(kept)
+    # never another label's name, nor a forgotten or kept one
+    taken: set[str] = set(transcript.speakers) | set(forgotten) | set(kept.values())
     for count, label, name in ranked:
         if label in done or name in taken:
             continue

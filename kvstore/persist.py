@@ -18,7 +18,7 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from transformers.configuration_utils import PreTrainedConfig
@@ -232,11 +232,13 @@ def session_info(store: BlockStore, session: str) -> SessionInfo:
 
 def load_session(store: BlockStore, session: str, config: PreTrainedConfig,
                  settings: TieredCacheConfig | None = None,
-                 device: torch.device | str = "cpu", cold_tier: "ColdTier | None" = None) -> tuple[TieredCache, Any]:
+                 device: torch.device | str = "cpu", cold_tier: "ColdTier | None" = None,
+                 cold_tier_for: "Callable[[Any], ColdTier | None] | None" = None) -> tuple[TieredCache, Any]:
     """A new TieredCache holding the saved session, and the app metadata saved with it.
 
     ``cold_tier``: attached to the cache, and given the saved cold blocks (placement comes back too);
-    without one those blocks stay dropped.
+    without one those blocks stay dropped. ``cold_tier_for``: instead, makes the cold tier from the saved app
+    metadata (its source tags the blocks), so that the manifest is read once.
 
     ``settings`` default to ``TieredCacheConfig(**saved storage settings)``; budgets may differ from
     the saved ones, the storage layout (block size, warm formats, groups) may not.
@@ -251,6 +253,8 @@ def load_session(store: BlockStore, session: str, config: PreTrainedConfig,
                 if k != "compress" and _storage_settings(settings)[k] != v}
     if mismatch:
         raise IncompatibleSession(f"session {session!r} was saved with other storage settings (saved, now): {mismatch}")
+    if cold_tier_for is not None:
+        cold_tier = cold_tier_for(manifest["metadata"])
     cache = TieredCache(config=config, settings=settings)
     cache.attach_cold_tier(cold_tier)
     kinds = ["tiered" if isinstance(layer, TieredLayer) else "sliding" for layer in cache.layers]

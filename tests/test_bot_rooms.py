@@ -19,7 +19,7 @@ from scripted_parts import scripted_meeting
 from app.bot import BotServer, BotSettings
 from app.testing.peers import FileAudioTrack, ImageTrack, RoomClient
 
-ROOMS = {"solo": "token-solo", "duo": "token-duo"}
+ROOMS = {"solo": "token-solo", "duo": "token-duo", "forget": "token-forget"}
 SPEED = 3.0
 TAIL = 0.3  # too short for the recogniser to confirm the last words by itself: the end of the stream commits them
 ALICE, BOB, CAROL = "SPEAKER_00", "SPEAKER_01", "SPEAKER_02"  # as the diarizer labels them
@@ -142,3 +142,41 @@ def test_two_speakers_in_one_room_are_both_heard(server, recording):
     assert result["pilot"]["start"] > b_end - 1.0, result["pilot"]  # the resumed meeting's clock goes on
     transcript = result["transcript"].lower()
     assert "login" in transcript and "pilot" in transcript, transcript
+
+
+def test_a_speaker_is_forgotten_while_the_room_goes_on(server, recording):
+    """A peer asks the bot to forget Bob while the meeting runs: a name the meeting does not have is refused with
+    the speakers it has; then everyone gets the transcript without Bob, Alice keeps the name Bob gave her, the
+    audio heard during the rebuild and a later speaker go to the rebuilt meeting, and the saved meeting's old
+    source is shredded."""
+
+    async def run() -> dict:
+        a = RoomClient(server.url, "forget", ROOMS["forget"], [_track(recording, 0, 1, tail_seconds=6.0)])
+        await a.join()
+        await a.wait_for(lambda m: m["type"] == "caption" and "work" in m["text"].lower(), 120)  # Bob's last words
+        a.send("forget: Zed")
+        refused = await a.wait_for(lambda m: m["type"] == "error", 60)
+        a.send("forget: Bob")
+        forgot = await a.wait_for(lambda m: m["type"] == "forgot" or m.get("forget") == "Bob", 180)
+        c = RoomClient(server.url, "forget", ROOMS["forget"], [_track(recording, 4, 4)])
+        await c.join()
+        await c.wait_for(lambda m: m["type"] == "caption" and "pilot" in m["text"].lower(), 120)
+        await c.wait_for(_finished, 120)
+        session = server.bot.rooms["forget"].session
+        result = {"refused": refused, "forgot": forgot, "session": session, "speakers": session.speakers(),
+                  "transcript": " ".join(t.text for t in session.transcript().turns).lower()}
+        await asyncio.gather(a.close(), c.close())
+        return result
+
+    result = asyncio.run(run())
+    assert "no speaker 'Zed'" in result["refused"]["message"] and "Bob" in result["refused"]["message"], result
+    forgot = result["forgot"]
+    assert forgot["type"] == "forgot" and (forgot["speaker"], forgot["name"]) == (BOB, "Bob"), forgot
+    assert forgot["words_removed"] > 10 and forgot["lines"], forgot
+    assert not any("login" in line["text"].lower() for line in forgot["lines"]), forgot["lines"]
+    assert {line["speaker"] for line in forgot["lines"]} == {"Alice"}, forgot["lines"]  # her name is kept
+    transcript = result["transcript"]
+    assert "login" not in transcript and "good morning" in transcript and "pilot" in transcript, transcript
+    assert BOB not in result["speakers"] and result["speakers"].get(ALICE) == "Alice", result["speakers"]
+    store = server.bot.runtime.session_store()
+    assert store.sources(result["session"].session_id) == ["webrtc:forget-without-SPEAKER_01"]

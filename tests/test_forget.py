@@ -4,6 +4,7 @@ meeting is rebuilt without that speaker's words, saved under a new source, and t
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import torch
@@ -142,3 +143,56 @@ def test_a_forgotten_speakers_name_passes_to_no_one(session_parts):
     resumed = runtime.resume_session("named")
     assert "Bob" not in resumed.transcript().speakers, resumed.transcript().speakers
     runtime.close_session("named")
+
+
+def test_the_speakers_who_stay_keep_their_names(session_parts):
+    """Alice is named only by Bob ("Thanks, Alice."): rebuilt without Bob's turns, the evidence is gone, but the
+    name known before the forget stays hers, and it survives the save and a resume."""
+    runtime, _ = session_parts
+    session = runtime.new_session("kept-names", source="mic")
+    said = [Turn("SPEAKER_00", "Good morning everyone. The pilot starts on Monday.", 0.0, 4.0),
+            Turn("SPEAKER_01", "Thanks, Alice. We spent thirty thousand dollars so far.", 4.5, 8.0),
+            Turn("SPEAKER_00", "Good. The report is due on Friday.", 8.5, 11.0)]
+    session.add_transcript(Transcript(said))
+    session.finish(timeout=120)
+    assert session.speakers() == {"SPEAKER_00": "Alice", "SPEAKER_01": None}
+    session.save()
+    runtime.close_session("kept-names")
+
+    forget_speaker(runtime, "kept-names", "SPEAKER_01")
+    resumed = runtime.resume_session("kept-names")
+    assert resumed.speakers() == {"SPEAKER_00": "Alice"}
+    assert {t.speaker for t in resumed.transcript().turns} == {"Alice"}
+    runtime.close_session("kept-names")
+
+
+def test_a_speaker_is_forgotten_while_the_meeting_goes_on(session_parts):
+    """A live meeting without a session store: the speaker heard so far is forgotten (what the recogniser still
+    held is transcribed first, so none of it escapes), and the meeting goes on in the rebuilt session, which
+    takes new audio and holds the KV of a meeting in which that speaker never spoke."""
+    from app.forget import forget_in_live_meeting
+
+    runtime, meeting = session_parts
+    session = runtime.new_session("live-forget", source="mic")
+    cut = int(meeting.turns[1][1] * RATE) + RATE // 4  # after the second turn
+    session.feed_audio(meeting.audio[:cut], RATE)
+    deadline = time.monotonic() + 120
+    while "SPEAKER_01" not in session.speakers() and time.monotonic() < deadline:  # in the captions: forgettable
+        time.sleep(0.1)
+    with pytest.raises(InputError, match="no speaker 'Zed'"):
+        forget_in_live_meeting(runtime, session, "Zed", timeout=120)
+    assert session.state != "finished"  # refused before anything changed: the meeting goes on as it was
+
+    rebuilt, report = forget_in_live_meeting(runtime, session, "SPEAKER_01", timeout=120)
+    assert (report.speaker, report.words_removed) == ("SPEAKER_01", 8) and report.source == "mic-without-SPEAKER_01"
+    assert rebuilt is runtime.session("live-forget") and session.state != rebuilt.state
+    said = " ".join(w.text for w in rebuilt.transcript().words)
+    assert "contract" not in said and "pilot" in said
+    position = rebuilt.stream_seconds
+    assert position >= meeting.turns[1][1]  # times go on from where the meeting was
+
+    rebuilt.feed_audio(meeting.audio[:RATE * 3], RATE)  # more audio: the meeting goes on in the rebuilt session
+    rebuilt.finish(timeout=120)
+    words = rebuilt.transcript().words
+    assert len(words) > len(said.split()) and words[-1].start >= position
+    runtime.close_session("live-forget")

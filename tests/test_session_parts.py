@@ -5,6 +5,8 @@ the KV, answering, saving and resuming — runs for real, with no model to provi
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -158,7 +160,11 @@ def test_a_resumed_meetings_cold_blocks_keep_its_source(scripted_runtime, tmp_pa
         assert {info.source for info in cold.placement.blocks.values()} == {"mic"}
         session.save()
         runtime.close_session("long")
+        log = runtime.settings.home / "audit.log"
+        before = len(log.read_text().splitlines())
         resumed = runtime.resume_session("long")
+        records = [json.loads(line) for line in log.read_text().splitlines()[before:]]
+        assert sum("manifest" in r["blocks"] for r in records if r["op"] in ("get", "read")) == 1  # read once, not twice
         placement = resumed._context.cache.cold_tier.placement
         assert placement.blocks and {info.source for info in placement.blocks.values()} == {"mic"}
         runtime.close_session("long")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import shutil
 import socket
 import tempfile
 import threading
@@ -134,6 +135,7 @@ class Tab:
     source: str = ""
     stop: threading.Event = field(default_factory=threading.Event)
     feeder: threading.Thread | None = None
+    feed: TabFeed | None = None  # the replay's way into the current session
     history: render.KVHistory = field(init=False)
     last_version: int = -1
     notice: str | None = None
@@ -148,6 +150,7 @@ class Tab:
     started: float = 0.0  # time.monotonic() when the current session began (the dashboard's x axis)
     overrides: dict = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock)
+    feed_lock: threading.Lock = field(default_factory=threading.Lock)  # held by a forget while it swaps sessions
 
     def __post_init__(self) -> None:
         self.history = render.KVHistory(self.history_points)
@@ -170,7 +173,33 @@ class Tab:
                     self.runtime.close_session(self.session.session_id)
                 except KeyError:
                     pass
-            self.session, self.feeder, self.stop = None, None, threading.Event()
+            self.session, self.feeder, self.feed, self.stop = None, None, None, threading.Event()
+
+
+class TabFeed:
+    """What a tab's replay feeds: the tab's current session, which a forget may replace mid-meeting (the feed waits
+    while the meeting is rebuilt, then goes on into the rebuilt session)."""
+
+    def __init__(self, tab: Tab) -> None:
+        self.tab = tab
+        self.fixed_steps = False
+
+    def decode_in_fixed_steps(self) -> None:
+        self.fixed_steps = True
+        self.tab.session.decode_in_fixed_steps()
+
+    def feed_audio(self, samples: Any, sample_rate: int, wait: bool = False) -> None:
+        with self.tab.feed_lock:
+            self.tab.session.feed_audio(samples, sample_rate, wait=wait)
+
+    def feed_video(self, frame: Any, t: float | None = None, wait: bool = False) -> None:
+        with self.tab.feed_lock:
+            self.tab.session.feed_video(frame, t, wait=wait)
+
+    def finish(self) -> None:
+        with self.tab.feed_lock:
+            session = self.tab.session
+        session.finish()
 
 
 def check_upload(path: str | Path, max_mb: float) -> Path:
@@ -277,8 +306,9 @@ class LivePage:
             with tab.lock:
                 session = self._begin(tab, source=f"replay:{name}")
                 stop = tab.stop
+                tab.feed = TabFeed(tab)
                 tab.feeder = threading.Thread(
-                    target=self._replay, args=(tab, session, path, float(speed), stop), name=f"replay-{session.session_id}", daemon=True
+                    target=self._replay, args=(tab, tab.feed, path, float(speed), stop), name=f"replay-{session.session_id}", daemon=True
                 )
                 tab.feeder.start()
                 tab.notice = f"replaying {name} at {float(speed):g}x"
@@ -287,7 +317,7 @@ class LivePage:
         return render.status_line(tab.session.snapshot(), tab.notice), []
 
     @staticmethod
-    def _replay(tab: Tab, session: MeetingSession, path: Path, speed: float, stop: threading.Event) -> None:
+    def _replay(tab: Tab, session: TabFeed, path: Path, speed: float, stop: threading.Event) -> None:
         from app.session import replay
 
         try:
@@ -460,6 +490,36 @@ class LivePage:
             return None
         return [str(p) for p in paths]
 
+    def forget(self, speaker: str, chat: list, request: gr.Request) -> tuple[str, str, list]:
+        """Forget one speaker of the tab's meeting, live or finished: the meeting is rebuilt without what they said
+        so far (transcript and the model's memory); answers, the summary and exported files that could quote them
+        are cleared. Returns (speaker box, status line, chat)."""
+        from app.forget import forget_in_live_meeting
+
+        tab = self.tab(request)
+        try:
+            if not (speaker or "").strip():
+                raise InputError("type the name or label (e.g. SPEAKER_01) of the speaker to forget")
+            with tab.lock, tab.feed_lock:  # the replay and the microphone wait while the meeting is rebuilt
+                old = tab.session
+                if old is None or tab.runtime is None:
+                    raise InputError("start a meeting first")
+                was_finished = old.state == "finished"
+                session, report = forget_in_live_meeting(tab.runtime, old, speaker.strip())
+                if tab.feed is not None and tab.feed.fixed_steps:
+                    session.decode_in_fixed_steps()
+                tab.session = session
+                if was_finished:  # a replay or microphone that ended finishes the rebuilt meeting too
+                    session.finish()
+                shutil.rmtree(self.export_root / session.session_id, ignore_errors=True)
+                tab.reset_views()
+        except Exception as exc:
+            return speaker, self._fail(tab, exc), chat
+        who = f"{report.name} ({report.speaker})" if report.name else report.speaker
+        tab.notice = (f"forgot {who}: {report.words_removed} word(s) removed from the transcript and the model's "
+                      "memory; earlier answers, the summary and exports were cleared")
+        return "", render.status_line(tab.session.snapshot(), tab.notice), []
+
     def apply_settings(self, model: str, budget_ratio: float, request: gr.Request) -> str:
         """Model and KV budget for this tab's next meeting; a model that cannot be found is refused now."""
         from app.models import EMBEDDED_LLM, resolve_model
@@ -519,6 +579,13 @@ def build_page(runtime: Runtime, ui_settings: UISettings | None = None) -> gr.Bl
                     summary = gr.Markdown("_No summary yet._", elem_id="mt-summary")
                     summary_button = gr.Button("Refresh summary", size="sm", elem_id="mt-summary-refresh")
                     actions = gr.Markdown("_No action items yet._", elem_id="mt-actions")
+                with gr.Accordion("Forget a speaker", open=False):
+                    gr.Markdown("Removes everything one person has said so far from the transcript and from the "
+                                "model's memory (the meeting goes on without it).")
+                    with gr.Row():
+                        forget_box = gr.Textbox(placeholder="name or label, e.g. Bob or SPEAKER_01", show_label=False,
+                                                scale=3, elem_id="mt-forget-speaker")
+                        forget_button = gr.Button("Forget", scale=1, variant="stop", elem_id="mt-forget")
                 with gr.Accordion("Export", open=True):
                     export_button = gr.Button("Export transcript + summary", size="sm", elem_id="mt-export")
                     files = gr.File(label="Files (Markdown, JSON, SRT, VTT; summary.md)", file_count="multiple", interactive=False, elem_id="mt-files")
@@ -541,6 +608,8 @@ def build_page(runtime: Runtime, ui_settings: UISettings | None = None) -> gr.Bl
         question.submit(page.ask, inputs=[question, chat], outputs=[question, chat], concurrency_limit=None)
         summary_button.click(page.refresh_summary, outputs=[summary], concurrency_limit=None)
         export_button.click(page.export, outputs=[files], concurrency_limit=None)
+        forget_button.click(page.forget, inputs=[forget_box, chat], outputs=[forget_box, status, chat],
+                            concurrency_limit=None)
         apply_button.click(page.apply_settings, inputs=[model, budget], outputs=[status], concurrency_limit=None)
         mic.stream(page.feed_microphone, inputs=[mic], outputs=None, stream_every=0.5, concurrency_limit=None)
         mic.stop_recording(page.stop_microphone, outputs=[status], concurrency_limit=None)
