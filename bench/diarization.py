@@ -123,14 +123,15 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def parse_overrides(pairs: list[str]) -> dict:
-    fields = {f.name: f for f in dataclasses.fields(EmbeddedDiarizer)}
+def parse_overrides(pairs: list[str], cls: type = EmbeddedDiarizer) -> dict:
+    """``FIELD=VALUE`` pairs as keyword arguments for dataclass ``cls`` (values typed like its defaults)."""
+    fields = {f.name: f for f in dataclasses.fields(cls) if not f.name.startswith("_")}
     out = {}
     for pair in pairs:
         key, _, value = pair.partition("=")
-        if key not in fields:
-            raise SystemExit(f"unknown EmbeddedDiarizer field {key!r}; fields: {', '.join(fields)}")
-        default = getattr(EmbeddedDiarizer, key)
+        if key not in fields or not hasattr(cls, key):
+            raise SystemExit(f"unknown {cls.__name__} field {key!r}; fields: {', '.join(fields)}")
+        default = getattr(cls, key)
         if isinstance(default, bool):
             if value.lower() not in ("true", "false", "1", "0"):
                 raise SystemExit(f"{key} takes true or false, not {value!r}")

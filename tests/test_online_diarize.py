@@ -88,3 +88,25 @@ def test_committed_words_get_the_right_speaker_and_labels_stay_stable():
     assert speaker_accuracy(final, gold) >= speaker_accuracy(first, gold)  # corrections, not churn
     # Bounded state: audio history and kept embeddings.
     assert len(diarizer._audio) <= 20.0 * SAMPLE_RATE and len(diarizer._words) <= 60
+
+
+def test_the_online_bench_spreads_reference_words_and_joins_runs_of_one_label():
+    """bench/online_diarization.py scores the live diarizer without a recogniser: the reference turns' words
+    are spread over each turn in order, and the final labels become turns (short pauses bridged)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from bench.online_diarization import hypothesis_turns, reference_words
+
+    reference = {"turns": [{"speaker": "B", "start": 4.6, "end": 6.0, "text": "yes indeed"},
+                           {"speaker": "A", "start": 0.0, "end": 4.0, "text": "the pilot costs money"}]}
+    pairs = reference_words(reference)
+    assert [(w.text, s) for w, s in pairs] == [("the", "A"), ("pilot", "A"), ("costs", "A"), ("money", "A"),
+                                               ("yes", "B"), ("indeed", "B")]
+    words = [w for w, _ in pairs]
+    assert words[0].start == 0.0 and words[3].end <= 4.0 and all(a.end <= b.start for a, b in zip(words, words[1:]))
+    assert words[4].start == 4.6 and words[5].end <= 6.0
+    turns = hypothesis_turns(words, ["X", "X", "Y", "Y", "Y", "Y"])
+    assert [(t.speaker, t.start) for t in turns] == [("X", 0.0), ("Y", words[2].start)]  # 1 s pause bridged
+    assert turns[-1].end == words[5].end
+    assert len(hypothesis_turns(words, ["X"] * 6, gap=0.5)) == 2  # a longer pause splits a run
