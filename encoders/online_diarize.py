@@ -123,9 +123,8 @@ class OnlineDiarizer:
     history_s: float = 40.0  # audio kept: committed words are never older than the ASR buffer
     max_words: int = 1500  # embeddings kept for re-clustering (and relabelling)
     # GE2E live. CAM++ (BackendEmbedder("camplus"), one pass per region of overlapping word windows) scored
-    # better on development seeds 0-23 (bench/online_diarization.py: clean median DER 13.9% vs 15.5%, degraded
-    # 9.9% vs 17.8%) at three times the compute (RTF 0.135 vs 0.045 beside the recogniser's ~0.6 on 2 cores);
-    # the switch waits for a live-latency check (docs/benchmarks.md). The new-speaker threshold is GE2E's.
+    # better on development seeds 0-23 (bench/online_diarization.py) but not on the evaluation seeds, at three
+    # times the compute (RTF 0.145 vs 0.050): docs/benchmarks.md. The new-speaker threshold is GE2E's.
     embedder: Embedder = field(default_factory=lambda: ge2e_embedder)
     _audio: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32), repr=False)
     _audio_start: int = 0  # stream sample index of _audio[0]
