@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from app.session_store import SavedState
-from app.speakers import speaker_names
+from app.speakers import speaker_label, speaker_names
 from app.transcript import Transcript, realign_to_sentences, turns_from_words
 from encoders.errors import InputError
 
@@ -76,7 +76,7 @@ def forget_in_live_meeting(runtime: Runtime, session: MeetingSession, speaker: s
     :func:`forget_speaker` does, and resumed; any other one is rebuilt in memory, and its old cache is closed."""
     session_id = session.session_id
     speakers = session.speakers()  # an unknown speaker is refused before anything changes
-    _label(speaker, list(speakers), {label: name for label, name in speakers.items() if name})
+    speaker_label(speaker, list(speakers), {label: name for label, name in speakers.items() if name})
     session.finish(timeout)
     if session.state != "finished":
         raise InputError(f"the meeting stopped on an error and cannot be rebuilt: {session.snapshot().error}")
@@ -107,7 +107,7 @@ class _Plan:
     def of(cls, saved: SavedState, speaker: str, hotwords: tuple[str, ...], taken: list[str]) -> _Plan:
         words = realign_to_sentences(saved.words)
         names = _names(words, hotwords, saved.forgotten_names, saved.kept_names)
-        label = _label(speaker, [w.speaker for w in words], names)
+        label = speaker_label(speaker, [w.speaker for w in words], names)
         kept = [w for w in words if w.speaker != label]
         return cls(label, names, kept, len(words) - len(kept), len(saved.slides),
                    _new_source(saved.source or "meeting", label, taken))
@@ -153,18 +153,6 @@ def _saved(store, session_id: str) -> SavedState:
         return SavedState.from_dict(session_info(store, session_id).metadata, session_id, "")
     except SessionNotFound:
         raise InputError(f"no saved session {session_id!r} in the {getattr(store, 'tier', 'session')} store") from None
-
-
-def _label(speaker: str, labels: list[str], names: dict[str, str]) -> str:
-    """The diarizer label ``speaker`` means: a label, or (any case) the name a label goes by."""
-    known = list(dict.fromkeys(labels))
-    if speaker in known:
-        return speaker
-    matches = [label for label in known if names.get(label, "").lower() == speaker.strip().lower()]
-    if len(matches) == 1:
-        return matches[0]
-    shown = ", ".join(f"{label} ({names[label]})" if label in names else label for label in known) or "none"
-    raise InputError(f"the meeting has no speaker {speaker!r}; its speakers: {shown}")
 
 
 def _new_source(base: str, label: str, taken: list[str]) -> str:

@@ -438,6 +438,26 @@ class MeetingSession:
         with self._lock:
             return {label: names.get(label) for label in dict.fromkeys(w.speaker for w in self._words)}
 
+    def rename_speaker(self, speaker: str, name: str) -> str:
+        """Call ``speaker`` (a label, or the name it goes by now) ``name`` from now on, in the transcript, answers
+        and the saved meeting, whatever the meeting says; returns the label. Lines already in the KV keep the
+        speaker as they were written."""
+        from app.speakers import speaker_label
+
+        name = " ".join((name or "").split())
+        if not name or len(name) > 40 or not any(c.isalpha() for c in name):
+            raise InputError("a speaker's name is 1-40 characters with at least one letter")
+        speakers = self.speakers()
+        label = speaker_label(speaker.strip(), list(speakers), {k: v for k, v in speakers.items() if v})
+        if name in speakers or any(v == name for k, v in speakers.items() if k != label):
+            raise InputError(f"{name!r} already names another speaker of this meeting")
+        with self._lock:
+            kept = {k: v for k, v in self.kept_names.items() if v != name and k != label}
+            self.kept_names = {**kept, label: name}
+            self.forgotten_names = tuple(n for n in self.forgotten_names if n != name)
+            self._version += 1
+        return label
+
     def transcript(self) -> Transcript:
         """Committed turns with the names people call each other (SPEAKER_xx until someone is named)."""
         return self._named()[0]

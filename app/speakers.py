@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from app.transcript import Transcript, Turn, TranscriptWord
+from encoders.errors import InputError
 
 _NAME = r"(?P<name>[A-Z][a-z]{1,20}(?:-[A-Z][a-z]+)?)"
 # An address that hands the floor to the next speaker.
@@ -84,6 +85,19 @@ def speaker_names(transcript: Transcript, known: Sequence[str] = (), forgotten: 
     one (speakers forgotten from the meeting, whom the others still address); ``kept``: label -> name known
     before a forget (the evidence may have been in the forgotten speaker's turns), given first."""
     return {n.label: n.name for n in named_speakers(transcript, known, forgotten, kept)}
+
+
+def speaker_label(speaker: str, labels: list[str], names: dict[str, str]) -> str:
+    """The diarizer label ``speaker`` means: a label, or (any case) the name a label goes by; else InputError
+    listing the meeting's speakers."""
+    known = list(dict.fromkeys(labels))
+    if speaker in known:
+        return speaker
+    matches = [label for label in known if names.get(label, "").lower() == speaker.strip().lower()]
+    if len(matches) == 1:
+        return matches[0]
+    shown = ", ".join(f"{label} ({names[label]})" if label in names else label for label in known) or "none"
+    raise InputError(f"the meeting has no speaker {speaker!r}; its speakers: {shown}")
 
 
 def known_spelling(name: str, known: Sequence[str]) -> str:

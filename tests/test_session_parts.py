@@ -221,3 +221,33 @@ def test_a_worker_failure_ends_the_session_with_a_plain_message(session_parts):
     assert "speech stopped" in snapshot.error and "server log" in snapshot.error
     for leak in ("/home", "Errno", "OSError", "model.bin"):
         assert leak not in snapshot.error
+
+
+def test_a_speaker_renamed_by_the_user_keeps_the_name_in_answers_and_after_a_resume(session_parts):
+    """The user knows who SPEAKER_01 is: the name holds over what the meeting says, reaches "who" answers, and is
+    saved with the meeting; a name already taken, an empty name or an unknown speaker are refused."""
+    from app.transcript import Transcript, Turn
+
+    runtime, _ = session_parts
+    session = runtime.new_session("renamed", source="mic")
+    session.add_transcript(Transcript([
+        Turn("SPEAKER_00", "Good morning. I am Alice and I run the pilot.", 0.0, 4.0),
+        Turn("SPEAKER_01", "I will send the report to the board on Friday.", 4.5, 8.0),
+    ]))
+    session.finish(timeout=120)
+    assert session.speakers() == {"SPEAKER_00": "Alice", "SPEAKER_01": None}
+    with pytest.raises(InputError, match="already names another speaker"):
+        session.rename_speaker("SPEAKER_01", "Alice")
+    with pytest.raises(InputError, match="1-40 characters"):
+        session.rename_speaker("SPEAKER_01", "  ")
+    with pytest.raises(InputError, match="no speaker 'Zed'"):
+        session.rename_speaker("Zed", "Dana")
+    assert session.rename_speaker("SPEAKER_01", " Dana ") == "SPEAKER_01"
+    assert session.speakers() == {"SPEAKER_00": "Alice", "SPEAKER_01": "Dana"}
+    assert "Dana" in session.ask("Who will send the report?").text
+    assert session.rename_speaker("Alice", "Alicia") == "SPEAKER_00"  # by the name it goes by now
+    session.save()
+    runtime.close_session("renamed")
+    resumed = runtime.resume_session("renamed")
+    assert resumed.speakers() == {"SPEAKER_00": "Alicia", "SPEAKER_01": "Dana"}
+    runtime.close_session("renamed")

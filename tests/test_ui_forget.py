@@ -40,6 +40,8 @@ def test_a_speaker_is_forgotten_from_the_page_while_the_replay_goes_on(scripted_
         exported = tmp_path / "exports" / tab.session.session_id
         assert any(exported.iterdir())
         old = tab.session
+        assert page.rename("SPEAKER_00", "Alice", tab_request)[2].endswith("SPEAKER_00 is called Alice from now on")
+        assert "already names another speaker" in page.rename("SPEAKER_01", "Alice", tab_request)[2]
 
         chat = [{"role": "user", "content": "Who sends the contract?"}, {"role": "assistant", "content": "Maria."}]
         assert "no speaker 'Zed'" in page.forget("Zed", chat, tab_request)[1]
@@ -50,6 +52,7 @@ def test_a_speaker_is_forgotten_from_the_page_while_the_replay_goes_on(scripted_
         _until(lambda: tab.session.state == "finished")  # the replay went on into the rebuilt meeting
         said = " ".join(w.text for w in tab.session.transcript().words).lower()
         assert "contract" not in said and "pilot" in said and "website" in said, said
+        assert tab.session.speakers().get("SPEAKER_00") == "Alice"  # the user's name stays after the forget
         assert "contract" not in tab.session.ask("Who will send the contract?").text.lower()
     finally:
         page.close()

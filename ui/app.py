@@ -490,6 +490,20 @@ class LivePage:
             return None
         return [str(p) for p in paths]
 
+    def rename(self, speaker: str, name: str, request: gr.Request) -> tuple[str, str, str]:
+        """Give a speaker of the tab's meeting the name the user knows them by. Returns (speaker, name, status)."""
+        tab = self.tab(request)
+        try:
+            if not (speaker or "").strip():
+                raise InputError("type the speaker to rename (a label such as SPEAKER_01, or their name now)")
+            if tab.session is None:
+                raise InputError("start a meeting first")
+            label = tab.session.rename_speaker(speaker, name)
+        except Exception as exc:
+            return speaker, name, self._fail(tab, exc)
+        tab.notice = f"{label} is called {' '.join(name.split())} from now on"
+        return "", "", render.status_line(tab.session.snapshot(), tab.notice)
+
     def forget(self, speaker: str, chat: list, request: gr.Request) -> tuple[str, str, list]:
         """Forget one speaker of the tab's meeting, live or finished: the meeting is rebuilt without what they said
         so far (transcript and the model's memory); answers, the summary and exported files that could quote them
@@ -579,9 +593,15 @@ def build_page(runtime: Runtime, ui_settings: UISettings | None = None) -> gr.Bl
                     summary = gr.Markdown("_No summary yet._", elem_id="mt-summary")
                     summary_button = gr.Button("Refresh summary", size="sm", elem_id="mt-summary-refresh")
                     actions = gr.Markdown("_No action items yet._", elem_id="mt-actions")
-                with gr.Accordion("Forget a speaker", open=False):
-                    gr.Markdown("Removes everything one person has said so far from the transcript and from the "
-                                "model's memory (the meeting goes on without it).")
+                with gr.Accordion("Speakers", open=False):
+                    with gr.Row():
+                        rename_from = gr.Textbox(placeholder="speaker, e.g. SPEAKER_01", show_label=False, scale=2,
+                                                 elem_id="mt-rename-speaker")
+                        rename_to = gr.Textbox(placeholder="their name", show_label=False, scale=2,
+                                               elem_id="mt-rename-name")
+                        rename_button = gr.Button("Rename", scale=1, elem_id="mt-rename")
+                    gr.Markdown("**Forget** removes everything one person has said so far from the transcript and "
+                                "from the model's memory (the meeting goes on without it).")
                     with gr.Row():
                         forget_box = gr.Textbox(placeholder="name or label, e.g. Bob or SPEAKER_01", show_label=False,
                                                 scale=3, elem_id="mt-forget-speaker")
@@ -608,6 +628,8 @@ def build_page(runtime: Runtime, ui_settings: UISettings | None = None) -> gr.Bl
         question.submit(page.ask, inputs=[question, chat], outputs=[question, chat], concurrency_limit=None)
         summary_button.click(page.refresh_summary, outputs=[summary], concurrency_limit=None)
         export_button.click(page.export, outputs=[files], concurrency_limit=None)
+        rename_button.click(page.rename, inputs=[rename_from, rename_to], outputs=[rename_from, rename_to, status],
+                            concurrency_limit=None)
         forget_button.click(page.forget, inputs=[forget_box, chat], outputs=[forget_box, status, chat],
                             concurrency_limit=None)
         apply_button.click(page.apply_settings, inputs=[model, budget], outputs=[status], concurrency_limit=None)
