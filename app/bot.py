@@ -50,6 +50,7 @@ log = logging.getLogger("minutia.bot")
 
 ASK_PREFIX = "ask:"
 FORGET_PREFIX = "forget:"  # "forget: <speaker>": the meeting goes on without that speaker's words (app/forget.py)
+RENAME_PREFIX = "rename:"  # "rename: <speaker> = <name>": the name people know that speaker by
 
 
 def _shown(name: str, limit: int = 64) -> str:
@@ -427,8 +428,12 @@ class RoomBot:
             peer.send({"type": "error", "message": "binary messages are not understood; send 'ask: <question>'"})
             return
         lowered = message.lower()
+        if lowered.startswith(RENAME_PREFIX):
+            self._rename(peer, message[len(RENAME_PREFIX):])
+            return
         if not lowered.startswith((ASK_PREFIX, FORGET_PREFIX)):
-            peer.send({"type": "error", "message": "unknown message; send 'ask: <question>' or 'forget: <speaker>'"})
+            peer.send({"type": "error", "message": "unknown message; send 'ask: <question>', "
+                                                   "'rename: <speaker> = <name>' or 'forget: <speaker>'"})
             return
         if peer.asking:
             peer.send({"type": "error", "message": "one request at a time, please"})
@@ -505,6 +510,23 @@ class RoomBot:
         room.recent_words.clear()
         room.broadcast({"type": "forgot", "speaker": report.speaker, "name": report.name,
                         "words_removed": report.words_removed,
+                        "lines": [line_message(turn, None) for turn in transcript.turns]})
+
+    def _rename(self, peer: Peer, request: str) -> None:
+        """'rename: SPEAKER_01 = Dana': everyone in the room gets the transcript with the new name."""
+        from encoders.errors import InputError
+
+        speaker, sep, name = request.partition("=")
+        room = peer.room
+        try:
+            if not sep or not speaker.strip():
+                raise InputError("say whom to rename and how: 'rename: <speaker> = <name>'")
+            label = room.session.rename_speaker(speaker.strip(), name)
+            transcript = room.session.transcript()
+        except InputError as exc:
+            peer.send({"type": "error", "message": str(exc), "rename": request.strip()})
+            return
+        room.broadcast({"type": "renamed", "speaker": label, "name": " ".join(name.split()),
                         "lines": [line_message(turn, None) for turn in transcript.turns]})
 
     async def _settle(self, room: Room, parked: list[np.ndarray], was_finished: bool) -> None:

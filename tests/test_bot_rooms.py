@@ -146,7 +146,8 @@ def test_two_speakers_in_one_room_are_both_heard(server, recording):
 
 def test_a_speaker_is_forgotten_while_the_room_goes_on(server, recording):
     """A peer asks the bot to forget Bob while the meeting runs: a name the meeting does not have is refused with
-    the speakers it has; then everyone gets the transcript without Bob, Alice keeps the name Bob gave her, the
+    the speakers it has; then everyone gets the transcript without Bob, Alice keeps the name Bob gave her (and is
+    renamed Alicia by a peer), the
     audio heard during the rebuild and a later speaker go to the rebuilt meeting, and the saved meeting's old
     source is shredded."""
 
@@ -158,12 +159,14 @@ def test_a_speaker_is_forgotten_while_the_room_goes_on(server, recording):
         refused = await a.wait_for(lambda m: m["type"] == "error", 60)
         a.send("forget: Bob")
         forgot = await a.wait_for(lambda m: m["type"] == "forgot" or m.get("forget") == "Bob", 180)
+        a.send("rename: Alice = Alicia")
+        renamed = await a.wait_for(lambda m: m["type"] == "renamed" or m.get("rename"), 60)
         c = RoomClient(server.url, "forget", ROOMS["forget"], [_track(recording, 4, 4)])
         await c.join()
         await c.wait_for(lambda m: m["type"] == "caption" and "pilot" in m["text"].lower(), 120)
         await c.wait_for(_finished, 120)
         session = server.bot.rooms["forget"].session
-        result = {"refused": refused, "forgot": forgot, "session": session, "speakers": session.speakers(),
+        result = {"refused": refused, "forgot": forgot, "renamed": renamed, "session": session, "speakers": session.speakers(),
                   "transcript": " ".join(t.text for t in session.transcript().turns).lower()}
         await asyncio.gather(a.close(), c.close())
         return result
@@ -177,6 +180,9 @@ def test_a_speaker_is_forgotten_while_the_room_goes_on(server, recording):
     assert {line["speaker"] for line in forgot["lines"]} == {"Alice"}, forgot["lines"]  # her name is kept
     transcript = result["transcript"]
     assert "login" not in transcript and "good morning" in transcript and "pilot" in transcript, transcript
-    assert BOB not in result["speakers"] and result["speakers"].get(ALICE) == "Alice", result["speakers"]
+    renamed = result["renamed"]
+    assert (renamed["type"], renamed["speaker"], renamed["name"]) == ("renamed", ALICE, "Alicia"), renamed
+    assert {line["speaker"] for line in renamed["lines"]} == {"Alicia"}, renamed["lines"]
+    assert BOB not in result["speakers"] and result["speakers"].get(ALICE) == "Alicia", result["speakers"]
     store = server.bot.runtime.session_store()
     assert store.sources(result["session"].session_id) == ["webrtc:forget-without-SPEAKER_01"]
