@@ -58,7 +58,8 @@ def scenario(scripted_runtime, tmp_path_factory):
         side = RoomClient(server.url, "side", ROOMS["side"],
                           [FileAudioTrack(recording, speed=SPEED, start=SIDE_FROM, seconds=SECONDS - SIDE_FROM)])
         await asyncio.gather(main.join(), side.join())
-        result["joined"] = [m for m in main.messages if m["type"] == "joined"]
+        # the bot greets when its end of the data channel opens, which can come just after ours
+        result["joined"] = [await main.wait_for(lambda m: m["type"] == "joined", 20)]
         # The side peer vanishes once it has captions, while the stand-up is still streaming.
         await side.wait_for(_is_caption, 90)
         result["side_captions"] = [m for m in side.messages if _is_caption(m)]
