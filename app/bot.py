@@ -379,7 +379,7 @@ class RoomBot:
         async with room.session_lock:
             session = await asyncio.get_running_loop().run_in_executor(None, self._next_session, room.name,
                                                                        room.session)
-            await self._swap(room, session)
+            self._swap(room, session)
         log.info("room continues in a new session", extra={"room": room.name, "session": session.session_id})
 
     def _next_session(self, room_name: str, old: "MeetingSession") -> "MeetingSession":
@@ -428,10 +428,7 @@ class RoomBot:
             peer.send({"type": "error", "message": "binary messages are not understood; send 'ask: <question>'"})
             return
         lowered = message.lower()
-        if lowered.startswith(RENAME_PREFIX):
-            self._rename(peer, message[len(RENAME_PREFIX):])
-            return
-        if not lowered.startswith((ASK_PREFIX, FORGET_PREFIX)):
+        if not lowered.startswith((ASK_PREFIX, FORGET_PREFIX, RENAME_PREFIX)):
             peer.send({"type": "error", "message": "unknown message; send 'ask: <question>', "
                                                    "'rename: <speaker> = <name>' or 'forget: <speaker>'"})
             return
@@ -441,6 +438,8 @@ class RoomBot:
         peer.asking = True
         if lowered.startswith(FORGET_PREFIX):
             self._spawn(peer, self._forget(peer, message[len(FORGET_PREFIX):].strip()))
+        elif lowered.startswith(RENAME_PREFIX):
+            self._spawn(peer, self._rename(peer, message[len(RENAME_PREFIX):]))
         else:
             self._spawn(peer, self._answer(peer, message[len(ASK_PREFIX):].strip()))
 
@@ -489,7 +488,7 @@ class RoomBot:
                 try:
                     session, report = await loop.run_in_executor(
                         self._finish_pool, forget_in_live_meeting, self.runtime, room.session, speaker)
-                    await self._swap(room, session)
+                    self._swap(room, session)
                     room.held_lines = []  # lines of the old session, the forgotten speaker's among them
                 finally:
                     parked, room.parked = room.parked, None
@@ -512,8 +511,9 @@ class RoomBot:
                         "words_removed": report.words_removed,
                         "lines": [line_message(turn, None) for turn in transcript.turns]})
 
-    def _rename(self, peer: Peer, request: str) -> None:
-        """'rename: SPEAKER_01 = Dana': everyone in the room gets the transcript with the new name."""
+    async def _rename(self, peer: Peer, request: str) -> None:
+        """'rename: SPEAKER_01 = Dana': everyone in the room gets the transcript with the new name. Under the
+        room's session lock, so that a forget swapping sessions meanwhile cannot lose the name."""
         from encoders.errors import InputError
 
         speaker, sep, name = request.partition("=")
@@ -521,11 +521,14 @@ class RoomBot:
         try:
             if not sep or not speaker.strip():
                 raise InputError("say whom to rename and how: 'rename: <speaker> = <name>'")
-            label = room.session.rename_speaker(speaker.strip(), name)
-            transcript = room.session.transcript()
+            async with room.session_lock:
+                label = room.session.rename_speaker(speaker.strip(), name)
+                transcript = room.session.transcript()
         except InputError as exc:
             peer.send({"type": "error", "message": str(exc), "rename": request.strip()})
             return
+        finally:
+            peer.asking = False
         room.broadcast({"type": "renamed", "speaker": label, "name": " ".join(name.split()),
                         "lines": [line_message(turn, None) for turn in transcript.turns]})
 
@@ -537,14 +540,14 @@ class RoomBot:
         session = room.session
         if session not in self.runtime.sessions() or (parked and session.state == "finished"):
             session = await loop.run_in_executor(None, self._next_session, room.name, session)
-            await self._swap(room, session)
+            self._swap(room, session)
         if parked:
             session.feed_audio(np.concatenate(parked), ASR_RATE)
         elif was_finished or session.state == "finished":
             await loop.run_in_executor(self._finish_pool, session.finish)
             room.finished = True
 
-    async def _swap(self, room: Room, session: "MeetingSession") -> None:
+    def _swap(self, room: Room, session: "MeetingSession") -> None:
         """The room goes on in ``session`` (call with the room's session lock held)."""
         if room.unsubscribe is not None:
             room.unsubscribe()

@@ -75,8 +75,7 @@ def forget_in_live_meeting(runtime: Runtime, session: MeetingSession, speaker: s
     forget escapes it. A session that saves itself (autosave) is saved, rebuilt and shredded as
     :func:`forget_speaker` does, and resumed; any other one is rebuilt in memory, and its old cache is closed."""
     session_id = session.session_id
-    speakers = session.speakers()  # an unknown speaker is refused before anything changes
-    speaker_label(speaker, list(speakers), {label: name for label, name in speakers.items() if name})
+    session.speaker_label(speaker)  # an unknown speaker is refused before anything changes
     session.finish(timeout)
     if session.state != "finished":
         raise InputError(f"the meeting stopped on an error and cannot be rebuilt: {session.snapshot().error}")

@@ -438,17 +438,22 @@ class MeetingSession:
         with self._lock:
             return {label: names.get(label) for label in dict.fromkeys(w.speaker for w in self._words)}
 
+    def speaker_label(self, speaker: str, speakers: dict[str, str | None] | None = None) -> str:
+        """The label ``speaker`` (a label, or the name it goes by now) means; InputError listing the speakers."""
+        from app.speakers import speaker_label
+
+        speakers = self.speakers() if speakers is None else speakers
+        return speaker_label(speaker.strip(), list(speakers), {k: v for k, v in speakers.items() if v})
+
     def rename_speaker(self, speaker: str, name: str) -> str:
         """Call ``speaker`` (a label, or the name it goes by now) ``name`` from now on, in the transcript, answers
         and the saved meeting, whatever the meeting says; returns the label. Lines already in the KV keep the
         speaker as they were written."""
-        from app.speakers import speaker_label
-
         name = " ".join((name or "").split())
         if not name or len(name) > 40 or not any(c.isalpha() for c in name):
             raise InputError("a speaker's name is 1-40 characters with at least one letter")
         speakers = self.speakers()
-        label = speaker_label(speaker.strip(), list(speakers), {k: v for k, v in speakers.items() if v})
+        label = self.speaker_label(speaker, speakers)
         if name in speakers or any(v == name for k, v in speakers.items() if k != label):
             raise InputError(f"{name!r} already names another speaker of this meeting")
         with self._lock:
