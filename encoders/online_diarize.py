@@ -118,7 +118,8 @@ class OnlineDiarizer:
     new_speaker_threshold: float = 0.6  # cosine to the nearest centroid below which a new speaker starts
     recluster_every_s: float = 10.0  # stream seconds between global re-clusterings
     min_recluster_words: int = 40  # below this, spectral clustering is less reliable than the centroids
-    clustering: EmbeddedDiarizer = field(default_factory=EmbeddedDiarizer)  # the batch diarizer's clustering
+    # the batch diarizer's clustering, with the merge threshold measured for GE2E's word windows
+    clustering: EmbeddedDiarizer = field(default_factory=lambda: EmbeddedDiarizer(embedding="ge2e", merge_threshold=0.71))
     max_speakers: int = 8
     history_s: float = 40.0  # audio kept: committed words are never older than the ASR buffer
     max_words: int = 1500  # embeddings kept for re-clustering (and relabelling)
