@@ -191,6 +191,35 @@ def test_live_meeting_page(server, browser, tmp_path_factory):
     assert float(flashed.get_attribute("data-start")) <= cited + 0.01
     assert re.search(keywords, answer + flashed.inner_text(), re.IGNORECASE), answer
 
+    # search: the words are marked in the transcript, the matching lines counted and linked; a link scrolls there
+    word = re.search(keywords, " ".join(lines.all_inner_texts()), re.IGNORECASE).group(0)
+    page.fill("#mt-search textarea", word)
+    page.press("#mt-search textarea", "Enter")
+    _wait_for_text(page, "#mt-transcript .mt-search-hits", r"\d+ lines? match", 30)
+    marks = page.locator("#mt-transcript mark")
+    assert marks.count() >= 1 and {m.lower() for m in marks.all_inner_texts()} == {word.lower()}
+    page.locator("#mt-transcript .mt-search-hits a").first.click()
+    found = page.locator("#mt-transcript .mt-line.mt-flash")
+    found.wait_for(timeout=5_000)
+    expect(found).to_be_in_viewport()
+    assert word.lower() in found.inner_text().lower()
+    page.fill("#mt-search textarea", "")
+    page.press("#mt-search textarea", "Enter")
+    expect(page.locator("#mt-transcript .mt-search-hits")).to_have_count(0, timeout=10_000)
+    phase("search marked and linked")
+
+    # click-to-play: the recording sits beside the transcript; a line's time plays it from there
+    audio = page.locator("#mt-player audio")
+    audio.wait_for(timeout=30_000)
+    line = lines.nth(min(2, lines.count() - 1))
+    start = float(line.get_attribute("data-start"))
+    line.locator(".mt-time").click()
+    page.wait_for_function("a => !a.paused && a.currentTime > 0", arg=audio.element_handle(), timeout=15_000)
+    played = audio.evaluate("a => a.currentTime")
+    assert start - 0.5 <= played <= start + 8, (start, played)
+    audio.evaluate("a => a.pause()")
+    phase("a line's time played")
+
     # while the meeting goes on (the rest of the test does not wait for its end, so a slow machine
     # only slows the transcript): the KV dashboard plots have drawn, the slides strip fills
     for plot in ("#mt-plot-tier", "#mt-plot-modality", "#mt-plot-ratio"):

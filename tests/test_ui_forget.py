@@ -34,6 +34,11 @@ def test_a_speaker_is_forgotten_from_the_page_while_the_replay_goes_on(scripted_
         wav = meeting.write_wav(tmp_path / "meeting.wav")
         page.start_replay(None, str(wav), 1.0, tab_request)
         tab = page.tab(tab_request)
+        _until(lambda: tab.player != "", 30)  # the recording's player: a copy in the page's media folder
+        media = tab.media
+        assert (media / "recording.wav").read_bytes() == wav.read_bytes() and media.parent == page.media_root
+        assert f"gradio_api/file={media.resolve()}/recording.wav" in tab.player
+        assert page.refresh(tab_request)[-1] == tab.player and page.refresh(tab_request)[-1] == gr.skip()  # sent once
         assert page.forget("  ", [], tab_request)[1].endswith("type the name or label (e.g. SPEAKER_01) of the speaker to forget")
         _until(lambda: "friday" in " ".join(w.text for w in tab.session.transcript().words).lower())
         page.export(tab_request)
@@ -48,6 +53,7 @@ def test_a_speaker_is_forgotten_from_the_page_while_the_replay_goes_on(scripted_
         box, status, chat_after = page.forget("SPEAKER_01", chat, tab_request)
         assert (box, chat_after) == ("", []) and "forgot SPEAKER_01" in status, status
         assert tab.session is not old and not exported.exists()  # files that quoted the speaker are gone
+        assert tab.player == "" and not media.exists()  # so is the recording, which holds their voice
 
         _until(lambda: tab.session.state == "finished")  # the replay went on into the rebuilt meeting
         said = " ".join(w.text for w in tab.session.transcript().words).lower()

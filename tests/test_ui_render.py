@@ -39,6 +39,23 @@ def test_transcript_html_lines_anchor_colour_escape_and_tentative():
     assert jump == '<button type="button" class="mt-jump" hidden>↓ Jump to live</button>'  # shown by the page script
 
 
+def test_search_marks_every_occurrence_and_links_the_matching_lines():
+    html = render.transcript_html(_transcript(), query="  BOB ")
+    head, box = html.split('<div class="mt-transcript">', 1)
+    assert head == ('<div class="mt-search-hits">2 lines match “BOB”: <a href="#mt-t-350">00:03 Bob</a> · '
+                    '<a href="#mt-t-6200">01:02 Alice</a></div>')  # a speaker's name or the words
+    assert box.count("<mark>") == 2 and "<mark>Bob</mark>" in box
+    assert box.count('class="mt-line mt-hit"') == 2
+    assert "Thanks, <mark>Bob</mark>." in box
+    # markup in the query or the text stays text; matches are found on the words, not on their escaping
+    tricky = render.transcript_html(_transcript(), query="<every")
+    assert "<mark>&lt;every</mark>one&gt;" in tricky and "1 line matches “&lt;every”" in tricky
+    assert "<mark>" not in render.transcript_html(_transcript(), query="lt")
+    nothing = render.transcript_html(_transcript(), query="budget")
+    assert nothing.startswith('<div class="mt-search-hits">No line matches “budget”.</div>') and "<mark>" not in nothing
+    assert render.transcript_html(_transcript(), query="   ") == render.transcript_html(_transcript())
+
+
 def test_colours_are_stable_as_the_meeting_grows():
     before = render.speaker_colours(["Alice", "Bob"])
     after = render.speaker_colours(["Alice", "Bob", "Carol", "Alice"])
@@ -152,6 +169,27 @@ def test_page_actions_per_tab_without_a_meeting(tmp_path, tiny_llm_dir):
     assert set(page.tabs) == {"tab-b"}
     page.close()
     assert page.tabs == {}
+
+
+def test_the_player_copies_what_the_browser_plays_and_decodes_the_rest(tmp_path):
+    import soundfile
+
+    from ui.player import playable_copy, player_html
+
+    tone = (0.2 * np.sin(np.arange(16000 * 2) * 2 * np.pi * 440 / 16000)).astype(np.float32)
+    wav = tmp_path / "meeting.wav"
+    soundfile.write(wav, tone, 16000)
+    copied = playable_copy(wav, tmp_path / "a")
+    assert copied.name == "recording.wav" and copied.read_bytes() == wav.read_bytes()
+    mov = tmp_path / "meeting.mov"  # a container Debian's Chromium may not play: its audio becomes Ogg Vorbis
+    mov.write_bytes(wav.read_bytes())
+    encoded = playable_copy(mov, tmp_path / "b")
+    audio, rate = soundfile.read(encoded)
+    assert encoded.name == "recording.ogg" and rate == 16000 and abs(len(audio) - len(tone)) < 1600
+    assert [p.name for p in (tmp_path / "b").iterdir()] == ["recording.ogg"]  # no partial file left
+    html = player_html(encoded)
+    assert html.startswith('<audio class="mt-audio" controls preload="metadata" src="gradio_api/file=/') and "recording.ogg" in html
+    assert player_html(None) == ""
 
 
 def _snapshot(state: str, heard: float, decoded: float):

@@ -15,6 +15,7 @@ import socket
 import tempfile
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ import gradio as gr
 from app.transcript import WRITERS, atomic_write
 from encoders.errors import InputError
 from ui import render
+from ui.player import playable_copy, player_html
 from ui.settings import UISettings, bundled_samples
 
 if TYPE_CHECKING:
@@ -34,7 +36,7 @@ log = logging.getLogger(__name__)
 
 UPLOAD_TYPES = [".wav", ".mp3", ".m4a", ".mp4", ".webm", ".ogg", ".opus", ".flac", ".mkv", ".mov", ".aac"]
 X_TITLE = "seconds since the meeting started"
-TAB_OUTPUTS = 9  # status, transcript, tier plot, modality plot, ratio plot, kv stats, slides, actions, summary
+TAB_OUTPUTS = 10  # status, transcript, tier plot, modality plot, ratio plot, kv stats, slides, actions, summary, player
 
 CSS = """
 .mt-transcript { max-height: 460px; overflow-y: auto; font-size: 0.95rem; line-height: 1.45; }
@@ -44,6 +46,11 @@ CSS = """
 .mt-tentative { color: #999; font-style: italic; }
 .mt-flash { background: #fff3b0; transition: background 0.3s; }
 .mt-empty { color: #888; }
+.mt-transcript mark { background: #ffe066; padding: 0 1px; border-radius: 2px; }
+.mt-search-hits { font-size: 0.85rem; color: #555; margin-bottom: 4px; }
+.mt-audio { width: 100%; height: 36px; }
+.mt-player-hint { font-size: 0.8rem; color: #777; }
+.mt-playable .mt-time { cursor: pointer; text-decoration: underline dotted; }
 .mt-jump { margin-top: 4px; padding: 2px 10px; border-radius: 12px; border: 1px solid #bbb; background: #f4f4f4; cursor: pointer; }
 #mt-summary h1 { font-size: 1.2rem; margin: 0.2em 0; }
 #mt-summary h2 { font-size: 1.05rem; margin: 0.4em 0 0.2em; }
@@ -53,6 +60,7 @@ CSS = """
 # reader put it across re-renders (each update replaces the box) and a "Jump to live" button brings it back.
 # A citation link (#mt-t-<centiseconds>) scrolls it to the line spoken at that time (the line with that id,
 # else the last line starting before it: turns can be re-split as later words arrive) and holds it there.
+# With a recording's player on the page, a click on a line's time, or on an answer's citation, plays from that moment.
 HEAD = """
 <script>
 (function () {
@@ -84,7 +92,15 @@ HEAD = """
     target.scrollIntoView({block: 'nearest'});
     target.classList.add('mt-flash');
   }
+  function play(t) {
+    var audio = document.querySelector('#mt-player audio');
+    if (!audio || isNaN(t)) return;
+    audio.currentTime = Math.max(0, t);
+    var started = audio.play();
+    if (started && started.catch) started.catch(function () {});
+  }
   function follow() {
+    document.body.classList.toggle('mt-playable', !!document.querySelector('#mt-player audio'));
     if (focus && Date.now() < focus.until) { show(focus.anchor); return; }
     focus = null;
     document.querySelectorAll('.mt-flash').forEach(function (line) { line.classList.remove('mt-flash'); });
@@ -105,17 +121,20 @@ HEAD = """
     if (event.target.classList && event.target.classList.contains('mt-jump')) {
       focus = null; following = true; follow(); return;
     }
+    var time = event.target.closest ? event.target.closest('.mt-line[data-start] .mt-time') : null;
+    if (time) { play(parseFloat(time.parentElement.getAttribute('data-start'))); return; }
     var link = event.target.closest ? event.target.closest('a[href*="#mt-t-"], a[href*="#mt-turn-"]') : null;
     if (!link) return;
     event.preventDefault(); event.stopPropagation();
     document.querySelectorAll('.mt-flash').forEach(function (line) { line.classList.remove('mt-flash'); });
     focus = {anchor: link.getAttribute('href').split('#')[1], until: Date.now() + 20000};
     show(focus.anchor);
+    if (link.closest('#mt-chat') && focus.anchor.indexOf('mt-t-') === 0) play(parseInt(focus.anchor.slice(5), 10) / 100);
   }, true);
   var pending = false;
   new MutationObserver(function (changes) {
     if (pending) return;
-    var ours = changes.some(function (c) { return c.target.closest && c.target.closest('#mt-transcript'); });
+    var ours = changes.some(function (c) { return c.target.closest && c.target.closest('#mt-transcript, #mt-player'); });
     if (!ours) return;
     pending = true;
     requestAnimationFrame(function () { pending = false; follow(); });
@@ -151,6 +170,10 @@ class Tab:
     overrides: dict = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock)
     feed_lock: threading.Lock = field(default_factory=threading.Lock)  # held by a forget while it swaps sessions
+    search: str = ""  # the transcript search box's words, marked in every render
+    player: str = ""  # the recording's player (ui/player.py), "" when there is none
+    shown_player: str | None = None
+    media: Path | None = None  # the folder holding the player's copy of the recording
 
     def __post_init__(self) -> None:
         self.history = render.KVHistory(self.history_points)
@@ -161,6 +184,12 @@ class Tab:
         self.notice = self.shown_notice = self.shown_status = None
         self.summary_md, self.summary_version, self.shown_summary, self.summary_at = "_No summary yet._", 0, -1, 0.0
         self.summary_export = self.summary_md
+
+    def drop_player(self) -> None:
+        """No player, and its copy of the recording deleted (a new meeting, or a forgotten speaker's voice)."""
+        if self.media is not None:
+            shutil.rmtree(self.media, ignore_errors=True)
+        self.media, self.player = None, ""
 
     def end(self) -> None:
         """Stop the feed and close the session (the runtime forgets it)."""
@@ -242,6 +271,7 @@ class LivePage:
         self._extra_runtimes: dict[tuple, Runtime] = {}
         self._lock = threading.Lock()
         self.export_root = Path(self.ui.export_dir or tempfile.mkdtemp(prefix="minutia-ui-"))
+        self.media_root = Path(tempfile.mkdtemp(prefix="minutia-ui-media-"))  # the only folder the browser may read
 
     # ------------------------------------------------------------------ tabs and sessions
     def tab(self, request: gr.Request) -> Tab:
@@ -280,6 +310,7 @@ class LivePage:
     def _begin(self, tab: Tab, source: str) -> MeetingSession:
         tab.end()
         tab.reset_views()
+        tab.drop_player()
         runtime = self.runtime_for(tab.overrides)
         tab.session, tab.runtime, tab.source = runtime.new_session(source=source), runtime, source
         tab.started = time.monotonic()
@@ -291,6 +322,7 @@ class LivePage:
         for runtime in self._extra_runtimes.values():
             runtime.close()
         self._extra_runtimes.clear()
+        shutil.rmtree(self.media_root, ignore_errors=True)
 
     # ------------------------------------------------------------------ actions
     def start_replay(self, sample: str | None, upload: str | None, speed: float, request: gr.Request) -> tuple:
@@ -312,9 +344,26 @@ class LivePage:
                 )
                 tab.feeder.start()
                 tab.notice = f"replaying {name} at {float(speed):g}x"
+            threading.Thread(target=self._prepare_player, args=(tab, session, path), daemon=True).start()
         except Exception as exc:
             return self._fail(tab, exc), []
         return render.status_line(tab.session.snapshot(), tab.notice), []
+
+    def _prepare_player(self, tab: Tab, session: MeetingSession, path: Path) -> None:
+        """Put a playable copy of the replayed recording beside the transcript (off the request: a long
+        upload in a format the browser cannot play is decoded first)."""
+        folder = self.media_root / uuid.uuid4().hex
+        try:
+            html_ = player_html(playable_copy(path, folder))
+        except Exception:
+            log.exception("no player for %s", path.name)
+            shutil.rmtree(folder, ignore_errors=True)
+            return
+        with tab.lock:
+            if tab.session is session:
+                tab.media, tab.player = folder, html_
+                return
+        shutil.rmtree(folder, ignore_errors=True)  # the meeting was replaced (or rebuilt) meanwhile
 
     @staticmethod
     def _replay(tab: Tab, session: TabFeed, path: Path, speed: float, stop: threading.Event) -> None:
@@ -398,11 +447,13 @@ class LivePage:
         changed = snapshot.version != tab.last_version or tab.notice != tab.shown_notice
         summary = tab.summary_md if tab.summary_version != tab.shown_summary else gr.skip()
         tab.shown_summary = tab.summary_version
+        player = tab.player if tab.player != tab.shown_player else gr.skip()
+        tab.shown_player = tab.player
         status = render.status_line(snapshot, tab.notice)
         if not changed:  # the progress line still moves while nothing is committed (silence, a backlog)
             moved = status != tab.shown_status
             tab.shown_status = status
-            return (status if moved else gr.skip(),) + (gr.skip(),) * (TAB_OUTPUTS - 2) + (summary,)
+            return (status if moved else gr.skip(),) + (gr.skip(),) * (TAB_OUTPUTS - 3) + (summary, player)
         tab.last_version, tab.shown_notice, tab.shown_status = snapshot.version, tab.notice, status
         tab.history.add(round(time.monotonic() - tab.started, 1), snapshot.kv)
         try:
@@ -411,7 +462,7 @@ class LivePage:
             actions = f"_action items unavailable: {exc}_"
         return (
             status,
-            render.transcript_html(snapshot.transcript, snapshot.tentative),
+            render.transcript_html(snapshot.transcript, snapshot.tentative, tab.search),
             tab.history.bytes_frame("bytes_by_tier"),
             tab.history.bytes_frame("bytes_by_modality"),
             tab.history.ratio_frame(),
@@ -419,6 +470,7 @@ class LivePage:
             render.slide_items(snapshot.slides),
             actions,
             summary,
+            player,
         )
 
     def _maybe_summarize(self, tab: Tab, snapshot: SessionSnapshot) -> None:
@@ -490,6 +542,19 @@ class LivePage:
             return None
         return [str(p) for p in paths]
 
+    def search(self, query: str, request: gr.Request) -> str:
+        """Mark ``query`` in the tab's transcript now and in every later render (empty: no search)."""
+        tab = self.tab(request)
+        tab.search = " ".join((query or "").split())[:200]
+        try:
+            snapshot = tab.session.snapshot() if tab.session is not None else None
+        except Exception:  # the next tick shows the failure; the search still holds
+            log.exception("search: the session's snapshot failed")
+            return gr.skip()
+        if snapshot is None:
+            return render.transcript_html(_empty_transcript(), query=tab.search)
+        return render.transcript_html(snapshot.transcript, snapshot.tentative, tab.search)
+
     def rename(self, speaker: str, name: str, request: gr.Request) -> tuple[str, str, str]:
         """Give a speaker of the tab's meeting the name the user knows them by. Returns (speaker, name, status)."""
         tab = self.tab(request)
@@ -527,11 +592,12 @@ class LivePage:
                     session.finish()
                 shutil.rmtree(self.export_root / session.session_id, ignore_errors=True)
                 tab.reset_views()
+                tab.drop_player()  # the recording holds their voice
         except Exception as exc:
             return speaker, self._fail(tab, exc), chat
         who = f"{report.name} ({report.speaker})" if report.name else report.speaker
         tab.notice = (f"forgot {who}: {report.words_removed} word(s) removed from the transcript and the model's "
-                      "memory; earlier answers, the summary and exports were cleared")
+                      "memory; earlier answers, the summary, exports and the recording's player were cleared")
         return "", render.status_line(tab.session.snapshot(), tab.notice), []
 
     def apply_settings(self, model: str, budget_ratio: float, request: gr.Request) -> str:
@@ -582,7 +648,10 @@ def build_page(runtime: Runtime, ui_settings: UISettings | None = None) -> gr.Bl
                     cam = gr.Image(sources=["webcam"], streaming=True, label="Webcam (slides)", elem_id="mt-cam",
                                    webcam_options=gr.WebcamOptions(mirror=False))  # slide text must not come out mirrored
                 gr.Markdown("### Live transcript")
+                search = gr.Textbox(placeholder="Search the transcript (words or a speaker), then Enter", show_label=False,
+                                    elem_id="mt-search")
                 transcript = gr.HTML(render.transcript_html(_empty_transcript()), elem_id="mt-transcript")
+                player = gr.HTML("", elem_id="mt-player")  # replaced only when the recording changes: playback goes on
                 slides = gr.Gallery(label="Slides", columns=6, height=160, object_fit="contain", elem_id="mt-slides")
             with gr.Column(scale=2):
                 chat = gr.Chatbot(label="Ask about the meeting", height=320, elem_id="mt-chat")
@@ -621,11 +690,12 @@ def build_page(runtime: Runtime, ui_settings: UISettings | None = None) -> gr.Bl
             apply_button = gr.Button("Apply", size="sm", elem_id="mt-apply")
 
         timer = gr.Timer(ui.poll_seconds)
-        tab_outputs = [status, transcript, tier_plot, modality_plot, ratio_plot, kv_stats, slides, actions, summary]
+        tab_outputs = [status, transcript, tier_plot, modality_plot, ratio_plot, kv_stats, slides, actions, summary, player]
         timer.tick(page.refresh, outputs=tab_outputs, show_progress="hidden", concurrency_limit=None)
         replay_button.click(page.start_replay, inputs=[sample, upload, speed], outputs=[status, chat], concurrency_limit=None)
         ask_button.click(page.ask, inputs=[question, chat], outputs=[question, chat], concurrency_limit=None)
         question.submit(page.ask, inputs=[question, chat], outputs=[question, chat], concurrency_limit=None)
+        search.submit(page.search, inputs=[search], outputs=[transcript], concurrency_limit=None)
         summary_button.click(page.refresh_summary, outputs=[summary], concurrency_limit=None)
         export_button.click(page.export, outputs=[files], concurrency_limit=None)
         rename_button.click(page.rename, inputs=[rename_from, rename_to], outputs=[rename_from, rename_to, status],
@@ -714,6 +784,7 @@ def serve(
     _, url, _ = demo.launch(
         server_name=host, server_port=port, auth=auth, prevent_thread_lock=True, quiet=True, ssr_mode=False,
         share=False, max_file_size=f"{ui_settings.max_upload_mb:g}mb", footer_links=[], css=CSS, head=HEAD,
+        allowed_paths=[str(demo.live.media_root)],  # type: ignore[attr-defined]  # the players' recordings only
     )
     server = Server(url=url or f"http://{host}:{port}/", demo=demo)
     if block:

@@ -34,24 +34,59 @@ def speaker_colours(speakers: Iterable[str]) -> dict[str, str]:
     return colours
 
 
-def transcript_html(transcript: Transcript, tentative: str = "") -> str:
-    """Committed turns (time, coloured speaker, text; each line an anchor) and the greyed tentative tail."""
+def transcript_html(transcript: Transcript, tentative: str = "", query: str = "") -> str:
+    """Committed turns (time, coloured speaker, text; each line an anchor) and the greyed tentative tail.
+
+    With a search ``query``: its occurrences (any case, in the text or the speaker) are marked, and a line
+    above the transcript counts the matching lines and links to them (the page scrolls to a clicked one).
+    """
+    query = " ".join(query.split())
     colours = speaker_colours(transcript.speakers)
-    lines = []
+    lines, hits = [], []
     for index, turn in enumerate(transcript.turns):
         start = "" if turn.start is None else f"{turn.start:.2f}"
+        anchor = line_anchor(turn.start, index)
+        speaker, text = _marked(turn.speaker, query), _marked(turn.text, query)
+        hit = query and "<mark" in speaker + text
+        if hit:
+            hits.append(f'<a href="#{anchor}">{format_time(turn.start)} {html.escape(turn.speaker)}</a>')
         lines.append(
-            f'<div class="mt-line" id="{line_anchor(turn.start, index)}" data-start="{start}">'
+            f'<div class="mt-line{" mt-hit" if hit else ""}" id="{anchor}" data-start="{start}">'
             f'<span class="mt-time">{format_time(turn.start)}</span> '
-            f'<span class="mt-speaker" style="color:{colours[turn.speaker]}">{html.escape(turn.speaker)}</span> '
-            f'<span class="mt-text">{html.escape(turn.text)}</span></div>'
+            f'<span class="mt-speaker" style="color:{colours[turn.speaker]}">{speaker}</span> '
+            f'<span class="mt-text">{text}</span></div>'
         )
     if tentative.strip():
         lines.append(f'<div class="mt-line mt-tentative"><span class="mt-text">{html.escape(tentative.strip())}</span></div>')
     if not lines:
         lines.append('<div class="mt-empty">No transcript yet: replay the sample, upload a recording or start the microphone.</div>')
     jump = '<button type="button" class="mt-jump" hidden>↓ Jump to live</button>'  # the page script shows it
-    return '<div class="mt-transcript">' + "".join(lines) + "</div>" + jump
+    return _search_line(query, hits) + '<div class="mt-transcript">' + "".join(lines) + "</div>" + jump
+
+
+SEARCH_LINKS = 30  # matching lines linked above the transcript; the rest are only marked
+
+
+def _marked(text: str, query: str) -> str:
+    """``text`` HTML-escaped, each case-insensitive occurrence of ``query`` inside <mark>."""
+    if not query:
+        return html.escape(text)
+    out, lower, needle, at = [], text.lower(), query.lower(), 0
+    while (found := lower.find(needle, at)) >= 0:
+        out.append(html.escape(text[at:found]) + "<mark>" + html.escape(text[found : found + len(query)]) + "</mark>")
+        at = found + len(query)
+    return "".join(out) + html.escape(text[at:])
+
+
+def _search_line(query: str, hits: list[str]) -> str:
+    if not query:
+        return ""
+    shown = f"“{html.escape(query)}”"
+    if not hits:
+        return f'<div class="mt-search-hits">No line matches {shown}.</div>'
+    more = f" and {len(hits) - SEARCH_LINKS} more" if len(hits) > SEARCH_LINKS else ""
+    count = f"{len(hits)} line{'s' if len(hits) != 1 else ''} match{'es' if len(hits) == 1 else ''} {shown}"
+    return f'<div class="mt-search-hits">{count}: ' + " · ".join(hits[:SEARCH_LINKS]) + more + "</div>"
 
 
 def line_anchor(start: float | None, index: int) -> str:

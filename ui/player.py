@@ -1,0 +1,43 @@
+"""The recording beside the transcript, so a click on a line's time plays what was said there.
+
+The page serves a copy from its own media folder (the only folder it lets the browser read). Chromium
+plays Ogg, Opus, WebM, WAV, MP3 and FLAC itself; other containers (m4a, mp4, mov, mkv, aac) may need
+codecs a Debian build lacks, so their audio is decoded and written as Ogg Vorbis first.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import shutil
+from pathlib import Path
+from urllib.parse import quote
+
+PLAYABLE = (".ogg", ".opus", ".webm", ".wav", ".mp3", ".flac")
+
+
+def playable_copy(source: Path, folder: Path) -> Path:
+    """A copy of ``source``'s audio in ``folder`` that the browser can play; written whole, then renamed."""
+    folder.mkdir(parents=True, exist_ok=True)
+    suffix = source.suffix.lower()
+    target = folder / f"recording{suffix if suffix in PLAYABLE else '.ogg'}"
+    partial = folder / f".partial{target.suffix}"
+    if suffix in PLAYABLE:
+        shutil.copyfile(source, partial)
+    else:
+        import soundfile
+
+        from encoders.audio import SAMPLE_RATE, load_audio
+
+        soundfile.write(partial, load_audio(source), SAMPLE_RATE, format="OGG", subtype="VORBIS")
+    os.replace(partial, target)
+    return target
+
+
+def player_html(path: Path | None) -> str:
+    """An audio player for ``path`` (served through Gradio's file route), or nothing."""
+    if path is None:
+        return ""
+    src = "gradio_api/file=" + quote(str(path.resolve()))
+    return (f'<audio class="mt-audio" controls preload="metadata" src="{html.escape(src)}"></audio>'
+            '<div class="mt-player-hint">Click a line\'s time (or a cited source) to hear it.</div>')
