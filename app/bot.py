@@ -37,6 +37,7 @@ from app.bot_settings import BotSettings
 from app.events import Failed, LineClosed, SessionEvent, SlideShown, StateChanged, TentativeChanged, WordsCommitted
 from app.metrics import Metrics
 from app.mixer import ASR_RATE, MIX_FRAME, AudioMixer
+from app.participants import Participants, display_name
 from app.room_messages import answer_message, captions, float_or_none, jsonable, line_message, majority_label
 from app.signaling import JoinRefused, create_app
 
@@ -131,7 +132,9 @@ class Room:
         self.unsubscribe: Any = None
         self.recent_words: collections.deque = collections.deque(maxlen=400)  # committed words with labels
         self.held_lines: list[Any] = []  # closed lines waiting for their last words' labels
-        self.parked: list[np.ndarray] | None = None  # audio that arrives while a forget rebuilds the meeting
+        # audio (with its frames' speakers) that arrives while a forget rebuilds the meeting
+        self.parked: list[tuple[np.ndarray, list]] | None = None
+        self.participants = Participants()  # peers that joined with a name: their microphone says who speaks
 
     def broadcast(self, message: dict) -> None:
         for peer in list(self.peers.values()):
@@ -167,19 +170,34 @@ class RoomBot:
         return sum(len(room.peers) for room in list(self.rooms.values()))
 
     # ------------------------------------------------------------------ joining
-    async def join(self, room_name: str, token: str | None, sdp: str, client: str = "?") -> tuple[str, str]:
-        """Check, negotiate, and return (peer id, SDP answer); raises :class:`JoinRefused`."""
+    async def join(self, room_name: str, token: str | None, sdp: str, client: str = "?",
+                   name: str | None = None) -> tuple[str, str]:
+        """Check, negotiate, and return (peer id, SDP answer); raises :class:`JoinRefused`. A peer with a ``name``
+        is that participant: what its microphone says is attributed to them (app/participants.py)."""
+        from encoders.errors import InputError
+
         outcome = "refused"
         try:
             if self._closed:
                 raise JoinRefused(503, "the bot is shutting down")
             self.admission.screen(room_name, token, sdp, client)
+            try:
+                name = display_name(name) if name is not None else None
+            except InputError as exc:
+                raise JoinRefused(422, str(exc)) from None
             async with self._join_lock:
                 self.admission.check_load(self.rooms, room_name, self.peer_total())
                 room = await self._room(room_name)
                 self.admission.check_room(room_name, len(room.peers))
+                peer_id = uuid.uuid4().hex[:10]
+                if name is not None:
+                    try:
+                        room.participants.add(peer_id, name)
+                    except InputError as exc:
+                        raise JoinRefused(409, str(exc)) from None
+                    room.session.keep_names({name: name})
                 pc = RTCPeerConnection(ice_configuration())
-                peer = Peer(uuid.uuid4().hex[:10], room, pc, client)
+                peer = Peer(peer_id, room, pc, client)
                 room.peers[peer.peer_id] = peer  # counted now, so concurrent joins respect the limits
             try:
                 self._wire(peer)
@@ -214,6 +232,7 @@ class RoomBot:
                 mixer = AudioMixer(deadline=self.settings.mix_deadline_seconds,
                                    backlog=self.settings.mix_backlog_seconds)
                 room = Room(name, session, mixer)
+                self._install(room, session)
                 self._listen(room)
                 self.rooms[name] = room
             return room
@@ -286,6 +305,7 @@ class RoomBot:
         room = peer.room
         if room.peers.pop(peer.peer_id, None) is None:
             return
+        room.participants.leave(peer.peer_id)
         log.info("peer left", extra={"room": room.name, "peer": peer.peer_id, "reason": reason})
         current = asyncio.current_task()
         for task in list(peer.tasks):
@@ -322,10 +342,12 @@ class RoomBot:
         the session so the recogniser commits its tail (nothing heard is lost). Runs while there is audio."""
         chunk = int(self.settings.audio_chunk_seconds * ASR_RATE)
         pending: list[np.ndarray] = []
+        speakers: list = []  # who spoke in each 20 ms frame of the pending audio (app/participants.py)
         held, fed, dropped = 0, False, room.mixer.dropped
         while True:
             room.wakeup.clear()  # before pulling: audio pushed from here on wakes the wait below
             mixed = room.mixer.pull()
+            speakers.extend(room.participants.speakers_of(room.mixer.take_activity()))
             if room.mixer.dropped > dropped:
                 lost, dropped = room.mixer.dropped - dropped, room.mixer.dropped
                 self.metrics.dropped_frames.labels(room.name, "audio").inc(lost / MIX_FRAME)
@@ -333,8 +355,8 @@ class RoomBot:
                 pending.append(mixed)
                 held += len(mixed)
             if pending and (held >= chunk or room.mixer.idle):
-                fed = await self._feed_audio(room, np.concatenate(pending)) or fed
-                pending, held = [], 0
+                fed = await self._feed_audio(room, np.concatenate(pending), speakers) or fed
+                pending, speakers, held = [], [], 0
             if room.mixer.idle:
                 if fed:
                     fed = False
@@ -347,16 +369,18 @@ class RoomBot:
             except asyncio.TimeoutError:
                 pass
 
-    async def _feed_audio(self, room: Room, samples: np.ndarray) -> bool:
+    async def _feed_audio(self, room: Room, samples: np.ndarray, speakers: list) -> bool:
         if room.parked is not None:  # a forget is rebuilding the meeting: the audio waits for the rebuilt session
-            room.parked.append(samples)
+            room.parked.append((samples, speakers))
             return True
         if room.finished:  # a speaker after the end: the meeting goes on in a new session
             await self._continue_room(room)
+        room.participants.queue(speakers)  # before the audio: the recogniser's thread may take it at once
         try:
             room.session.feed_audio(samples, ASR_RATE)
             return True
         except Exception as exc:
+            room.participants.unqueue(len(speakers))
             self.metrics.dropped_frames.labels(room.name, "audio").inc(len(samples) / MIX_FRAME)
             log.warning("audio refused by session", extra={"room": room.name, "error": str(exc)})
             return False
@@ -532,7 +556,7 @@ class RoomBot:
         room.broadcast({"type": "renamed", "speaker": label, "name": " ".join(name.split()),
                         "lines": [line_message(turn, None) for turn in transcript.turns]})
 
-    async def _settle(self, room: Room, parked: list[np.ndarray], was_finished: bool) -> None:
+    async def _settle(self, room: Room, parked: list[tuple[np.ndarray, list]], was_finished: bool) -> None:
         """After a forget, done or refused (call with the room's session lock held): the audio that waited goes to
         the room's session; a session the forget closed, or finished while audio waited, is continued as after
         the end of the stream; a room that had finished stays finished."""
@@ -542,7 +566,8 @@ class RoomBot:
             session = await loop.run_in_executor(None, self._next_session, room.name, session)
             self._swap(room, session)
         if parked:
-            session.feed_audio(np.concatenate(parked), ASR_RATE)
+            room.participants.queue([s for _, speakers in parked for s in speakers])
+            session.feed_audio(np.concatenate([samples for samples, _ in parked]), ASR_RATE)
         elif was_finished or session.state == "finished":
             await loop.run_in_executor(self._finish_pool, session.finish)
             room.finished = True
@@ -553,7 +578,16 @@ class RoomBot:
             room.unsubscribe()
         session.on_transfer = self.metrics.record_transfer
         room.session, room.finished = session, False
+        self._install(room, session)
         self._listen(room)
+
+    @staticmethod
+    def _install(room: Room, session: "MeetingSession") -> None:
+        """The room's named participants in a session that has heard nothing yet: their microphones label their
+        words, their names are kept. Frames still queued were the old session's (it is done): dropped."""
+        room.participants.take(len(room.participants))
+        session.diarizer_for = room.participants.diarizer
+        session.keep_names({name: name for name in room.participants.names.values()})
 
     # ------------------------------------------------------------------ session events (from session threads)
     def _on_event(self, room: Room, session: "MeetingSession", event: SessionEvent) -> None:

@@ -10,6 +10,7 @@ import numpy as np
 
 ASR_RATE = 16000
 MIX_FRAME = ASR_RATE // 50  # the room's clock ticks in 20 ms frames, as WebRTC audio does
+SPEAKING_RMS = 0.01  # a lane quieter than this (about -40 dBFS) in a frame is not speaking in it
 
 
 class AudioMixer:
@@ -21,6 +22,7 @@ class AudioMixer:
     gets silence: one quiet, stalled or vanished peer never holds up the room. A lane that ends is
     still mixed until it is empty. A laggard's late audio is mixed into later frames; a lane that has
     fallen more than ``backlog`` seconds behind the others is cut back, so its delay stays bounded.
+    Each mixed frame also records its loudest speaking lane (``take_activity``): who spoke then.
     """
 
     @dataclasses.dataclass
@@ -47,6 +49,7 @@ class AudioMixer:
         self.backlog = max(int(backlog * ASR_RATE), 2 * frame)
         self.lanes: dict[str, AudioMixer._Lane] = {}
         self.dropped = 0  # samples cut from lanes that fell too far behind
+        self.activity: list[str | None] = []  # per mixed frame: the loudest lane above SPEAKING_RMS, else None
 
     def push(self, lane: str, samples: np.ndarray, now: float | None = None) -> None:
         """Add a peer's next samples (float32 in [-1, 1]); a new or ended lane becomes live."""
@@ -65,6 +68,11 @@ class AudioMixer:
             if not entry.held:
                 del self.lanes[lane]
 
+    def take_activity(self) -> list[str | None]:
+        """The loudest speaking lane of each frame mixed since the last call, in order (None: nobody spoke)."""
+        taken, self.activity = self.activity, []
+        return taken
+
     @property
     def live(self) -> int:
         return sum(1 for lane in self.lanes.values() if lane.live)
@@ -74,8 +82,8 @@ class AudioMixer:
         """No live lane and nothing left to mix: the room's audio has ended."""
         return not self.lanes
 
-    def _ready(self) -> list["AudioMixer._Lane"]:
-        return [lane for lane in self.lanes.values() if lane.held >= self.frame or (not lane.live and lane.held)]
+    def _ready(self) -> dict[str, "AudioMixer._Lane"]:
+        return {name: lane for name, lane in self.lanes.items() if lane.held >= self.frame or (not lane.live and lane.held)}
 
     def wait_time(self, now: float | None = None) -> float | None:
         """Seconds until the next frame is due by its deadline (None: nothing is waiting)."""
@@ -83,7 +91,7 @@ class AudioMixer:
         if not ready:
             return None
         now = time.monotonic() if now is None else now
-        return max(0.0, min(lane.chunks[0][0] for lane in ready) + self.deadline - now)
+        return max(0.0, min(lane.chunks[0][0] for lane in ready.values()) + self.deadline - now)
 
     def pull(self, now: float | None = None) -> np.ndarray:
         """Every frame that is complete or due, mixed (float32 mono; empty when none is)."""
@@ -94,12 +102,17 @@ class AudioMixer:
             if not ready:
                 break
             waiting = any(lane.live and lane.held < self.frame for lane in self.lanes.values())
-            if waiting and now - min(lane.chunks[0][0] for lane in ready) < self.deadline:
+            if waiting and now - min(lane.chunks[0][0] for lane in ready.values()) < self.deadline:
                 break
             mix = np.zeros(self.frame, np.float32)
-            for lane in ready:
+            loudest, loudest_power = None, SPEAKING_RMS**2 * self.frame
+            for name, lane in ready.items():
                 part = lane.take(self.frame)
                 mix[:len(part)] += part
+                power = float(np.dot(part, part))
+                if power > loudest_power:
+                    loudest, loudest_power = name, power
+            self.activity.append(loudest)
             peak = float(np.abs(mix).max())
             if peak > 1.0:  # two loud speakers at once: scale the frame down rather than clip it
                 mix /= peak

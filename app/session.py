@@ -137,6 +137,9 @@ class MeetingSession:
         self._restored = restored
         self.forgotten_names: tuple[str, ...] = ()  # speakers forgotten from this meeting: their names go to no one
         self.kept_names: dict[str, str] = {}  # label -> name known before a forget (app/forget.py): given first
+        # How the runtime's diarizer is wrapped (a bot room's named participants, app/participants.py); set
+        # before the first audio, when the recogniser's thread picks its diarizer.
+        self.diarizer_for: Callable[[Diarizer], Diarizer] | None = None
         if restored is not None:
             last_speaker = self._restore_state(restored.metadata)
         self._checkpoints = Checkpoints(runtime.session_store, session_id, self._ledger.base_lines if restored else -1)
@@ -285,6 +288,8 @@ class MeetingSession:
                              hotwords=tuple(asr_settings.hotwords)),
         )
         diarizer = self.runtime.online_diarizer()
+        if self.diarizer_for is not None:
+            diarizer = self.diarizer_for(diarizer)
         self._speech.run(self._audio, self._closed, asr, diarizer, asr_settings.stream_catch_up_seconds)
         self._speech_done.set()
 
@@ -444,6 +449,12 @@ class MeetingSession:
 
         speakers = self.speakers() if speakers is None else speakers
         return speaker_label(speaker.strip(), list(speakers), {k: v for k, v in speakers.items() if v})
+
+    def keep_names(self, names: dict[str, str]) -> None:
+        """Labels that already are people's names (a bot room's named participants): theirs before any vote."""
+        with self._lock:
+            self.kept_names = {**self.kept_names, **names}
+            self._version += 1
 
     def rename_speaker(self, speaker: str, name: str) -> str:
         """Call ``speaker`` (a label, or the name it goes by now) ``name`` from now on, in the transcript, answers

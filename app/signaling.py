@@ -2,7 +2,7 @@
 
 FastAPI, so the endpoints have an OpenAPI schema (the tests fuzz it). Errors are JSON
 ``{"detail": "..."}`` with a status that says whose fault it is: 400 bad offer, 401 no token,
-422 a body that is not an offer,
+422 a body that is not an offer (or a name that cannot be a participant's), 409 a name another peer in the room has,
 403 unknown room or wrong token (the same answer, so names cannot be probed), 413 offer too large, 429 too many joins, 503 room or bot full.
 """
 
@@ -29,6 +29,8 @@ MAX_SDP_CHARS = 65536
 class Offer(BaseModel):
     sdp: str = Field(..., max_length=MAX_SDP_CHARS, description="the peer's SDP offer")
     type: Literal["offer"] = "offer"
+    name: str | None = Field(None, max_length=200, description="the participant's name: what this peer's microphone "
+                             "says is attributed to it (app/participants.py); without one, the voice diarizer decides")
 
 
 class Answer(BaseModel):
@@ -124,13 +126,14 @@ class Bot(Protocol):
 
     metrics: Metrics
 
-    async def join(self, room_name: str, token: str | None, sdp: str, client: str = "?") -> tuple[str, str]: ...
+    async def join(self, room_name: str, token: str | None, sdp: str, client: str = "?",
+                   name: str | None = None) -> tuple[str, str]: ...
 
     def peer_counts(self) -> dict[str, int]: ...
 
 
 _bearer = HTTPBearer(auto_error=False, description="the room's token")
-_ERRORS = {code: {"model": Problem} for code in (400, 401, 403, 404, 413, 429, 503)}
+_ERRORS = {code: {"model": Problem} for code in (400, 401, 403, 404, 409, 413, 429, 503)}
 
 
 def create_app(bot: Bot) -> FastAPI:
@@ -153,7 +156,7 @@ def create_app(bot: Bot) -> FastAPI:
         client = request.client.host if request.client else "?"
         token = credentials.credentials if credentials is not None else None
         try:
-            peer_id, sdp = await bot.join(room, token, body.sdp, client)
+            peer_id, sdp = await bot.join(room, token, body.sdp, client, name=body.name)
         except JoinRefused as exc:
             headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
             raise HTTPException(exc.status, exc.message, headers=headers) from None

@@ -27,6 +27,19 @@ def test_frames_are_mixed_once_every_live_speaker_contributed():
     assert mixed.size == MIX_FRAME and np.allclose(mixed, 0.25)
 
 
+def test_each_mixed_frame_records_its_loudest_speaking_lane():
+    mixer = AudioMixer(deadline=0.1)
+    mixer.push("alice:t1", np.r_[_tone(0.2), _tone(0.001), _tone(0.05)], now=0.0)
+    mixer.push("bob:t1", np.r_[_tone(0.1), _tone(0.002), _tone(0.3)], now=0.0)
+    assert mixer.pull(now=0.0).size == 3 * MIX_FRAME
+    # louder wins; a frame where both are below the speaking level is nobody's
+    assert mixer.take_activity() == ["alice:t1", None, "bob:t1"]
+    assert mixer.take_activity() == []  # taken once
+    mixer.push("alice:t1", _tone(0.2), now=1.0)
+    mixer.pull(now=1.2)  # bob sent nothing: his lane gets silence after the deadline
+    assert mixer.take_activity() == ["alice:t1"]
+
+
 def test_a_single_speaker_is_mixed_without_waiting():
     mixer = AudioMixer(deadline=0.1)
     mixer.push("a", _tone(0.25, 3)[:-10], now=0.0)

@@ -19,7 +19,7 @@ from scripted_parts import scripted_meeting
 from app.bot import BotServer, BotSettings
 from app.testing.peers import FileAudioTrack, ImageTrack, RoomClient
 
-ROOMS = {"solo": "token-solo", "duo": "token-duo", "forget": "token-forget"}
+ROOMS = {"solo": "token-solo", "duo": "token-duo", "forget": "token-forget", "named": "token-named"}
 SPEED = 3.0
 TAIL = 0.3  # too short for the recogniser to confirm the last words by itself: the end of the stream commits them
 ALICE, BOB, CAROL = "SPEAKER_00", "SPEAKER_01", "SPEAKER_02"  # as the diarizer labels them
@@ -186,3 +186,49 @@ def test_a_speaker_is_forgotten_while_the_room_goes_on(server, recording):
     assert BOB not in result["speakers"] and result["speakers"].get(ALICE) == "Alicia", result["speakers"]
     store = server.bot.runtime.session_store()
     assert store.sources(result["session"].session_id) == ["webrtc:forget-without-SPEAKER_01"]
+
+
+def test_named_participants_are_heard_by_their_own_microphones(server, recording):
+    """Dana and Eve join with their names; Dana's microphone plays Alice's opening, Eve's plays Bob's reply. The
+    voice diarizer would call them SPEAKER_00 and SPEAKER_01 and the meeting would name them Alice and Bob (as in
+    the two-speaker test): the tracks say Dana and Eve, and that is who the lines, the answers and a forget follow.
+    A name already in the room, or one that looks like a diarizer label, is refused at the door."""
+    import httpx
+
+    eve_lead = TURNS[1][0] - TURNS[0][0] + 1.5  # Eve speaks after Dana (the peers connect at slightly different times)
+
+    async def run() -> dict:
+        dana = RoomClient(server.url, "named", ROOMS["named"], [_track(recording, 0, 0, tail_seconds=1.0)], name="Dana")
+        eve = RoomClient(server.url, "named", ROOMS["named"], [_track(recording, 1, 1, lead_seconds=eve_lead)],
+                         name=" Eve ")
+        await asyncio.gather(dana.join(), eve.join())
+        refusals = []
+        for name in ("dana", "SPEAKER_01"):
+            try:
+                await RoomClient(server.url, "named", ROOMS["named"], name=name).join()
+            except httpx.HTTPStatusError as exc:
+                refusals.append((exc.response.status_code, exc.response.json()["detail"]))
+        await eve.wait_for(_finished, 180)
+        session = server.bot.rooms["named"].session
+        result = {"lines": [m for m in eve.messages if m["type"] == "line"], "speakers": session.speakers()}
+        dana.send("ask: Who will need one more week of work?")
+        result["answer"] = await dana.wait_for(lambda m: m["type"] in ("answer", "error"), 120)
+        dana.send("forget: Eve")
+        result["forgot"] = await dana.wait_for(lambda m: m["type"] == "forgot" or m.get("forget") == "Eve", 180)
+        await asyncio.gather(dana.close(), eve.close())
+        return {**result, "refusals": refusals}
+
+    result = asyncio.run(run())
+    assert [code for code, _ in result["refusals"]] == [409, 422], result["refusals"]
+    assert "already in this room" in result["refusals"][0][1], result["refusals"]
+    said = {}
+    for line in result["lines"]:
+        said.setdefault(line["speaker"], []).append(line["text"].lower())
+    assert set(said) == {"Dana", "Eve"}, result["lines"]  # not SPEAKER_xx, not the Alice and Bob they call each other
+    assert any("good morning" in text for text in said["Dana"]) and any("login" in text for text in said["Eve"]), said
+    assert result["speakers"] == {"Dana": "Dana", "Eve": "Eve"}, result["speakers"]
+    assert result["answer"]["type"] == "answer", result["answer"]
+    forgot = result["forgot"]
+    assert forgot["type"] == "forgot" and forgot["speaker"] == "Eve", forgot
+    assert {line["speaker"] for line in forgot["lines"]} == {"Dana"}, forgot["lines"]
+    assert not any("login" in line["text"].lower() for line in forgot["lines"]), forgot["lines"]

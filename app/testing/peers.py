@@ -134,8 +134,9 @@ class ImageTrack(MediaStreamTrack):
 class RoomClient:
     """A peer that joins a room over HTTP signaling and collects the bot's data-channel messages."""
 
-    def __init__(self, url: str, room: str, token: str | None, tracks: Sequence[Any] = ()) -> None:
-        self.url, self.room, self.token = url.rstrip("/"), room, token
+    def __init__(self, url: str, room: str, token: str | None, tracks: Sequence[Any] = (),
+                 name: str | None = None) -> None:
+        self.url, self.room, self.token, self.name = url.rstrip("/"), room, token, name
         self.pc = RTCPeerConnection(ice_configuration())
         for track in tracks:
             sender = self.pc.addTrack(track)
@@ -164,8 +165,8 @@ class RoomClient:
         sdp = await self.offer()
         headers = {"Authorization": f"Bearer {self.token}"} if self.token is not None else {}
         async with httpx.AsyncClient(timeout=timeout) as http:
-            response = await http.post(f"{self.url}/rooms/{self.room}/offer", json={"sdp": sdp, "type": "offer"},
-                                       headers=headers)
+            offer = {"sdp": sdp, "type": "offer", **({"name": self.name} if self.name is not None else {})}
+            response = await http.post(f"{self.url}/rooms/{self.room}/offer", json=offer, headers=headers)
         response.raise_for_status()
         body = response.json()
         self.peer_id = body["peer_id"]
