@@ -95,7 +95,7 @@ def recognise_recording(path: Path, settings: Settings, console: Console | None 
     if not words:
         raise InputError(f"no words recognised in {path}")
 
-    diarizer = make_diarizer(settings.diarization.backend, settings.diarization.model)
+    diarizer = make_diarizer(settings.diarization.backend, settings.diarization.model, settings.diarization.embedding)
     with console.status("finding who spoke when"):
         turns = diarizer.diarize(
             audio,

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     words = [w for seg in transcriber.transcribe(audio, options) for w in seg.words]
     asr_s = time.perf_counter() - t0
 
-    diarizer = make_diarizer(settings.diarization.backend, settings.diarization.model)
+    diarizer = make_diarizer(settings.diarization.backend, settings.diarization.model, settings.diarization.embedding)
     t0 = time.perf_counter()
     diarizer.diarize(audio, SAMPLE_RATE)
     diar_s = time.perf_counter() - t0

@@ -197,6 +197,11 @@ def _viterbi(scores: np.ndarray, switch_penalty: float) -> np.ndarray:
     return path
 
 
+# Mean window cosine above which two clusters are one voice, per voice model: each model's cosines sit in their own
+# range. Chosen on development seeds (docs/benchmarks.md, issue 16): CAM++ 0-69, the mix and GE2E 24-71 (clean).
+MERGE_THRESHOLDS = {"camplus+ge2e": 0.76, "camplus": 0.71, "ge2e": 0.80, "mfcc": 0.71}
+
+
 @dataclass
 class EmbeddedDiarizer(Diarizer):
     """Offline diarization in two passes over the VAD's speech regions.
@@ -218,7 +223,7 @@ class EmbeddedDiarizer(Diarizer):
     max_cluster_units: int = 1000  # bounds the O(n^2) affinity and O(n^3) eigensolve on long audio
     min_cluster_window_s: float = 1.0  # shorter windows are too noisy to define a speaker
     p_neighbors: float = 0.0  # pruning ratio of the affinity; 0: tuned per file (NME-SC, see _auto_p)
-    merge_threshold: float = 0.76  # mean window cosine above which two clusters are one voice (0.71 for CAM++ alone)
+    merge_threshold: float = 0.0  # mean window cosine above which two clusters are one voice; 0: MERGE_THRESHOLDS
     spectral_k: int = 0  # > 0: that many spectral clusters (then merged) instead of the eigengap's count
     reseg_window_s: float = 1.0
     step_s: float = 0.2
@@ -241,7 +246,7 @@ class EmbeddedDiarizer(Diarizer):
     def cluster(self, emb: np.ndarray, low: int, high: int) -> np.ndarray:
         """Speaker label per embedding (also used by the online diarizer's re-clustering)."""
         labels = _spectral_labels(emb, low, high, self.p_neighbors, self.spectral_k)
-        return _merge_similar(emb, labels, low, self.merge_threshold)
+        return _merge_similar(emb, labels, low, self.merge_threshold or MERGE_THRESHOLDS[self.embedding])
 
     def _embed(self, audio: np.ndarray, regions: list[tuple[int, int]], sets: list[np.ndarray]) -> list[np.ndarray]:
         return speaker_embedding(self.embedding).embed_sets(audio, regions, sets)
@@ -394,8 +399,9 @@ class PyannoteDiarizer(Diarizer):
         return _named_turns([s.start for s, _, _ in tracks], [s.end for s, _, _ in tracks], [label for _, _, label in tracks])
 
 
-def make_diarizer(backend: str = "auto", model: str | None = None) -> Diarizer:
-    """Pick a backend: "auto" uses pyannote when ``model`` is a local pipeline folder, else embedded."""
+def make_diarizer(backend: str = "auto", model: str | None = None, embedding: str = "camplus+ge2e") -> Diarizer:
+    """Pick a backend: "auto" uses pyannote when ``model`` is a local pipeline folder, else embedded (with the
+    voice model ``embedding``)."""
     if backend == "auto":
         folder = _pipeline_folder(model)
         if folder:
@@ -403,9 +409,9 @@ def make_diarizer(backend: str = "auto", model: str | None = None) -> Diarizer:
         if model:
             log.warning("diarization model %s is not a pyannote pipeline folder (no config.yaml); "
                         "using the embedded diarizer", model)
-        return EmbeddedDiarizer()
+        return EmbeddedDiarizer(embedding=embedding)
     if backend == "embedded":
-        return EmbeddedDiarizer()
+        return EmbeddedDiarizer(embedding=embedding)
     if backend == "pyannote":
         if not model:
             raise InputError("the pyannote diarization backend needs a model: a local pipeline folder with config.yaml")

@@ -135,6 +135,7 @@ def test_make_diarizer_picks_backends(tmp_path):
     assert isinstance(make_diarizer("auto", None), EmbeddedDiarizer)
     assert isinstance(make_diarizer("auto", str(tmp_path)), EmbeddedDiarizer)  # no config.yaml
     assert isinstance(make_diarizer("embedded", None), EmbeddedDiarizer)
+    assert make_diarizer("auto", None, "ge2e").embedding == "ge2e"  # diarization.embedding in the config
     (tmp_path / "config.yaml").write_text("pipeline: {name: x.Y}\n")
     assert isinstance(make_diarizer("auto", str(tmp_path)), PyannoteDiarizer)
     assert isinstance(make_diarizer("pyannote", str(tmp_path)), PyannoteDiarizer)
