@@ -128,6 +128,10 @@ def test_live_meeting_page(server, browser, tmp_path_factory):
     page.goto(srv.url)
     page.wait_for_selector("#mt-replay")
 
+    # a short how-to, folded away until asked for
+    page.get_by_text("How to use this page").click()
+    _wait_for_text(page, "#mt-howto", "Replay live[\\s\\S]*Forget", 10)
+
     # bad input before any meeting: an empty question gets a message, nothing breaks
     page.click("#mt-ask")
     _wait_for_text(page, "#mt-status", "type a question first", 15)
@@ -222,10 +226,13 @@ def test_live_meeting_page(server, browser, tmp_path_factory):
 
     # while the meeting goes on (the rest of the test does not wait for its end, so a slow machine
     # only slows the transcript): the KV dashboard plots have drawn, the slides strip fills
+    page.get_by_role("tab", name="Engine").click()  # the KV dashboard has a tab of its own
     for plot in ("#mt-plot-tier", "#mt-plot-modality", "#mt-plot-ratio"):
         page.wait_for_selector(f"{plot} canvas, {plot} svg", timeout=60_000)
-    assert re.search(r"Mode: normal|Mode: fallback", page.inner_text("#mt-kv-stats"))
-    assert "compression:" in page.inner_text("#mt-kv-stats")
+    engine = page.inner_text("#mt-kv-stats")
+    assert re.search(r"mode: (normal|fallback)", engine) and "memory used:" in engine, engine
+    assert re.search(r"compression: (\d+\.\dx smaller than uncompressed|not compressed yet)", engine), engine
+    page.get_by_role("tab", name="Meeting").click()
     if VIDEO_SAMPLE:  # keyframes with their OCR text as captions
         titles = [slide["title"] for slide in json.loads((ROOT / "samples/standup-video/slides.json").read_text())["slides"]]
         titled = "|".join(re.escape(title) for title in titles)
@@ -252,6 +259,13 @@ def test_live_meeting_page(server, browser, tmp_path_factory):
     with page.expect_download() as download:
         page.locator("#mt-files a[download='summary.md']").click()
     assert Path(download.value.path()).read_text().startswith("# Meeting summary")
+    if VIDEO_SAMPLE:  # the slides: their times, text and images
+        with page.expect_download() as download:
+            page.locator("#mt-files a[download='slides.md']").click()
+        exported_slides = Path(download.value.path()).read_text()
+        assert exported_slides.startswith("# Slides") and re.search(titled, exported_slides), exported_slides
+        assert "![slide 1](slide-01.png)" in exported_slides
+        assert page.locator("#mt-files a[download='slide-01.png']").count() == 1
     page.screenshot(path=str(shots / "ui.png"), full_page=True)
 
     # bad input in a second tab: a huge upload, a non-media upload and a silent recording get clear messages there;

@@ -103,9 +103,13 @@ def test_kv_history_frames_with_budget_line():
     assert set(tiers["series"]) == {"l1", "l2", "budget"}
     assert tiers[tiers.series == "budget"]["MiB"].tolist() == [4.0, 4.0, 4.0]
     assert history.ratio_frame()["ratio"].tolist() == [2.5, 2.5, 2.5]
-    stats = render.kv_stats_markdown(kv, commit_lag=1.25)
-    assert "**fallback**" in stats and "3.00 MiB of 4.00 MiB" in stats and "75%" in stats and "1.2 s" in stats
-    assert render.kv_stats_markdown({}) == "KV cache: _empty_"
+    stats = render.kv_stats_markdown({**kv, "full_precision_bytes": 7.5 * render.MIB}, commit_lag=1.25)
+    assert "**fallback**" in stats and "3.00 MiB of a 4.00 MiB budget" in stats and "75%" in stats and "1.2 s" in stats
+    assert "2.5x smaller than uncompressed (7.50 MiB)" in stats
+    assert "- prefetch hits" in stats and stats.count("\n- ") == 5
+    early = render.kv_stats_markdown({**kv, "compression_ratio": 0.5, "prefetch_hit_rate": None})
+    assert "not compressed yet (2.0x the uncompressed size" in early and "n/a (nothing read from the cold tier" in early
+    assert "empty" in render.kv_stats_markdown({})
 
 
 def test_slides_become_captioned_thumbnails():
@@ -190,6 +194,14 @@ def test_the_player_copies_what_the_browser_plays_and_decodes_the_rest(tmp_path)
     html = player_html(encoded)
     assert html.startswith('<audio class="mt-audio" controls preload="metadata" src="gradio_api/file=/') and "recording.ogg" in html
     assert player_html(None) == ""
+
+
+def test_slides_are_exported_with_their_time_image_and_text():
+    slides = [Slide(12.5, "Budget\n  Pilot: $12,000 ", np.zeros((4, 6, 3), np.uint8)), Slide(75.0, "", None)]
+    md = render.slides_markdown(slides)
+    assert md == ("# Slides\n\n## 00:12 · slide 1\n\n![slide 1](slide-01.png)\n\nBudget\nPilot: $12,000\n\n"
+                  "## 01:15 · slide 2\n\n_(no text read)_\n")
+    assert "No slides" in render.slides_markdown([])
 
 
 def _snapshot(state: str, heard: float, decoded: float):

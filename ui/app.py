@@ -35,8 +35,24 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 UPLOAD_TYPES = [".wav", ".mp3", ".m4a", ".mp4", ".webm", ".ogg", ".opus", ".flac", ".mkv", ".mov", ".aac"]
-X_TITLE = "seconds since the meeting started"
+X_TITLE = "meeting time (s)"
 TAB_OUTPUTS = 10  # status, transcript, tier plot, modality plot, ratio plot, kv stats, slides, actions, summary, player
+
+HOW_TO = """
+1. **Start a meeting**: pick a sample and press *Replay live* (the speed slider paces it), upload a recording, or
+   open *Microphone / webcam* and allow the browser to use them. The line on top says how far the audio was heard
+   and transcribed, and how far behind the machine is.
+2. **Read along**: the transcript follows the newest line while you are at the bottom; scroll up to read and
+   *Jump to live* to come back. Grey text at the end is not final yet. *Search* marks words and links the lines.
+   With a replayed recording, click a line's time to hear it.
+3. **Ask**: type a question (*Who will send the report?*, *What is the budget for the pilot?*). The answer cites
+   the lines it comes from: click one to see and hear it. When the meeting does not say, the answer says so.
+4. **Summary and action items** refresh as the meeting goes on; *Export* downloads the transcript (Markdown, JSON,
+   subtitles), the summary and the slides.
+5. **Speakers**: give a speaker their real name (*Rename*), or remove everything one person said (*Forget*).
+6. **Engine** shows the model's memory of the meeting and its settings (another model or budget applies to the
+   next meeting you start).
+"""
 
 CSS = """
 .mt-transcript { max-height: 460px; overflow-y: auto; font-size: 0.95rem; line-height: 1.45; }
@@ -455,7 +471,7 @@ class LivePage:
             tab.shown_status = status
             return (status if moved else gr.skip(),) + (gr.skip(),) * (TAB_OUTPUTS - 3) + (summary, player)
         tab.last_version, tab.shown_notice, tab.shown_status = snapshot.version, tab.notice, status
-        tab.history.add(round(time.monotonic() - tab.started, 1), snapshot.kv)
+        tab.history.add(round(snapshot.stream_seconds, 1), snapshot.kv)  # meeting time: the axis ends with the meeting
         try:
             actions = render.action_items_markdown(session.action_items())
         except Exception as exc:
@@ -528,15 +544,21 @@ class LivePage:
         return "", chat
 
     def export(self, request: gr.Request) -> list[str] | None:
-        """Transcript as Markdown, JSON, SRT and VTT, plus the summary as Markdown, as downloadable files."""
+        """Transcript as Markdown, JSON, SRT and VTT, the summary as Markdown, and the slides (slides.md with their
+        times and text, and each slide's image) as downloadable files."""
         tab = self.tab(request)
         try:
             if tab.session is None:
                 raise InputError("nothing to export yet: start a meeting first")
             transcript = tab.session.transcript()
+            slides = tab.session.snapshot().slides
             folder = self.export_root / tab.session.session_id
             paths = [atomic_write(folder / f"transcript.{fmt}", writer(transcript)) for fmt, writer in WRITERS.items()]
             paths.append(atomic_write(folder / "summary.md", tab.summary_export))
+            if slides:
+                paths.append(atomic_write(folder / "slides.md", render.slides_markdown(slides)))
+                paths.extend(_save_image(folder / render.slide_file(i), s.thumbnail)
+                             for i, s in enumerate(slides) if s.thumbnail is not None)
         except Exception as exc:
             self._fail(tab, exc)
             return None
@@ -634,60 +656,66 @@ def build_page(runtime: Runtime, ui_settings: UISettings | None = None) -> gr.Bl
     with gr.Blocks(title="minutia — live meeting", analytics_enabled=False) as demo:
         gr.Markdown("# minutia — live meeting")
         status = gr.Markdown(render.status_line(None), elem_id="mt-status")
-        with gr.Row():
-            with gr.Column(scale=3):
-                with gr.Tab("Recording"):
-                    with gr.Row():
-                        sample = gr.Dropdown(samples, value=samples[0] if samples else None, label="Sample meeting", elem_id="mt-sample")
-                        speed = gr.Slider(0, 16, value=ui.replay_speed, step=0.5, label="Replay speed (x real time; 0 = fastest)", elem_id="mt-speed")
-                    upload = gr.File(label=f"…or upload a recording (≤ {ui.max_upload_mb:g} MB)", type="filepath",
-                                     file_types=UPLOAD_TYPES, elem_id="mt-upload")
-                    replay_button = gr.Button("Replay live", variant="primary", elem_id="mt-replay")
-                with gr.Tab("Microphone / webcam"):
-                    mic = gr.Audio(sources=["microphone"], streaming=True, label="Microphone", elem_id="mt-mic")
-                    cam = gr.Image(sources=["webcam"], streaming=True, label="Webcam (slides)", elem_id="mt-cam",
-                                   webcam_options=gr.WebcamOptions(mirror=False))  # slide text must not come out mirrored
-                gr.Markdown("### Live transcript")
-                search = gr.Textbox(placeholder="Search the transcript (words or a speaker), then Enter", show_label=False,
-                                    elem_id="mt-search")
-                transcript = gr.HTML(render.transcript_html(_empty_transcript()), elem_id="mt-transcript")
-                player = gr.HTML("", elem_id="mt-player")  # replaced only when the recording changes: playback goes on
-                slides = gr.Gallery(label="Slides", columns=6, height=160, object_fit="contain", elem_id="mt-slides")
-            with gr.Column(scale=2):
-                chat = gr.Chatbot(label="Ask about the meeting", height=320, elem_id="mt-chat")
+        with gr.Accordion("How to use this page", open=False, elem_id="mt-howto"):
+            gr.Markdown(HOW_TO)
+        with gr.Tabs():
+            with gr.Tab("Meeting", elem_id="mt-tab-meeting"):
                 with gr.Row():
-                    question = gr.Textbox(placeholder="e.g. What is the budget for the pilot?", show_label=False, scale=4, elem_id="mt-question")
-                    ask_button = gr.Button("Ask", scale=1, elem_id="mt-ask")
-                with gr.Accordion("Summary and action items", open=True):
-                    summary = gr.Markdown("_No summary yet._", elem_id="mt-summary")
-                    summary_button = gr.Button("Refresh summary", size="sm", elem_id="mt-summary-refresh")
-                    actions = gr.Markdown("_No action items yet._", elem_id="mt-actions")
-                with gr.Accordion("Speakers", open=False):
-                    with gr.Row():
-                        rename_from = gr.Textbox(placeholder="speaker, e.g. SPEAKER_01", show_label=False, scale=2,
-                                                 elem_id="mt-rename-speaker")
-                        rename_to = gr.Textbox(placeholder="their name", show_label=False, scale=2,
-                                               elem_id="mt-rename-name")
-                        rename_button = gr.Button("Rename", scale=1, elem_id="mt-rename")
-                    gr.Markdown("**Forget** removes everything one person has said so far from the transcript and "
-                                "from the model's memory (the meeting goes on without it).")
-                    with gr.Row():
-                        forget_box = gr.Textbox(placeholder="name or label, e.g. Bob or SPEAKER_01", show_label=False,
-                                                scale=3, elem_id="mt-forget-speaker")
-                        forget_button = gr.Button("Forget", scale=1, variant="stop", elem_id="mt-forget")
-                with gr.Accordion("Export", open=True):
-                    export_button = gr.Button("Export transcript + summary", size="sm", elem_id="mt-export")
-                    files = gr.File(label="Files (Markdown, JSON, SRT, VTT; summary.md)", file_count="multiple", interactive=False, elem_id="mt-files")
-        gr.Markdown("### KV cache")
-        kv_stats = gr.Markdown(render.kv_stats_markdown({}), elem_id="mt-kv-stats")
-        with gr.Row():
-            tier_plot = gr.LinePlot(x="t", y="MiB", color="series", title="Bytes per tier vs budget", x_title=X_TITLE, elem_id="mt-plot-tier")
-            modality_plot = gr.LinePlot(x="t", y="MiB", color="series", title="Bytes per modality vs budget", x_title=X_TITLE, elem_id="mt-plot-modality")
-            ratio_plot = gr.LinePlot(x="t", y="ratio", title="Compression ratio", x_title=X_TITLE, elem_id="mt-plot-ratio")
-        with gr.Accordion("Settings (apply to the next meeting you start)", open=False):
-            model = gr.Textbox(value=settings.llm.model, label="LLM (embedded name or local HF folder)", elem_id="mt-model")
-            budget = gr.Slider(0.05, 1.0, value=settings.kv.budget_ratio, step=0.05, label="KV budget (share of the full cache)", elem_id="mt-budget")
-            apply_button = gr.Button("Apply", size="sm", elem_id="mt-apply")
+                    with gr.Column(scale=3):
+                        with gr.Tab("Recording"):
+                            with gr.Row():
+                                sample = gr.Dropdown(samples, value=samples[0] if samples else None, label="Sample meeting", elem_id="mt-sample")
+                                speed = gr.Slider(0, 16, value=ui.replay_speed, step=0.5, label="Replay speed (x real time; 0 = fastest)", elem_id="mt-speed")
+                            upload = gr.File(label=f"…or upload a recording (≤ {ui.max_upload_mb:g} MB)", type="filepath",
+                                             file_types=UPLOAD_TYPES, elem_id="mt-upload")
+                            replay_button = gr.Button("Replay live", variant="primary", elem_id="mt-replay")
+                        with gr.Tab("Microphone / webcam"):
+                            mic = gr.Audio(sources=["microphone"], streaming=True, label="Microphone", elem_id="mt-mic")
+                            cam = gr.Image(sources=["webcam"], streaming=True, label="Webcam (slides)", elem_id="mt-cam",
+                                           webcam_options=gr.WebcamOptions(mirror=False))  # slide text must not come out mirrored
+                        gr.Markdown("### Live transcript")
+                        search = gr.Textbox(placeholder="Search the transcript (words or a speaker), then Enter", show_label=False,
+                                            elem_id="mt-search")
+                        transcript = gr.HTML(render.transcript_html(_empty_transcript()), elem_id="mt-transcript")
+                        player = gr.HTML("", elem_id="mt-player")  # replaced only when the recording changes: playback goes on
+                        slides = gr.Gallery(label="Slides", columns=6, height=160, object_fit="contain", elem_id="mt-slides")
+                    with gr.Column(scale=2):
+                        chat = gr.Chatbot(label="Ask about the meeting", height=320, elem_id="mt-chat")
+                        with gr.Row():
+                            question = gr.Textbox(placeholder="e.g. What is the budget for the pilot?", show_label=False, scale=4, elem_id="mt-question")
+                            ask_button = gr.Button("Ask", scale=1, elem_id="mt-ask")
+                        with gr.Accordion("Summary and action items", open=True):
+                            summary = gr.Markdown("_No summary yet._", elem_id="mt-summary")
+                            summary_button = gr.Button("Refresh summary", size="sm", elem_id="mt-summary-refresh")
+                            actions = gr.Markdown("_No action items yet._", elem_id="mt-actions")
+                        with gr.Accordion("Speakers", open=False):
+                            with gr.Row():
+                                rename_from = gr.Textbox(placeholder="speaker, e.g. SPEAKER_01", show_label=False, scale=2,
+                                                         elem_id="mt-rename-speaker")
+                                rename_to = gr.Textbox(placeholder="their name", show_label=False, scale=2,
+                                                       elem_id="mt-rename-name")
+                                rename_button = gr.Button("Rename", scale=1, elem_id="mt-rename")
+                            gr.Markdown("**Forget** removes everything one person has said so far from the transcript and "
+                                        "from the model's memory (the meeting goes on without it).")
+                            with gr.Row():
+                                forget_box = gr.Textbox(placeholder="name or label, e.g. Bob or SPEAKER_01", show_label=False,
+                                                        scale=3, elem_id="mt-forget-speaker")
+                                forget_button = gr.Button("Forget", scale=1, variant="stop", elem_id="mt-forget")
+                        with gr.Accordion("Export", open=True):
+                            export_button = gr.Button("Export transcript + summary", size="sm", elem_id="mt-export")
+                            files = gr.File(label="Files (Markdown, JSON, SRT, VTT; summary.md; slides.md and their images)", file_count="multiple", interactive=False, elem_id="mt-files")
+            with gr.Tab("Engine", elem_id="mt-tab-engine"):
+                gr.Markdown("The model's memory of the meeting (its KV cache): how much it holds, against the budget, "
+                            "in which tier, and how well the prefetcher guessed what a question would read.")
+                kv_stats = gr.Markdown(render.kv_stats_markdown({}), elem_id="mt-kv-stats")
+                with gr.Row():
+                    tier_plot = gr.LinePlot(x="t", y="MiB", color="series", title="Bytes per tier vs budget", x_title=X_TITLE, elem_id="mt-plot-tier")
+                    modality_plot = gr.LinePlot(x="t", y="MiB", color="series", title="Bytes per modality vs budget", x_title=X_TITLE, elem_id="mt-plot-modality")
+                    ratio_plot = gr.LinePlot(x="t", y="ratio", title="Times smaller than uncompressed", x_title=X_TITLE, elem_id="mt-plot-ratio")
+                with gr.Accordion("Settings (apply to the next meeting you start)", open=False):
+                    model = gr.Textbox(value=settings.llm.model, label="LLM (embedded name or local HF folder)", elem_id="mt-model")
+                    budget = gr.Slider(0.05, 1.0, value=settings.kv.budget_ratio, step=0.05, label="KV budget (share of the full cache)", elem_id="mt-budget")
+                    apply_button = gr.Button("Apply", size="sm", elem_id="mt-apply")
 
         timer = gr.Timer(ui.poll_seconds)
         tab_outputs = [status, transcript, tier_plot, modality_plot, ratio_plot, kv_stats, slides, actions, summary, player]
@@ -709,6 +737,16 @@ def build_page(runtime: Runtime, ui_settings: UISettings | None = None) -> gr.Bl
         demo.unload(page.close_tab)
     demo.live = page  # type: ignore[attr-defined]
     return demo
+
+
+def _save_image(path: Path, image: Any) -> Path:
+    """An RGB array as a PNG, written whole then renamed."""
+    from PIL import Image
+
+    partial = path.with_name(f".{path.name}.partial")
+    Image.fromarray(image).save(partial, format="PNG")
+    os.replace(partial, path)
+    return path
 
 
 def _empty_transcript():

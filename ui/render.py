@@ -120,6 +120,23 @@ def summary_markdown(summary: Any, action_items: bool = True) -> str:
     return render_summary(summary, action_items=action_items)
 
 
+def slide_file(index: int) -> str:
+    """The exported image of the ``index``-th slide (0-based)."""
+    return f"slide-{index + 1:02d}.png"
+
+
+def slides_markdown(slides: Sequence[Any]) -> str:
+    """The meeting's slides as exported: when each was shown, its image (``slide_file``), and its text."""
+    if not slides:
+        return "# Slides\n\n_No slides were shown._\n"
+    parts = ["# Slides"]
+    for index, slide in enumerate(slides):
+        image = f"\n\n![slide {index + 1}]({slide_file(index)})" if slide.thumbnail is not None else ""
+        text = "\n".join(line.strip() for line in slide.text.splitlines() if line.strip()) or "_(no text read)_"
+        parts.append(f"## {format_time(slide.time)} · slide {index + 1}{image}\n\n{text}")
+    return "\n\n".join(parts) + "\n"
+
+
 def slide_items(slides: Sequence[Any]) -> list[tuple[Any, str]]:
     """Gallery items: (thumbnail, "mm:ss  OCR text"); slides without a thumbnail are skipped."""
     items = []
@@ -165,27 +182,36 @@ class KVHistory:
 
 
 def kv_stats_markdown(kv: dict, commit_lag: float | None = None) -> str:
-    """The current KV figures as one line: mode, tokens, bytes vs budget, compression, prefetch hits."""
+    """The model's memory of the meeting (its KV cache) in plain words, one item per line: mode, tokens, bytes held
+    against the budget, how much smaller than uncompressed, the cold tier, prefetch hits, commit lag."""
     if not kv:
-        return "KV cache: _empty_"
+        return "The model's memory of the meeting is empty: nothing has been said yet."
     mode = kv.get("mode", "normal")
-    badge = "**fallback** (L1/L2 only)" if mode == "fallback" else "**normal**"
+    badge = ("**fallback**: the GPU/host tiers only (a slower tier failed or is too slow)" if mode == "fallback"
+             else "**normal**")
     by_tier = kv.get("bytes_by_tier") or {}
     used = sum(v for name, v in by_tier.items() if not str(name).startswith("cold_")) / MIB
     cold = sum(v for name, v in by_tier.items() if str(name).startswith("cold_")) / MIB
     budget = (kv.get("budget_bytes") or 0) / MIB
+    full = (kv.get("full_precision_bytes") or 0) / MIB
+    ratio = kv.get("compression_ratio", 1.0) or 1.0
     hit = kv.get("prefetch_hit_rate")
-    parts = [
-        f"Mode: {badge}",
-        f"tokens: {kv.get('tokens', 0)}",
-        f"KV: {used:.2f} MiB of {budget:.2f} MiB budget" if budget else f"KV: {used:.2f} MiB",
-        f"compression: {kv.get('compression_ratio', 1.0):.2f}x",
-        *([f"cold tier: {cold:.2f} MiB"] if cold else []),
-        f"prefetch hit rate: {hit:.0%}" if hit is not None else "prefetch hit rate: n/a",
+    if ratio >= 1.0:
+        size = f"{ratio:.1f}x smaller than uncompressed" + (f" ({full:.2f} MiB)" if full else "")
+    else:  # a short meeting: block headers and scales outweigh what compression saved so far
+        size = f"not compressed yet ({1 / ratio:.1f}x the uncompressed size while the meeting is short)"
+    items = [
+        f"mode: {badge}",
+        f"tokens the model holds: {kv.get('tokens', 0)}",
+        f"memory used: {used:.2f} MiB of a {budget:.2f} MiB budget" if budget else f"memory used: {used:.2f} MiB",
+        f"compression: {size}",
+        *([f"moved out to the cold tier (read back when a question needs it): {cold:.2f} MiB"] if cold else []),
+        (f"prefetch hits (cold blocks already in memory when needed): {hit:.0%}" if hit is not None
+         else "prefetch hits: n/a (nothing read from the cold tier yet)"),
     ]
     if commit_lag is not None:
-        parts.append(f"commit lag: {commit_lag:.1f} s")
-    return " · ".join(parts)
+        items.append(f"commit lag (speech to transcript): {commit_lag:.1f} s")
+    return "\n".join(f"- {item}" for item in items)
 
 
 def status_line(snapshot: Any, notice: str | None = None) -> str:
