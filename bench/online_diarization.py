@@ -94,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--embedding", choices=sorted(BACKENDS), default=None,
                     help="speaker embedding (default: the online diarizer's own)")
     ap.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="OnlineDiarizer overrides")
+    ap.add_argument("--merge", type=float, default=None,
+                    help="the re-clustering's merge threshold (default: the online diarizer's own)")
     ap.add_argument("--step", type=float, default=1.0, help="seconds of audio per commit step")
     ap.add_argument("--lag", type=float, default=2.0, help="seconds after its end a word is committed")
     ap.add_argument("--out", type=Path, default=None, help="write online_diarization.json here")
@@ -102,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     overrides = parse_overrides(args.set, OnlineDiarizer)
     if args.embedding:
         overrides["embedder"] = BackendEmbedder(args.embedding)
+    if args.merge is not None:
+        overrides["clustering"] = dataclasses.replace(OnlineDiarizer().clustering, merge_threshold=args.merge)
 
     todo = suite_samples(args.suite, args.limit)
     if not todo:
