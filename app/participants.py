@@ -8,7 +8,9 @@ label *is* their name, so it shows in captions, answers and action items, and ``
 what came from their microphone.
 
 Frames travel with the audio: the bot queues a chunk's frames just before the session takes the chunk, and the
-session's diarizer takes them back as the recogniser's audio reaches it, in the same order.
+session's diarizer takes them back as the recogniser's audio reaches it, in the same order. Known limit: when the
+recogniser falls so far behind that the session's audio ring drops its oldest audio, the frames queued for that
+audio are not dropped with it, and later words are matched to frames that many seconds early.
 """
 
 from __future__ import annotations
