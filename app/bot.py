@@ -585,7 +585,7 @@ class RoomBot:
     def _install(room: Room, session: "MeetingSession") -> None:
         """The room's named participants in a session that has heard nothing yet: their microphones label their
         words, their names are kept. Frames still queued were the old session's (it is done): dropped."""
-        room.participants.take(len(room.participants))
+        room.participants.clear()
         session.diarizer_for = room.participants.diarizer
         session.keep_names({name: name for name in room.participants.names.values()})
 

@@ -23,6 +23,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Sequence
 
 from app.mixer import ASR_RATE, MIX_FRAME
+from app.speakers import checked_name
 from encoders.errors import InputError
 
 if TYPE_CHECKING:
@@ -39,9 +40,9 @@ _RESERVED = re.compile(r"^speaker[_ ]?\d+$", re.IGNORECASE)  # the diarizer's la
 
 def display_name(name: str) -> str:
     """A participant's name as given at join, spaces collapsed; InputError when it cannot be a speaker's name."""
-    name = " ".join((name or "").split())
-    if not 1 <= len(name) <= 40 or not any(c.isalpha() for c in name) or not name.isprintable():
-        raise InputError("a participant's name is 1-40 printable characters with at least one letter")
+    name = checked_name(name, "a participant's name")
+    if not name.isprintable():
+        raise InputError("a participant's name is printable characters only")
     if _RESERVED.match(name):
         raise InputError(f"{name!r} looks like a diarizer label; join with the name people know you by")
     return name
@@ -91,6 +92,11 @@ class Participants:
         """Frames queued and not yet taken by a session."""
         with self._lock:
             return len(self._frames)
+
+    def clear(self) -> None:
+        """Drop the queued frames (their audio went to a session that is done)."""
+        with self._lock:
+            self._frames.clear()
 
     def take(self, count: int) -> list[str | None]:
         """The next ``count`` frames (None where none was queued: audio fed around the bot, as in a resume)."""

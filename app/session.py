@@ -460,9 +460,9 @@ class MeetingSession:
         """Call ``speaker`` (a label, or the name it goes by now) ``name`` from now on, in the transcript, answers
         and the saved meeting, whatever the meeting says; returns the label. Lines already in the KV keep the
         speaker as they were written."""
-        name = " ".join((name or "").split())
-        if not name or len(name) > 40 or not any(c.isalpha() for c in name):
-            raise InputError("a speaker's name is 1-40 characters with at least one letter")
+        from app.speakers import checked_name
+
+        name = checked_name(name)
         speakers = self.speakers()
         label = self.speaker_label(speaker, speakers)
         if name in speakers or any(v == name for k, v in speakers.items() if k != label):

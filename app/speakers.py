@@ -87,6 +87,14 @@ def speaker_names(transcript: Transcript, known: Sequence[str] = (), forgotten: 
     return {n.label: n.name for n in named_speakers(transcript, known, forgotten, kept)}
 
 
+def checked_name(name: str, what: str = "a speaker's name") -> str:
+    """A name a user gives a speaker, spaces collapsed; InputError unless 1-40 characters with a letter."""
+    name = " ".join((name or "").split())
+    if not name or len(name) > 40 or not any(c.isalpha() for c in name):
+        raise InputError(f"{what} is 1-40 characters with at least one letter")
+    return name
+
+
 def speaker_label(speaker: str, labels: list[str], names: dict[str, str]) -> str:
     """The diarizer label ``speaker`` means: a label, or (any case) the name a label goes by; else InputError
     listing the meeting's speakers."""

@@ -550,8 +550,8 @@ class LivePage:
         try:
             if tab.session is None:
                 raise InputError("nothing to export yet: start a meeting first")
-            transcript = tab.session.transcript()
-            slides = tab.session.snapshot().slides
+            snapshot = tab.session.snapshot()  # its transcript and slides, read once
+            transcript, slides = snapshot.transcript, snapshot.slides
             folder = self.export_root / tab.session.session_id
             paths = [atomic_write(folder / f"transcript.{fmt}", writer(transcript)) for fmt, writer in WRITERS.items()]
             paths.append(atomic_write(folder / "summary.md", tab.summary_export))
