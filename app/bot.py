@@ -230,6 +230,7 @@ class RoomBot:
                     log.exception("session for room %s failed", name)
                     raise JoinRefused(503, f"cannot start a meeting session: {exc}") from None
                 mixer = AudioMixer(deadline=self.settings.mix_deadline_seconds,
+                                   max_deadline=self.settings.mix_max_deadline_seconds,
                                    backlog=self.settings.mix_backlog_seconds)
                 room = Room(name, session, mixer)
                 self._install(room, session)
@@ -343,7 +344,7 @@ class RoomBot:
         chunk = int(self.settings.audio_chunk_seconds * ASR_RATE)
         pending: list[np.ndarray] = []
         speakers: list = []  # who spoke in each 20 ms frame of the pending audio (app/participants.py)
-        held, fed, dropped = 0, False, room.mixer.dropped
+        held, fed, dropped, gaps = 0, False, room.mixer.dropped, room.mixer.gaps
         while True:
             room.wakeup.clear()  # before pulling: audio pushed from here on wakes the wait below
             mixed = room.mixer.pull()
@@ -351,6 +352,10 @@ class RoomBot:
             if room.mixer.dropped > dropped:
                 lost, dropped = room.mixer.dropped - dropped, room.mixer.dropped
                 self.metrics.dropped_frames.labels(room.name, "audio").inc(lost / MIX_FRAME)
+            if room.mixer.gaps > gaps:
+                self.metrics.late_audio_frames.labels(room.name).inc(room.mixer.gaps - gaps)
+                gaps = room.mixer.gaps
+            self.metrics.mix_wait.labels(room.name).set(room.mixer.wait)
             if len(mixed):
                 pending.append(mixed)
                 held += len(mixed)

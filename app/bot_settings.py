@@ -33,8 +33,10 @@ class BotSettings(BaseModel):
     max_message_bytes: int = Field(4096, gt=0, description="largest data-channel message accepted")
     video_fps: float = Field(1.0, gt=0, description="video frames a second given to the session")
     audio_chunk_seconds: float = Field(0.2, gt=0, description="audio fed to the session in chunks this long")
-    mix_deadline_seconds: float = Field(0.1, gt=0, description="a 20 ms frame waits this long for a lagging "
+    mix_deadline_seconds: float = Field(0.2, gt=0, description="a 20 ms frame waits this long for a lagging "
                                         "speaker, then the laggard's share is silence")
+    mix_max_deadline_seconds: float = Field(0.6, gt=0, description="the wait grows with the lateness of speakers' "
+                                            "audio (a jitter buffer), up to this")
     mix_backlog_seconds: float = Field(1.0, gt=0, description="how far a speaker who lagged may play behind the "
                                        "others; the oldest audio beyond it is dropped (counted)")
     autosave: bool = Field(False, description="save rooms' sessions to the session store as they go and when "

@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -154,6 +154,11 @@ class Metrics:
         self.questions = Counter("minutia_questions", "questions asked", ["outcome"], registry=self.registry)
         self.dropped_frames = Counter("minutia_bot_dropped_frames", "frames the bot dropped before the session",
                                       ["room", "modality"], registry=self.registry)
+        self.late_audio_frames = Counter("minutia_bot_late_audio_frames", "20 ms frames of a speaker's audio that "
+                                         "came too late for the mix and were heard as silence", ["room"],
+                                         registry=self.registry)
+        self.mix_wait = Gauge("minutia_bot_mix_wait_seconds", "how long a room's mixer waits for a late speaker now "
+                              "(it grows with the lateness seen, then settles)", ["room"], registry=self.registry)
         self.joins = Counter("minutia_bot_joins", "join requests by outcome", ["outcome"], registry=self.registry)
         self.transfer_bytes = Counter("minutia_kv_tier_transfer_bytes", "bytes moved between KV tiers (a session's "
                                       "save: device -> session store)", ["source", "target"],

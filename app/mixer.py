@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import time
 
 import numpy as np
@@ -18,11 +19,17 @@ class AudioMixer:
 
     Each peer has a lane of 16 kHz mono samples. A frame is mixed as soon as every live lane holds
     one, so peers that send faster than real time are mixed as fast as they arrive; otherwise once
-    the oldest waiting audio is ``deadline`` seconds old, and a lane that lags or has stopped sending
+    the oldest waiting audio is ``wait`` seconds old, and a lane that lags or has stopped sending
     gets silence: one quiet, stalled or vanished peer never holds up the room. A lane that ends is
     still mixed until it is empty. A laggard's late audio is mixed into later frames; a lane that has
     fallen more than ``backlog`` seconds behind the others is cut back, so its delay stays bounded.
     Each mixed frame also records its loudest speaking lane (``take_activity``): who spoke then.
+
+    The wait is a jitter buffer's: it starts at ``deadline``; when a lane's audio comes late (after
+    its share of a frame was mixed as silence, which cuts a gap into its words) the wait grows by
+    twice that lateness and a frame, up to ``max_deadline``, so jitter like it cuts no second gap;
+    it settles back towards ``deadline`` with a time constant of ``settle_seconds``. A lane back
+    after a stall longer than ``max_deadline`` (a pause in sending, not jitter) leaves it as it is.
     """
 
     @dataclasses.dataclass
@@ -30,6 +37,7 @@ class AudioMixer:
         chunks: collections.deque = dataclasses.field(default_factory=collections.deque)  # (arrival, samples)
         held: int = 0
         live: bool = True
+        silenced_at: float | None = None  # when a frame was first mixed without it, while it is late
 
         def take(self, n: int) -> np.ndarray:
             parts, wanted = [], n
@@ -44,20 +52,31 @@ class AudioMixer:
             self.held -= n - wanted
             return np.concatenate(parts) if parts else np.zeros(0, np.float32)
 
-    def __init__(self, frame: int = MIX_FRAME, deadline: float = 0.1, backlog: float = 1.0) -> None:
+    def __init__(self, frame: int = MIX_FRAME, deadline: float = 0.2, backlog: float = 1.0,
+                 max_deadline: float = 0.6, settle_seconds: float = 30.0) -> None:
         self.frame, self.deadline = frame, deadline
+        self.max_deadline, self.settle_seconds = max(max_deadline, deadline), settle_seconds
+        self.wait = deadline  # how long a frame waits for a lagging lane now
+        self._settled_at: float | None = None
         self.backlog = max(int(backlog * ASR_RATE), 2 * frame)
         self.lanes: dict[str, AudioMixer._Lane] = {}
         self.dropped = 0  # samples cut from lanes that fell too far behind
+        self.gaps = 0  # a live lane's frames mixed as silence because its audio was not there yet
         self.activity: list[str | None] = []  # per mixed frame: the loudest lane above SPEAKING_RMS, else None
 
     def push(self, lane: str, samples: np.ndarray, now: float | None = None) -> None:
         """Add a peer's next samples (float32 in [-1, 1]); a new or ended lane becomes live."""
         if not len(samples):
             return
+        now = time.monotonic() if now is None else now
         entry = self.lanes.setdefault(lane, self._Lane())
         entry.live = True
-        entry.chunks.append((time.monotonic() if now is None else now, np.asarray(samples, np.float32)))
+        if entry.silenced_at is not None:  # it came this late: wait longer from now on
+            lateness = now - entry.silenced_at
+            if self.wait + lateness <= self.max_deadline:
+                self.wait = min(self.max_deadline, max(self.wait, self.wait + 2 * lateness + self.frame / ASR_RATE))
+            entry.silenced_at = None
+        entry.chunks.append((now, np.asarray(samples, np.float32)))
         entry.held += len(samples)
 
     def end(self, lane: str) -> None:
@@ -91,19 +110,24 @@ class AudioMixer:
         if not ready:
             return None
         now = time.monotonic() if now is None else now
-        return max(0.0, min(lane.chunks[0][0] for lane in ready.values()) + self.deadline - now)
+        return max(0.0, min(lane.chunks[0][0] for lane in ready.values()) + self.wait - now)
 
     def pull(self, now: float | None = None) -> np.ndarray:
         """Every frame that is complete or due, mixed (float32 mono; empty when none is)."""
         now = time.monotonic() if now is None else now
+        self._settle(now)
         frames = []
         while True:
             ready = self._ready()
             if not ready:
                 break
-            waiting = any(lane.live and lane.held < self.frame for lane in self.lanes.values())
-            if waiting and now - min(lane.chunks[0][0] for lane in ready.values()) < self.deadline:
+            late = [lane for lane in self.lanes.values() if lane.live and lane.held < self.frame]
+            if late and now - min(lane.chunks[0][0] for lane in ready.values()) < self.wait:
                 break
+            for lane in late:
+                self.gaps += 1
+                if lane.silenced_at is None:
+                    lane.silenced_at = now
             mix = np.zeros(self.frame, np.float32)
             loudest, loudest_power = None, SPEAKING_RMS**2 * self.frame
             for name, lane in ready.items():
@@ -127,3 +151,10 @@ class AudioMixer:
                 lane.take(surplus)
                 self.dropped += surplus
         return np.concatenate(frames) if frames else np.zeros(0, np.float32)
+
+    def _settle(self, now: float) -> None:
+        """Let the wait decay towards ``deadline`` (exponentially, ``settle_seconds``)."""
+        if self._settled_at is not None and self.wait > self.deadline:
+            decay = math.exp(-max(0.0, now - self._settled_at) / self.settle_seconds)
+            self.wait = self.deadline + (self.wait - self.deadline) * decay
+        self._settled_at = now

@@ -61,6 +61,36 @@ def test_a_laggard_gets_silence_after_the_deadline_and_its_late_audio_follows():
     assert mixed.size == MIX_FRAME and np.allclose(mixed[10:], 0.75) and np.allclose(mixed[:10], 0.25)
 
 
+def test_the_wait_grows_with_the_lateness_seen_so_the_same_jitter_cuts_no_second_gap():
+    """A speaker whose audio comes 0.15 s late gets a gap in its words once; after it the room waits long enough
+    (a jitter buffer), so the next late frame of the same lateness is mixed whole; the wait then settles back."""
+    mixer = AudioMixer(deadline=0.1, max_deadline=0.6, settle_seconds=10.0)
+    mixer.push("a", _tone(0.25, 2), now=0.0)
+    mixer.push("b", _tone(0.5), now=0.0)
+    assert mixer.pull(now=0.1).size == 2 * MIX_FRAME  # b's second frame is late: silence in its words
+    assert mixer.gaps == 1 and mixer.wait == pytest.approx(0.1)
+    mixer.push("b", _tone(0.5), now=0.25)  # 0.15 s after its share was given as silence
+    assert mixer.wait == pytest.approx(0.1 + 2 * 0.15 + 0.02)
+    mixer.push("a", _tone(0.25), now=1.0)
+    assert mixer.pull(now=1.1).size == MIX_FRAME and mixer.gaps == 1  # b's late frame is still there to mix
+    mixer.push("a", _tone(0.25), now=1.2)
+    assert mixer.pull(now=1.5).size == 0  # ... and the next one is waited for, well past the first deadline
+    mixer.push("b", _tone(0.5), now=1.51)
+    mixed = mixer.pull(now=1.51)
+    assert mixed.size == MIX_FRAME and np.allclose(mixed, 0.75) and mixer.gaps == 1
+    mixer.pull(now=31.51)  # three time constants later the wait is nearly back at the deadline
+    assert 0.1 < mixer.wait < 0.1 + 0.32 * 0.06
+
+
+def test_a_speaker_back_after_a_long_pause_leaves_the_wait_as_it_is():
+    mixer = AudioMixer(deadline=0.1, max_deadline=0.5)
+    mixer.push("a", _tone(0.25), now=0.0)
+    mixer.push("b", np.zeros(10, np.float32), now=0.0)
+    assert mixer.pull(now=0.1).size == MIX_FRAME and mixer.gaps == 1
+    mixer.push("b", _tone(0.5), now=5.0)  # a pause in sending, not jitter: waiting would not have helped
+    assert mixer.wait == pytest.approx(0.1)
+
+
 def test_an_ended_speaker_never_stalls_the_room_and_its_audio_is_not_lost():
     mixer = AudioMixer(deadline=0.1)
     mixer.push("a", _tone(0.25, 2), now=0.0)

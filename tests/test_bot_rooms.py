@@ -19,7 +19,8 @@ from scripted_parts import scripted_meeting
 from app.bot import BotServer, BotSettings
 from app.testing.peers import FileAudioTrack, ImageTrack, RoomClient
 
-ROOMS = {"solo": "token-solo", "duo": "token-duo", "forget": "token-forget", "named": "token-named"}
+ROOMS = {"solo": "token-solo", "duo": "token-duo", "forget": "token-forget", "named": "token-named",
+         "hiccup": "token-hiccup"}
 SPEED = 3.0
 TAIL = 0.3  # too short for the recogniser to confirm the last words by itself: the end of the stream commits them
 ALICE, BOB, CAROL = "SPEAKER_00", "SPEAKER_01", "SPEAKER_02"  # as the diarizer labels them
@@ -142,6 +143,37 @@ def test_two_speakers_in_one_room_are_both_heard(server, recording):
     assert result["pilot"]["start"] > b_end - 1.0, result["pilot"]  # the resumed meeting's clock goes on
     transcript = result["transcript"].lower()
     assert "login" in transcript and "pilot" in transcript, transcript
+
+
+def test_a_speaker_whose_audio_comes_late_keeps_whole_words(server, recording):
+    """Alice's network stalls twice (0.3 s each) while Bob's silent microphone keeps the room's clock going. The
+    first stall, in the pause after her first turn, has part of her audio mixed as silence (counted on /metrics);
+    the room then waits longer for her, so the second stall, in the middle of a word, cuts no hole into it: the
+    captions have every word once (with a fixed 0.1 s wait the word is heard twice)."""
+    track_seconds = TURNS[1][1] - TURNS[0][0]
+    in_pause = TURNS[0][1] - TURNS[0][0] + 0.1
+    mid_word = TURNS[1][0] - TURNS[0][0] + 3 * 0.4 + 0.15  # inside the fourth word of her second turn
+    stall = 0.3
+
+    async def run() -> tuple[list[dict], str]:
+        alice = RoomClient(server.url, "hiccup", ROOMS["hiccup"], [FileAudioTrack(
+            recording, speed=SPEED, start=TURNS[0][0], seconds=track_seconds, tail_seconds=TAIL,
+            stalls=[(in_pause, stall), (mid_word, stall)])])
+        bob = RoomClient(server.url, "hiccup", ROOMS["hiccup"], [FileAudioTrack(
+            recording, speed=SPEED, start=0.0, seconds=0.0, lead_seconds=track_seconds + 3.0, tail_seconds=0.0)])
+        await asyncio.gather(bob.join(), alice.join())
+        await alice.wait_for(_finished, 180)
+        metrics = httpx.get(f"{server.url}/metrics", timeout=30).text
+        await asyncio.gather(alice.close(), bob.close())
+        return list(alice.messages), metrics
+
+    messages, metrics = asyncio.run(run())
+    said = " ".join(sentence for _, sentence in SCRIPT[:2]).lower()
+    assert _text(messages) == said, _text(messages)
+    late = re.search(r'minutia_bot_late_audio_frames_total\{room="hiccup"\} ([0-9.e+]+)', metrics)
+    wait = re.search(r'minutia_bot_mix_wait_seconds\{room="hiccup"\} ([0-9.e+-]+)', metrics)
+    assert late and float(late.group(1)) > 0, metrics
+    assert wait and float(wait.group(1)) > stall, metrics  # it grew past the stall it saw
 
 
 def test_a_speaker_is_forgotten_while_the_room_goes_on(server, recording):

@@ -21,13 +21,15 @@ from app.bot import ice_configuration
 class FileAudioTrack(MediaStreamTrack):
     """A recording's audio as a WebRTC track: 20 ms frames of 48 kHz stereo s16, paced at ``speed`` x real time:
     ``lead_seconds`` of silence (a participant who speaks later), the recording from ``start`` for ``seconds``,
-    ``tail_seconds`` of silence, then the end of the track."""
+    ``tail_seconds`` of silence, then the end of the track. ``stalls``: (track second, wall seconds) pairs, a network
+    hiccup: the frame at that point of the track is held that long, then the held frames go out at once."""
 
     kind = "audio"
     RATE, FRAME = 48000, 960
 
     def __init__(self, path: str | Path, speed: float = 1.0, start: float = 0.0, seconds: float | None = None,
-                 tail_seconds: float = 2.0, loop: bool = False, lead_seconds: float = 0.0) -> None:
+                 tail_seconds: float = 2.0, loop: bool = False, lead_seconds: float = 0.0,
+                 stalls: Sequence[tuple[float, float]] = ()) -> None:
         super().__init__()
         resampler = av.AudioResampler(format="s16", layout="stereo", rate=self.RATE)
         with av.open(str(path)) as container:
@@ -39,6 +41,7 @@ class FileAudioTrack(MediaStreamTrack):
         lead, tail = (np.zeros((int(t * self.RATE), 2), np.int16) for t in (lead_seconds, tail_seconds))
         self.pcm = np.concatenate([lead, pcm[int(start * self.RATE):end], tail])
         self.speed = speed
+        self.stalls = sorted(stalls)
         self.sent = 0
         self._started: float | None = None
 
@@ -48,6 +51,8 @@ class FileAudioTrack(MediaStreamTrack):
             raise MediaStreamError
         self._started = self._started or time.perf_counter()
         delay = self._started + self.sent / self.RATE / self.speed - time.perf_counter()
+        if self.stalls and self.sent / self.RATE >= self.stalls[0][0]:
+            delay = max(delay, 0.0) + self.stalls.pop(0)[1]  # the pace is not moved: what was held bursts out
         if delay > 0:
             await asyncio.sleep(delay)
         block = self.pcm[self.sent:self.sent + self.FRAME]
