@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import re
 from typing import TYPE_CHECKING, Callable, Iterator, Protocol, Sequence
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 
 _SENTENCE_END = re.compile(r"[.?!…]$")
 MAX_LINE_WORDS = 40  # a line the LLM reads is closed at a sentence end, a speaker change, or this
+RELABEL_WINDOW_SECONDS = 60.0  # a closed line's speaker may still be corrected this long after it ended
 
 
 class SpeechRecogniser(Protocol):
@@ -41,8 +43,12 @@ class Diarizer(Protocol):
 
 
 class SpeechLines:
-    """The committed words of one stream and the lines they close: each word gets its diarizer label (moved
-    when the diarizer re-clusters), and lines close at a sentence end, a held speaker change or a length cap.
+    """The committed words of one stream and the lines they close: each word gets its diarizer label, and lines
+    close at a sentence end, a held speaker change or a length cap.
+
+    What a reader sees stays put: a closed line's words all carry the line's speaker (no one-word fragments of
+    another speaker inside a sentence), and when the diarizer re-clusters, a closed line changes speaker only as
+    a whole (when most of it moved) and only within ``RELABEL_WINDOW_SECONDS`` of its end.
 
     Works on the session's word list under the session's lock; closed lines and events go to ``output``.
     """
@@ -57,6 +63,8 @@ class SpeechLines:
         self._names = names
         self.last_speaker = last_speaker  # label of the last line closed (a change starts a new turn)
         self.line: list[TranscriptWord] = []  # committed words of the line not yet closed
+        self._line_positions: list[int] = []  # where each of them is in the word list
+        self._closed: list[tuple[int, int, float]] = []  # closed lines of this stream: (first, past-last position, end)
         self.tentative = ""
         self.commit_lags: list[float] = []
         # A recording fed as fast as it goes is decoded in steps of exactly this much audio, so its words do
@@ -127,18 +135,16 @@ class SpeechLines:
                 for w, label in zip(words, labels)
             ]
             with self._lock:
-                for change in changes:
-                    if change.index < len(self._diarized):
-                        pos = self._diarized[change.index]
-                        old = self._words[pos]
-                        self._words[pos] = TranscriptWord(old.text, old.start, old.end, change.new, old.probability)
-                self._diarized.extend(range(len(self._words), len(self._words) + len(committed)))
+                moved = {self._diarized[c.index]: c.new for c in changes if c.index < len(self._diarized)}
+                self._relabel(moved, newest=committed[-1].end)
+                first = len(self._words)
+                self._diarized.extend(range(first, first + len(committed)))
                 self._words.extend(committed)
                 self._bump()  # the lines closed below read the names of this transcript
                 self.commit_lags.extend(max(0.0, now_stream - w.end) for w in committed)
                 self.commit_lags = self.commit_lags[-2000:]
-            for word in committed:
-                self._add_to_line(word)
+            for pos, word in enumerate(committed, first):
+                self._add_to_line(word, pos)
             self._emit(WordsCommitted(tuple(committed)))
         tentative = " ".join(w.text for w in update.tentative)
         with self._lock:
@@ -148,25 +154,64 @@ class SpeechLines:
             self._bump()
             self._emit(TentativeChanged(self.tentative))
 
-    def _add_to_line(self, word: TranscriptWord) -> None:
+    def _relabel(self, moved: dict[int, str], newest: float) -> None:
+        """Apply the diarizer's corrections (word position -> label; under the lock): words of the open line
+        one by one (it is unified when it closes), a recent closed line as a whole when most of it moved."""
+        if not moved:
+            return
+        open_from = self._line_positions[0] if self._line_positions else len(self._words)
+        for pos, label in moved.items():
+            if pos >= open_from:
+                self._set_speaker(pos, label)
+                k = pos - open_from
+                if k < len(self.line):
+                    self.line[k] = self._words[pos]
+        starts = [first for first, _, _ in self._closed]
+        for index in sorted({bisect.bisect_right(starts, pos) - 1 for pos in moved if pos < open_from}):
+            if index < 0:
+                continue
+            first, last, end = self._closed[index]
+            if end < newest - RELABEL_WINDOW_SECONDS:
+                continue  # the reader has moved on: this line keeps its speaker
+            words = [self._words[p] for p in range(first, last)]
+            now = _majority([TranscriptWord(w.text, w.start, w.end, moved.get(p, w.speaker), w.probability)
+                             for p, w in zip(range(first, last), words)])
+            if now != _majority(words):
+                for p in range(first, last):
+                    self._set_speaker(p, now)
+
+    def _set_speaker(self, pos: int, label: str) -> None:
+        old = self._words[pos]
+        if old.speaker != label:
+            self._words[pos] = TranscriptWord(old.text, old.start, old.end, label, old.probability)
+
+    def _add_to_line(self, word: TranscriptWord, pos: int) -> None:
         """Lines are sentences. An online diarizer flips labels for a word or two inside a sentence, so
         a line is split at a speaker change only once the new label has held for three words."""
         self.line.append(word)
+        self._line_positions.append(pos)
         if _SENTENCE_END.search(word.text) or len(self.line) >= MAX_LINE_WORDS:
             self.close_line()
             return
-        tail = self.line[-3:]
+        tail, tail_positions = self.line[-3:], self._line_positions[-3:]
         if len(self.line) > 3 and len({w.speaker for w in tail}) == 1 and tail[0].speaker != _majority(self.line[:-3]):
-            self.line = self.line[:-3]
+            self.line, self._line_positions = self.line[:-3], self._line_positions[:-3]
             self.close_line()
-            self.line = tail
+            self.line, self._line_positions = tail, tail_positions
 
     def close_line(self) -> None:
         if not self.line:
             return
-        words, self.line = self.line, []
+        words, positions, self.line, self._line_positions = self.line, self._line_positions, [], []
         label = _majority(words)
         with self._lock:
+            for pos in positions:  # the line's words are the line's speaker's: no fragments inside a sentence
+                if pos < len(self._words):
+                    self._set_speaker(pos, label)
+            if positions:
+                self._closed.append((positions[0], positions[-1] + 1, words[-1].end))
+            while self._closed and self._closed[0][2] < words[-1].end - RELABEL_WINDOW_SECONDS:
+                self._closed.pop(0)  # past correcting: only recent lines are kept
             names = self._names()
         line = ContextLine(
             modality="audio",
