@@ -81,8 +81,8 @@ class DiarizationSettings(BaseModel):
     backend: Literal["auto", "embedded", "pyannote"] = "auto"
     model: str | None = Field(None, description="local folder of a pyannote.audio pipeline (config.yaml)")
     embedding: Literal["camplus+ge2e", "camplus", "ge2e", "mfcc"] = Field(
-        "camplus+ge2e", description="the embedded diarizer's voice model (encoders/speaker_embedding.py): "
-        "camplus+ge2e is the most accurate, ge2e alone about half the time")
+        "camplus+ge2e", description="the embedded diarizers' voice model, batch and live "
+        "(encoders/speaker_embedding.py): camplus+ge2e is the most accurate, ge2e alone the fastest")
     num_speakers: int | None = None
     min_speakers: int = 1
     max_speakers: int = 8

@@ -55,14 +55,12 @@ def audio_part(args, settings) -> dict:
     transcriber = Transcriber(folder, settings.asr.device, settings.asr.compute_type, settings.asr.cpu_threads)
     options = StreamingOptions(min_chunk_seconds=args.min_chunk, beam_size=args.beam)
     streamer = StreamingTranscriber(transcriber, options)
-    diarizer = make_online_diarizer(settings.diarization.backend, settings.diarization.model)
+    diarization = settings.diarization
+    diarizer = make_online_diarizer(diarization.backend, diarization.model, diarization.embedding)
     # Warm both models once (first-call costs are not live latency).
     list(transcriber.transcribe(audio[: SAMPLE_RATE * 2]))
-    diarizer.insert_audio(audio[: SAMPLE_RATE * 2])
-    from encoders.online_diarize import ge2e_embedder
-
-    ge2e_embedder(audio[: SAMPLE_RATE * 2], [(0, SAMPLE_RATE)])
-    diarizer = make_online_diarizer(settings.diarization.backend, settings.diarization.model)
+    diarizer.embedder(audio[: SAMPLE_RATE * 2], [(0, SAMPLE_RATE)])
+    diarizer = make_online_diarizer(diarization.backend, diarization.model, diarization.embedding)
 
     changes: dict[int, str] = {}
     t0 = time.perf_counter()

@@ -32,7 +32,7 @@ from bench.diarization import cpu_model, der, parse_overrides, read_rttm, suite_
 from encoders.asr import Word  # noqa: E402
 from encoders.audio import SAMPLE_RATE, load_audio  # noqa: E402
 from encoders.diarize import SpeakerTurn  # noqa: E402
-from encoders.online_diarize import BackendEmbedder, OnlineDiarizer, speaker_accuracy  # noqa: E402
+from encoders.online_diarize import OnlineDiarizer, for_embedding, speaker_accuracy  # noqa: E402
 from encoders.speaker_embedding import BACKENDS  # noqa: E402
 
 
@@ -102,10 +102,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     console = Console(stderr=True)
     overrides = parse_overrides(args.set, OnlineDiarizer)
-    if args.embedding:
-        overrides["embedder"] = BackendEmbedder(args.embedding)
-    if args.merge is not None:
-        overrides["clustering"] = dataclasses.replace(OnlineDiarizer().clustering, merge_threshold=args.merge)
+
+    def new_diarizer() -> OnlineDiarizer:  # a fresh one per meeting (its state is per stream)
+        base = for_embedding(args.embedding) if args.embedding else OnlineDiarizer()
+        if args.merge is not None:
+            overrides["clustering"] = dataclasses.replace(base.clustering, merge_threshold=args.merge)
+        return dataclasses.replace(base, **overrides)
 
     todo = suite_samples(args.suite, args.limit)
     if not todo:
@@ -120,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             words, gold = [w for w, _ in pairs], [s for _, s in pairs]
             reference = read_rttm(rttm_path)
             duration = len(audio) / SAMPLE_RATE
-            diarizer = OnlineDiarizer(**overrides)
+            diarizer = new_diarizer()
             start = time.perf_counter()
             shown, final = run_meeting(diarizer, audio, words, args.step, args.lag)
             elapsed = time.perf_counter() - start
@@ -150,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
               f"| {g['median_der_0']:.1%} | {g['median_der_0.25']:.1%} | {g['mean_der_0.25']:.1%} | {g['rtf']:.3f} |")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        settings = {k: v for k, v in dataclasses.asdict(OnlineDiarizer(**overrides)).items()
+        settings = {k: v for k, v in dataclasses.asdict(new_diarizer()).items()
                     if not k.startswith("_") and k not in ("clustering", "embedder")}
         report = {"command": command, "machine": machine, "embedding": args.embedding or "default",
                   "step": args.step, "lag": args.lag, "settings": settings, "samples": rows, "summary": summary}

@@ -25,6 +25,7 @@ from encoders.asr import Word
 from encoders.audio import SAMPLE_RATE
 from encoders.diarize import EmbeddedDiarizer, _pipeline_folder
 from encoders.errors import InputError
+from encoders.speaker_embedding import BACKENDS as BACKEND_NAMES
 from encoders.speaker_embedding import FRAME_RATE, _l2norm, speaker_embedding
 
 log = logging.getLogger(__name__)
@@ -55,9 +56,6 @@ class BackendEmbedder:
             owner.append(int(np.searchsorted(starts, s, side="right") - 1))
         windows = np.array([(s, e, r) for (s, e), r in zip(frames, owner)], dtype=np.int64).reshape(-1, 3)
         return speaker_embedding(self.name).embed(audio, regions, windows)
-
-
-ge2e_embedder = BackendEmbedder("ge2e")  # the earlier default, kept for callers that name it
 
 
 class PyannoteEmbedder:
@@ -118,16 +116,15 @@ class OnlineDiarizer:
     new_speaker_threshold: float = 0.6  # cosine to the nearest centroid below which a new speaker starts
     recluster_every_s: float = 10.0  # stream seconds between global re-clusterings
     min_recluster_words: int = 40  # below this, spectral clustering is less reliable than the centroids
-    # the batch diarizer's clustering, with the merge threshold measured for GE2E's word windows (0.75: development
-    # seeds 0-23 clean median DER 15.5% -> 10.1% against 0.71; 0.80 the same; docs/benchmarks.md)
-    clustering: EmbeddedDiarizer = field(default_factory=lambda: EmbeddedDiarizer(embedding="ge2e", merge_threshold=0.75))
+    # the batch diarizer's clustering over the same voice model as the words' embeddings (``for_embedding``)
+    clustering: EmbeddedDiarizer = field(default_factory=lambda: EmbeddedDiarizer(embedding="camplus+ge2e"))
     max_speakers: int = 8
     history_s: float = 40.0  # audio kept: committed words are never older than the ASR buffer
     max_words: int = 1500  # embeddings kept for re-clustering (and relabelling)
-    # GE2E live. CAM++ (BackendEmbedder("camplus"), one pass per region of overlapping word windows) scored
-    # better on development seeds 0-23 (bench/online_diarization.py) but not on the evaluation seeds, at three
-    # times the compute (RTF 0.145 vs 0.050): docs/benchmarks.md. The new-speaker threshold is GE2E's.
-    embedder: Embedder = field(default_factory=lambda: ge2e_embedder)
+    # CAM++ and GE2E together, as the batch diarizer (evaluation seeds 1000-1039 against GE2E alone: mean DER
+    # 12.4% -> 10.6%, word accuracy 86.8% -> 88.5%, at RTF 0.066 vs 0.020; docs/benchmarks.md). CAM++ alone was
+    # not better than GE2E. The new-speaker threshold was chosen for GE2E.
+    embedder: Embedder = field(default_factory=lambda: BackendEmbedder("camplus+ge2e"))
     _audio: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32), repr=False)
     _audio_start: int = 0  # stream sample index of _audio[0]
     _words: deque = field(default_factory=deque, repr=False)
@@ -258,9 +255,22 @@ class OnlineDiarizer:
                 r.label = name_of[c]
 
 
-def make_online_diarizer(backend: str = "auto", model: str | None = None) -> OnlineDiarizer:
+# The live re-clustering's merge threshold where it differs from the batch one (encoders.diarize.MERGE_THRESHOLDS):
+# GE2E's word windows merged best at 0.75 (development seeds 0-23: clean median DER 15.5% -> 10.1% against 0.71).
+LIVE_MERGE_THRESHOLDS = {"ge2e": 0.75}
+
+
+def for_embedding(embedding: str) -> OnlineDiarizer:
+    """An online diarizer whose word windows and re-clustering use the embedded voice model ``embedding``."""
+    if embedding not in BACKEND_NAMES:
+        raise InputError(f"unknown speaker embedding {embedding!r}; use one of {', '.join(sorted(BACKEND_NAMES))}")
+    return OnlineDiarizer(embedder=BackendEmbedder(embedding), clustering=EmbeddedDiarizer(
+        embedding=embedding, merge_threshold=LIVE_MERGE_THRESHOLDS.get(embedding, 0.0)))
+
+
+def make_online_diarizer(backend: str = "auto", model: str | None = None, embedding: str = "camplus+ge2e") -> OnlineDiarizer:
     """The batch ``make_diarizer`` rule: pyannote's embedding model when ``model`` is a local
-    pyannote pipeline folder, the embedded GE2E encoder otherwise."""
+    pyannote pipeline folder, the embedded voice model ``embedding`` otherwise."""
     if backend not in ("auto", "embedded", "pyannote"):
         raise InputError(f"unknown diarization backend {backend!r}; use auto, embedded or pyannote")
     folder = _pipeline_folder(model) if backend != "embedded" else None
@@ -270,7 +280,7 @@ def make_online_diarizer(backend: str = "auto", model: str | None = None) -> Onl
         return OnlineDiarizer(embedder=PyannoteEmbedder(folder))
     if model and backend == "auto":
         log.warning("diarization model %s is not a pyannote pipeline folder; using the embedded diarizer", model)
-    return OnlineDiarizer()
+    return for_embedding(embedding)
 
 
 def speaker_accuracy(predicted: Sequence[str], gold: Sequence[str]) -> float:

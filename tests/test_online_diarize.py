@@ -30,6 +30,11 @@ def test_backend_choice_and_bad_input(tmp_path):
         make_online_diarizer("pyannote", None)
     with pytest.raises(InputError):
         make_online_diarizer("magic")
+    with pytest.raises(InputError):
+        make_online_diarizer("embedded", None, "ecapa")
+    live = make_online_diarizer("embedded", None, "ge2e")  # the config's voice model, for words and re-clustering
+    assert live.embedder.name == live.clustering.embedding == "ge2e" and live.clustering.merge_threshold == 0.75
+    assert make_online_diarizer().embedder.name == make_online_diarizer().clustering.embedding == "camplus+ge2e"
     d = OnlineDiarizer()
     with pytest.raises(InputError):
         d.label_words([Word("hi", 0.0, 0.3)])  # no audio yet
