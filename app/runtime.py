@@ -87,7 +87,7 @@ class Runtime:
         from encoders.online_diarize import make_online_diarizer
 
         diarization = self.settings.diarization
-        diarizer = make_online_diarizer(diarization.backend, diarization.model, diarization.embedding)
+        diarizer = make_online_diarizer(diarization.backend, diarization.model, diarization.live_embedding)
         diarizer.max_speakers = diarization.max_speakers
         return diarizer
 

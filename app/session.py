@@ -49,12 +49,13 @@ if TYPE_CHECKING:
     from app.llm import LLMEngine
     from app.session_speech import Diarizer, SpeechRecogniser
     from app.session_vision import SlidePipeline
+    from encoders.vision import Keyframe
     from kvstore.cold import ColdTier
 
 log = logging.getLogger("minutia.session")
 
 AUDIO_RING_SECONDS = 120  # audio waiting for the recogniser; older audio is dropped (counted) beyond this
-VIDEO_RING_FRAMES = 8  # frames waiting for the vision worker; the oldest are dropped beyond this
+VIDEO_RING_FRAMES = 8  # keyframes waiting for the vision worker's OCR; the oldest are dropped beyond this
 
 
 @dataclass
@@ -119,7 +120,7 @@ class MeetingSession:
         self._finished = threading.Event()
 
         self._audio = RingBuffer(AUDIO_RING_SECONDS * SAMPLE_RATE, np.float32, policy="drop_oldest")
-        self._frames: ItemRing[tuple[float, np.ndarray]] = ItemRing(VIDEO_RING_FRAMES, policy="drop_oldest")
+        self._frames: ItemRing[Keyframe] = ItemRing(VIDEO_RING_FRAMES, policy="drop_oldest")
         self._received_samples = 0
 
         self._words: list[TranscriptWord] = []  # committed, with diarizer labels
@@ -183,16 +184,20 @@ class MeetingSession:
         self._speech.fixed_step_seconds = self.settings.asr.stream_catch_up_seconds
 
     def feed_video(self, frame: np.ndarray, t: float | None = None, wait: bool = False) -> None:
-        """Queue one RGB frame (HxWx3 uint8) at ``t`` s after this input started (default: the audio so far). Beyond
-        the vision ring (a few frames a second keep up) the oldest frames are dropped and counted, unless ``wait``."""
+        """One RGB frame (HxWx3 uint8) at ``t`` s after this input started (default: the audio so far). A frame that
+        starts a new picture is queued for the vision worker; beyond its ring (8 keyframes) the oldest are dropped
+        and counted, unless ``wait``."""
         frame = np.asarray(frame)
         if frame.ndim != 3 or frame.shape[2] not in (3, 4) or frame.dtype != np.uint8:
             raise InputError(f"a video frame must be HxWx3 uint8 RGB, got shape {frame.shape} and dtype {frame.dtype}")
         self._ensure_open()
         self._set_state("live")
+        keyframe = self._vision.keyframe(frame[:, :, :3], self.stream_seconds if t is None else self._time_offset + float(t))
+        if keyframe is None:
+            return
         if wait:
             self._wait_for_room(self._frames, 1)
-        self._frames.put((self.stream_seconds if t is None else self._time_offset + float(t), frame[:, :, :3]))
+        self._frames.put(keyframe)
 
     def _wait_for_room(self, ring, items: int) -> None:
         while ring.available + items > ring.capacity and not self._closed.is_set() and self._error is None:

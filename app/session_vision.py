@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import threading
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from app.context import ContextLine
 from app.events import SessionOutput, Slide, SlideShown
 from encoders.errors import InputError
+from encoders.vision import KeyframeDetector
 
 if TYPE_CHECKING:
     from threading import Event
@@ -15,23 +17,25 @@ if TYPE_CHECKING:
     import numpy as np
 
     from encoders.ring import ItemRing
-    from encoders.vision import SlideEvent
+    from encoders.vision import Keyframe, SlideEvent
 
 log = logging.getLogger("minutia.session")
 
 
 class SlidePipeline(Protocol):
     """What a session calls on its vision pipeline (encoders.vision.VisionPipeline; a stand-in in tests):
-    one stream's frames in order, a SlideEvent for each new slide."""
+    one stream's keyframes in order, a SlideEvent for each new slide."""
 
-    def feed(self, frame: np.ndarray, t: float) -> SlideEvent | None: ...
+    def read(self, keyframe: Keyframe) -> SlideEvent | None: ...
 
 
 class SlideWatcher:
     """Turns a stream's frames into slides: each keyframe with text becomes a slide and a line for the KV; its
     CLIP embedding waits in ``embeddings`` (by slide time) until the line is placed on the timeline.
 
-    The pipeline is made on the first frame (a meeting without video never loads CLIP).
+    Keyframes are found as frames arrive (``keyframe``: a downscaled difference, about a millisecond), and only
+    they wait for the worker's OCR: frames that arrive while it reads a slide can no longer push a short slide
+    out of the queue. The pipeline is made on the first keyframe (a meeting without video never loads CLIP).
     """
 
     def __init__(self, session_id: str, output: SessionOutput, slides: list[Slide],
@@ -41,24 +45,32 @@ class SlideWatcher:
         self._slides = slides
         self._make_pipeline = pipeline
         self.embeddings: dict[float, np.ndarray] = {}
+        self._detector = KeyframeDetector()
+        self._detector_lock = threading.Lock()
 
-    def run(self, frames: ItemRing[tuple[float, np.ndarray]], closed: Event) -> None:
-        """Read ``frames`` until they are exhausted or ``closed`` is set."""
+    def keyframe(self, frame: np.ndarray, t: float) -> Keyframe | None:
+        """``frame`` at stream time ``t`` if it starts a new picture (else None); called as frames arrive. A bad
+        frame (time going backwards) is logged and skipped, never fatal."""
+        with self._detector_lock:
+            try:
+                return self._detector.feed(frame, t)
+            except InputError as exc:
+                log.warning("session %s: frame at %.2f s skipped: %s", self._session_id, t, exc)
+                return None
+
+    def run(self, keyframes: ItemRing[Keyframe], closed: Event) -> None:
+        """Read ``keyframes`` until they are exhausted or ``closed`` is set."""
         pipeline = None
         while not closed.is_set():
-            items = frames.get(max_items=1, timeout=0.2)
+            items = keyframes.get(max_items=1, timeout=0.2)
             if not items:
-                if frames.exhausted:
+                if keyframes.exhausted:
                     break
                 continue
             if pipeline is None:
                 pipeline = self._make_pipeline()
-            for _, (t, frame) in items:
-                try:
-                    event = pipeline.feed(frame, t)
-                except InputError as exc:  # one bad frame (e.g. time going backwards) is skipped, not fatal
-                    log.warning("session %s: frame at %.2f s skipped: %s", self._session_id, t, exc)
-                    continue
+            for _, keyframe in items:
+                event = pipeline.read(keyframe)
                 if event is None or not event.text.strip():
                     continue
                 text = "; ".join(part.strip() for part in event.text.splitlines() if part.strip())

@@ -56,11 +56,11 @@ def audio_part(args, settings) -> dict:
     options = StreamingOptions(min_chunk_seconds=args.min_chunk, beam_size=args.beam)
     streamer = StreamingTranscriber(transcriber, options)
     diarization = settings.diarization
-    diarizer = make_online_diarizer(diarization.backend, diarization.model, diarization.embedding)
+    diarizer = make_online_diarizer(diarization.backend, diarization.model, diarization.live_embedding)
     # Warm both models once (first-call costs are not live latency).
     list(transcriber.transcribe(audio[: SAMPLE_RATE * 2]))
     diarizer.embedder(audio[: SAMPLE_RATE * 2], [(0, SAMPLE_RATE)])
-    diarizer = make_online_diarizer(diarization.backend, diarization.model, diarization.embedding)
+    diarizer = make_online_diarizer(diarization.backend, diarization.model, diarization.live_embedding)
 
     changes: dict[int, str] = {}
     t0 = time.perf_counter()

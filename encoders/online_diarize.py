@@ -116,15 +116,17 @@ class OnlineDiarizer:
     new_speaker_threshold: float = 0.6  # cosine to the nearest centroid below which a new speaker starts
     recluster_every_s: float = 10.0  # stream seconds between global re-clusterings
     min_recluster_words: int = 40  # below this, spectral clustering is less reliable than the centroids
-    # the batch diarizer's clustering over the same voice model as the words' embeddings (``for_embedding``)
-    clustering: EmbeddedDiarizer = field(default_factory=lambda: EmbeddedDiarizer(embedding="camplus+ge2e"))
+    # the batch diarizer's clustering over the same voice model as the words' embeddings (``for_embedding``); GE2E's
+    # word windows merged best at 0.75 (development seeds 0-23: clean median DER 15.5% -> 10.1% against 0.71)
+    clustering: EmbeddedDiarizer = field(default_factory=lambda: EmbeddedDiarizer(embedding="ge2e", merge_threshold=0.75))
     max_speakers: int = 8
     history_s: float = 40.0  # audio kept: committed words are never older than the ASR buffer
     max_words: int = 1500  # embeddings kept for re-clustering (and relabelling)
-    # CAM++ and GE2E together, as the batch diarizer (evaluation seeds 1000-1039 against GE2E alone: mean DER
-    # 12.4% -> 10.6%, word accuracy 86.8% -> 88.5%, at RTF 0.066 vs 0.020; docs/benchmarks.md). CAM++ alone was
-    # not better than GE2E. The new-speaker threshold was chosen for GE2E.
-    embedder: Embedder = field(default_factory=lambda: BackendEmbedder("camplus+ge2e"))
+    # GE2E by default (``diarization.live_embedding``). CAM++ + GE2E, as the batch diarizer, puts fewer words on the
+    # wrong speaker (evaluation seeds 1000-1039: mean DER 12.4% -> 10.6%, word accuracy 86.8% -> 88.5%, RTF 0.066 vs
+    # 0.020 alone) but in a session its windows took 5-37 s a call while the LLM prefilled beside it (docs/
+    # benchmarks.md). CAM++ alone was not better than GE2E. The new-speaker threshold was chosen for GE2E.
+    embedder: Embedder = field(default_factory=lambda: BackendEmbedder("ge2e"))
     _audio: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32), repr=False)
     _audio_start: int = 0  # stream sample index of _audio[0]
     _words: deque = field(default_factory=deque, repr=False)
@@ -255,8 +257,7 @@ class OnlineDiarizer:
                 r.label = name_of[c]
 
 
-# The live re-clustering's merge threshold where it differs from the batch one (encoders.diarize.MERGE_THRESHOLDS):
-# GE2E's word windows merged best at 0.75 (development seeds 0-23: clean median DER 15.5% -> 10.1% against 0.71).
+# The live re-clustering's merge threshold where it differs from the batch one (encoders.diarize.MERGE_THRESHOLDS).
 LIVE_MERGE_THRESHOLDS = {"ge2e": 0.75}
 
 
@@ -268,7 +269,7 @@ def for_embedding(embedding: str) -> OnlineDiarizer:
         embedding=embedding, merge_threshold=LIVE_MERGE_THRESHOLDS.get(embedding, 0.0)))
 
 
-def make_online_diarizer(backend: str = "auto", model: str | None = None, embedding: str = "camplus+ge2e") -> OnlineDiarizer:
+def make_online_diarizer(backend: str = "auto", model: str | None = None, embedding: str = "ge2e") -> OnlineDiarizer:
     """The batch ``make_diarizer`` rule: pyannote's embedding model when ``model`` is a local
     pyannote pipeline folder, the embedded voice model ``embedding`` otherwise."""
     if backend not in ("auto", "embedded", "pyannote"):

@@ -393,9 +393,13 @@ class VisionPipeline:
         return False
 
     def feed(self, frame: np.ndarray, t: float) -> SlideEvent | None:
+        """One frame of the stream: a SlideEvent when it starts a new slide (detector, then ``read``)."""
         keyframe = self.detector.feed(frame, t)
-        if keyframe is None:
-            return None
+        return None if keyframe is None else self.read(keyframe)
+
+    def read(self, keyframe: Keyframe) -> SlideEvent | None:
+        """A keyframe found by a detector elsewhere (a session finds them as frames arrive, cheaply, so a slow
+        OCR never makes it miss one): a SlideEvent unless it repeats a recent slide."""
         self.keyframes += 1
         signature = _signature(keyframe.frame, _LOOK.width)
         if self._duplicate(signature, ""):  # cheap check first: no OCR for a picture seen before

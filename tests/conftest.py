@@ -52,17 +52,18 @@ def tiny_llm_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def scripted_runtime(tiny_llm_dir):
     """Makes Runtimes over the stand-ins for a scripted meeting and the tiny Gemma 3:
-    ``scripted_runtime(meeting, home, **settings)`` (settings: load_settings overrides beside ``home``)."""
+    ``scripted_runtime(meeting, home, vision=None, **settings)`` (settings: load_settings overrides beside ``home``;
+    ``vision``: a factory of vision pipelines instead of the meeting's)."""
     from app.config import load_settings
     from app.llm import LLMEngine
     from app.runtime import Runtime
 
-    def make(meeting: ScriptedMeeting, home: Path, **overrides) -> Runtime:
+    def make(meeting: ScriptedMeeting, home: Path, vision=None, **overrides) -> Runtime:
         llm = {"model": str(tiny_llm_dir), "max_new_tokens": 16}  # a summary of 16 tokens: quick on a CPU
         settings = load_settings(overrides={"home": str(home), "llm": llm, **overrides})
         return Runtime(settings, transcriber=ScriptedTranscriber(meeting.vocabulary),
                        engine=LLMEngine.from_settings(settings.llm, settings.home, settings.kv),
-                       diarizer=lambda: VoiceDiarizer(meeting.speakers), vision=meeting.vision)
+                       diarizer=lambda: VoiceDiarizer(meeting.speakers), vision=vision or meeting.vision)
 
     return make
 

@@ -32,9 +32,11 @@ def test_backend_choice_and_bad_input(tmp_path):
         make_online_diarizer("magic")
     with pytest.raises(InputError):
         make_online_diarizer("embedded", None, "ecapa")
-    live = make_online_diarizer("embedded", None, "ge2e")  # the config's voice model, for words and re-clustering
-    assert live.embedder.name == live.clustering.embedding == "ge2e" and live.clustering.merge_threshold == 0.75
-    assert make_online_diarizer().embedder.name == make_online_diarizer().clustering.embedding == "camplus+ge2e"
+    live = make_online_diarizer("embedded", None, "camplus+ge2e")  # the config's voice model, words and re-clustering
+    assert live.embedder.name == live.clustering.embedding == "camplus+ge2e" and live.clustering.merge_threshold == 0
+    default = make_online_diarizer()
+    assert default.embedder.name == default.clustering.embedding == "ge2e" and default.clustering.merge_threshold == 0.75
+    assert OnlineDiarizer().embedder.name == OnlineDiarizer().clustering.embedding == "ge2e"
     d = OnlineDiarizer()
     with pytest.raises(InputError):
         d.label_words([Word("hi", 0.0, 0.3)])  # no audio yet

@@ -122,6 +122,47 @@ def test_slides_become_lines_once_each_and_reach_the_timeline(session_parts):
     assert hit and hit[0].segment.start_s == 2.0 and hit[0].segment.text == shown[1].text
 
 
+def test_a_short_slide_is_not_lost_while_a_slow_reader_works(scripted_runtime, tmp_path):
+    """A replay far faster than real time: 20 frames of slide 0, 3 of slide 1, 20 of slide 2, all at once, while
+    reading the first slide takes a second (a model loading). Keyframes are found as frames arrive, so only three
+    wait for the reader and slide 1 is shown (with the frames themselves queued, the 40 frames after the first
+    pushed it out of the 8-frame queue)."""
+    import time
+
+    from scripted_parts import ScriptedEmbedder, ScriptedSlideReader, scripted_meeting
+
+    from encoders.vision import VisionPipeline
+
+    meeting = scripted_meeting([("SPEAKER_00", "Here are the slides.")], slides=["Agenda", "Price\n$12,000", "Plan"])
+
+    class SlowFirstRead(ScriptedSlideReader):
+        reads = 0
+
+        def read(self, frame):
+            SlowFirstRead.reads += 1
+            if SlowFirstRead.reads == 1:
+                time.sleep(1.0)
+            return super().read(frame)
+
+    def vision() -> VisionPipeline:
+        return VisionPipeline(reader=SlowFirstRead(meeting.slides), embedder=ScriptedEmbedder(meeting.slides))
+
+    runtime = scripted_runtime(meeting, tmp_path, vision=vision)
+    try:
+        session = runtime.new_session("fast")
+        shown: list = []
+        session.subscribe(lambda e: shown.append(e.slide.text) if isinstance(e, SlideShown) else None)
+        frames = [0] * 20 + [1] * 3 + [2] * 20
+        for k, number in enumerate(frames):
+            session.feed_video(meeting.slide_frame(number), k * 1.0)
+        _replay(session, meeting.audio)
+        assert session.wait_until_prefilled(timeout=60)
+        assert shown == ["Agenda", "Price; $12,000", "Plan"], shown
+        assert session.snapshot().counters["video_dropped_frames"] == 0
+    finally:
+        runtime.close()
+
+
 def test_bad_input_is_refused_for_that_request_only(session_parts):
     runtime, meeting = session_parts
     session = runtime.new_session("done")
