@@ -74,7 +74,7 @@ class AudioMixer:
         if entry.silenced_at is not None:  # it came this late: wait longer from now on
             lateness = now - entry.silenced_at
             if self.wait + lateness <= self.max_deadline:
-                self.wait = min(self.max_deadline, max(self.wait, self.wait + 2 * lateness + self.frame / ASR_RATE))
+                self.wait = min(self.max_deadline, self.wait + 2 * lateness + self.frame / ASR_RATE)
             entry.silenced_at = None
         entry.chunks.append((now, np.asarray(samples, np.float32)))
         entry.held += len(samples)

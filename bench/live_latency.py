@@ -59,8 +59,7 @@ def audio_part(args, settings) -> dict:
     diarizer = make_online_diarizer(diarization.backend, diarization.model, diarization.live_embedding)
     # Warm both models once (first-call costs are not live latency).
     list(transcriber.transcribe(audio[: SAMPLE_RATE * 2]))
-    diarizer.embedder(audio[: SAMPLE_RATE * 2], [(0, SAMPLE_RATE)])
-    diarizer = make_online_diarizer(diarization.backend, diarization.model, diarization.live_embedding)
+    diarizer.embedder(audio[: SAMPLE_RATE * 2], [(0, SAMPLE_RATE)])  # loads the voice model; keeps no state
 
     changes: dict[int, str] = {}
     t0 = time.perf_counter()

@@ -105,9 +105,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def new_diarizer() -> OnlineDiarizer:  # a fresh one per meeting (its state is per stream)
         base = for_embedding(args.embedding) if args.embedding else OnlineDiarizer()
-        if args.merge is not None:
-            overrides["clustering"] = dataclasses.replace(base.clustering, merge_threshold=args.merge)
-        return dataclasses.replace(base, **overrides)
+        merge = {} if args.merge is None else {"clustering": dataclasses.replace(base.clustering, merge_threshold=args.merge)}
+        return dataclasses.replace(base, **overrides, **merge)
 
     todo = suite_samples(args.suite, args.limit)
     if not todo:

@@ -88,6 +88,11 @@ class PyannoteEmbedder:
         return _l2norm(np.nan_to_num(np.asarray(emb, dtype=np.float32)))
 
 
+# The live re-clustering's merge threshold where it differs from the batch one (encoders.diarize.MERGE_THRESHOLDS):
+# GE2E's word windows merged best at 0.75 (development seeds 0-23: clean median DER 15.5% -> 10.1% against 0.71).
+LIVE_MERGE_THRESHOLDS = {"ge2e": 0.75}
+
+
 @dataclass(frozen=True)
 class LabelChange:
     """Word number ``index`` (0 = the first word ever labelled) is now spoken by ``new``."""
@@ -116,9 +121,9 @@ class OnlineDiarizer:
     new_speaker_threshold: float = 0.6  # cosine to the nearest centroid below which a new speaker starts
     recluster_every_s: float = 10.0  # stream seconds between global re-clusterings
     min_recluster_words: int = 40  # below this, spectral clustering is less reliable than the centroids
-    # the batch diarizer's clustering over the same voice model as the words' embeddings (``for_embedding``); GE2E's
-    # word windows merged best at 0.75 (development seeds 0-23: clean median DER 15.5% -> 10.1% against 0.71)
-    clustering: EmbeddedDiarizer = field(default_factory=lambda: EmbeddedDiarizer(embedding="ge2e", merge_threshold=0.75))
+    # the batch diarizer's clustering over the same voice model as the words' embeddings (``for_embedding``)
+    clustering: EmbeddedDiarizer = field(
+        default_factory=lambda: EmbeddedDiarizer(embedding="ge2e", merge_threshold=LIVE_MERGE_THRESHOLDS["ge2e"]))
     max_speakers: int = 8
     history_s: float = 40.0  # audio kept: committed words are never older than the ASR buffer
     max_words: int = 1500  # embeddings kept for re-clustering (and relabelling)
@@ -255,10 +260,6 @@ class OnlineDiarizer:
             if name_of[c] != r.label:
                 self._changes.append(LabelChange(r.index, r.label, name_of[c]))
                 r.label = name_of[c]
-
-
-# The live re-clustering's merge threshold where it differs from the batch one (encoders.diarize.MERGE_THRESHOLDS).
-LIVE_MERGE_THRESHOLDS = {"ge2e": 0.75}
 
 
 def for_embedding(embedding: str) -> OnlineDiarizer:
