@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -311,7 +312,12 @@ def live(
             while session.committed_seconds < when and session.state != "error" and (
                 feeder.is_alive() or session.backlog_seconds > 0
             ):
-                feeder.join(timeout=0.2)
+                # A finished feeder's join returns at once: sleep instead of spinning on the session's
+                # locks (a spinning loop starved the recogniser's thread: 54 s -> 186 s a replay).
+                if feeder.is_alive():
+                    feeder.join(timeout=0.2)
+                else:
+                    time.sleep(0.2)
             for q in questions:
                 out.print(f"[bold]question at {_at(session.committed_seconds, 0)}:[/] {escape(q)}")
                 answer = session.ask(q)

@@ -84,8 +84,8 @@ class DiarizationSettings(BaseModel):
         "camplus+ge2e", description="the embedded batch diarizer's voice model "
         "(encoders/speaker_embedding.py): camplus+ge2e is the most accurate, ge2e alone the fastest")
     live_embedding: Literal["camplus+ge2e", "camplus", "ge2e", "mfcc"] = Field(
-        "ge2e", description="the live diarizer's voice model: camplus+ge2e puts fewer words on the wrong speaker "
-        "(docs/benchmarks.md) but slows the live transcript while a question is answered beside it")
+        "camplus+ge2e", description="the live diarizer's voice model: camplus+ge2e puts fewer words on the wrong "
+        "speaker (docs/benchmarks.md), ge2e alone takes a third of the compute")
     num_speakers: int | None = None
     min_speakers: int = 1
     max_speakers: int = 8

@@ -127,10 +127,9 @@ class OnlineDiarizer:
     max_speakers: int = 8
     history_s: float = 40.0  # audio kept: committed words are never older than the ASR buffer
     max_words: int = 1500  # embeddings kept for re-clustering (and relabelling)
-    # GE2E by default (``diarization.live_embedding``). CAM++ + GE2E, as the batch diarizer, puts fewer words on the
-    # wrong speaker (evaluation seeds 1000-1039: mean DER 12.4% -> 10.6%, word accuracy 86.8% -> 88.5%, RTF 0.066 vs
-    # 0.020 alone) but in a session its windows took 5-37 s a call while the LLM prefilled beside it (docs/
-    # benchmarks.md). CAM++ alone was not better than GE2E. The new-speaker threshold was chosen for GE2E.
+    # GE2E here, the light model tests build; a session takes ``diarization.live_embedding`` (default CAM++ + GE2E,
+    # as the batch diarizer: evaluation seeds 1000-1039 mean DER 12.4% -> 10.6%, word accuracy 86.8% -> 88.5%, RTF
+    # 0.066 vs 0.020; docs/benchmarks.md). The new-speaker threshold was chosen for GE2E.
     embedder: Embedder = field(default_factory=lambda: BackendEmbedder("ge2e"))
     _audio: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32), repr=False)
     _audio_start: int = 0  # stream sample index of _audio[0]
