@@ -146,6 +146,9 @@ class ColdSettings(BaseModel):
     spill_to_store: bool = Field(True, description="past host_mib, cold blocks go to the (encrypted) session store")
     staging_mib: float = Field(16.0, gt=0, description="device memory the prefetcher stages blocks in")
     recall_top_k: int = Field(16, gt=0, description="cold blocks per layer a query may bring back per step")
+    exact_copies: bool = Field(True, description="keep a full-precision copy of each block the budget quantizes "
+                               "(host memory, then the store; sealed like the cold blocks); a question reads the "
+                               "quantized blocks it wants from their copies (kvstore.exact_copies)")
 
 
 class ModalitySettings(BaseModel):

@@ -143,7 +143,7 @@ class Runtime:
                 tiers[Tier.DISK] = LazyStore(open_segments, "disk", on_close=remove)
         placement = TierPlacement(tiers, f"{session_id}.cold", WatermarkController(int(cold.staging_mib * mib)),
                                   PlacementPolicy(host_bytes=int(cold.host_mib * mib)))
-        return ColdTier(placement, recall_top_k=cold.recall_top_k, source=source)
+        return ColdTier(placement, recall_top_k=cold.recall_top_k, source=source, exact_copies=cold.exact_copies)
 
     # ------------------------------------------------------------------ sessions
     def new_session(self, session_id: str | None = None, source: str = "live", autosave: bool = False,

@@ -709,7 +709,7 @@ def prepare_minutia(model, ids, meeting: Meeting, budget: float, args, mode: str
     from kvstore.cache import TieredCache
 
     use_minutia_attention(model)
-    if mode in ("bytes", "cold"):
+    if mode in ("bytes", "cold", "exact"):
         # A fixed byte budget (the deployment case: a meeting must fit N bytes): the fraction of the full
         # bf16 KV bytes of this context's full-attention layers. Compression starts once the cache outgrows it.
         settings = minutia_settings(args, budget_ratio=None, budget_bytes=int(budget * full_kv_bytes(model, ids.shape[1])))
@@ -719,7 +719,7 @@ def prepare_minutia(model, ids, meeting: Meeting, budget: float, args, mode: str
         settings = minutia_settings(args, budget_ratio=budget, budget_floor_tokens=args.live_floor,
                                     drop_last_resort=True, hysteresis=args.live_hysteresis)
     cache = TieredCache(config=model.config, settings=settings)
-    if mode == "cold":
+    if mode in ("cold", "exact"):
         from kvstore.cold import ColdTier
         from kvstore.placement import Tier, TierPlacement, WatermarkController
         from kvstore.stores.memory import MemoryStore
@@ -727,7 +727,8 @@ def prepare_minutia(model, ids, meeting: Meeting, budget: float, args, mode: str
         staging = args.cold_staging_mib << 20
         tiers = {Tier.DEVICE: MemoryStore(tier="device"), Tier.HOST: MemoryStore(tier="host")}
         cache.attach_cold_tier(ColdTier(TierPlacement(tiers, meeting.name, WatermarkController(staging)),
-                                        recall_top_k=args.cold_top_k))
+                                        recall_top_k=args.cold_top_k, exact_copies=mode == "exact",
+                                        exact_max_blocks=args.exact_max_blocks))
     if args.annotations:
         starts, changes = turn_start_annotations(meeting)
         cache.annotate(starts, TokenFlag.TURN_START)
@@ -759,7 +760,7 @@ def prepare_minutia(model, ids, meeting: Meeting, budget: float, args, mode: str
                     cache.kv_bytes(include_sliding=False), sliding, elapsed,
                     extra={"blocks_per_format": formats, "tokens_kept_per_layer": tokens_kept,
                            "budget_bytes": cache.budget_bytes(), "full_precision_bytes": cache.full_precision_bytes(),
-                           **({"stepwise": True} if mode == "cold" or args.stepwise else {})})
+                           **({"stepwise": True} if mode in ("cold", "exact") or args.stepwise else {})})
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1012,6 +1013,8 @@ def aggregate(per_meeting: list[dict[str, Any]], full_key: str = "full") -> dict
                 "decode_step_ms_median": mean([c["decode_step_ms"]["median"] for c in m["cold"] if "decode_step_ms" in c]),
                 "decode_step_ms_p95": mean([c["decode_step_ms"]["p95"] for c in m["cold"] if "decode_step_ms" in c]),
                 "peak_answer_fraction": max(c["peak_answer_fraction"] for c in m["cold"]),
+                "exact_reads": sum(c.get("exact_reads", 0) for c in m["cold"]),
+                "copies": sum(c.get("copies", 0) for c in m["cold"]),
             }
     full = out.get(full_key, {})
     for key, row in out.items():
@@ -1025,6 +1028,7 @@ MODE_LABELS = {
     "ratio": "minutia TieredCache (ratio budget from chunk 1)",
     "live": "minutia TieredCache (live: ratio budget + floor, quantize before drop, small chunks)",
     "cold": "minutia TieredCache + cold tier (evicted blocks on host memory, recalled per decode step)",
+    "exact": "minutia TieredCache + cold tier + exact copies (quantized blocks a question wants read at full precision)",
 }
 
 
@@ -1102,12 +1106,12 @@ def write_markdown(path: Path, report: dict[str, Any]) -> None:
     if cold_rows:
         lines += ["", "## Cold tier (issue 5): blocks evicted to host memory, recalled at decode", "",
                   "| method | prefetch hit rate | blocks recalled | blocks evicted | decode step ms (median / p95) | "
-                  "peak KV while answering (of full) |",
-                  "|---|---|---|---|---|---|"]
+                  "peak KV while answering (of full) | exact copies kept / read |",
+                  "|---|---|---|---|---|---|---|"]
         for key, cold in cold_rows:
             lines.append(f"| {key} | {_fmt(cold['prefetch_hit_rate'])} | {cold['recalled']} | {cold['evicted']} | "
                          f"{_fmt(cold['decode_step_ms_median'], 1)} / {_fmt(cold['decode_step_ms_p95'], 1)} | "
-                         f"{_fmt(cold['peak_answer_fraction'])} |")
+                         f"{_fmt(cold['peak_answer_fraction'])} | {cold.get('copies', 0)} / {cold.get('exact_reads', 0)} |")
     lines += ["", "## Targets at 25% (issue 3)", ""]
     for line in report["targets"]:
         lines.append(f"- {line}")
@@ -1273,6 +1277,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="feed every minutia row's answers one token at a time (the 'cold' rows always are), so "
                         "decode-step times can be compared side by side")
     p.add_argument("--cold-top-k", type=int, default=8, help="'cold' mode: cold blocks per layer a step may recall")
+    p.add_argument("--exact-max-blocks", type=int, default=None,
+                   help="'exact' mode: blocks per layer a question may read from their copies (default: --cold-top-k)")
     p.add_argument("--cold-staging-mib", type=int, default=16, help="'cold' mode: device staging for prefetched blocks")
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--threads", type=int, default=0,
@@ -1516,7 +1522,8 @@ def main(argv: list[str] | None = None) -> int:
                 if cold is not None:
                     stats = cold.stats()
                     results[key]["cold"] = {name: stats[name] for name in (
-                        "prefetch_hit_rate", "evicted", "recalled", "requested", "cold_blocks", "bytes_per_tier")}
+                        "prefetch_hit_rate", "evicted", "recalled", "requested", "cold_blocks", "bytes_per_tier",
+                        "copies", "exact_reads")}
                     results[key]["cold"]["peak_answer_fraction"] = (
                         getattr(prepared.cache, "peak_answer_bytes", 0) / max(results["full"]["full_bytes"], 1))
                     if steps:

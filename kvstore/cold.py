@@ -17,6 +17,10 @@ Blocks come back into the device pools for the length of an answer:
 * focus ranges (:meth:`~kvstore.manager.KVCacheManager.recall_tokens`): the blocks of the lines a
   question retrieved.
 
+With ``exact_copies`` the tier also keeps the full-precision payload of every block the budget
+quantizes, and a question reads the quantized blocks its queries rank highest from that copy
+(:class:`~kvstore.exact_copies.ExactCopies`).
+
 A recalled row leaves the Global Summary while it is back, and rolling back the question's
 checkpoint returns it to the cold index, so the cache after an answer is exactly what it was before.
 """
@@ -29,6 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from kvstore import block_ids
+from kvstore.formats import BlockFormat
 from kvstore.placement import Prefetcher, Tier, TierPlacement
 from kvstore.stores.base import StoreError, pack_block, unpack_block
 
@@ -41,20 +46,29 @@ class ColdTierStats:
     failed: int = 0  # evictions a tier refused (full, unreachable): those blocks were dropped instead
     recalled: int = 0  # blocks brought back into the pools
     requested: int = 0  # prefetch requests (blocks)
+    copies: int = 0  # full-precision copies of quantized blocks written (exact_copies)
+    exact_reads: int = 0  # quantized blocks read from their copy for a question
 
 
 class ColdTier:
     """The cold blocks of one cache (all its tiered layers), kept by a :class:`TierPlacement`."""
 
     def __init__(self, placement: TierPlacement, recall_top_k: int = 8, prefetch: bool = True,
-                 source: str = "") -> None:
+                 source: str = "", exact_copies: bool = False, exact_max_blocks: int | None = None) -> None:
         """``source``: what the meeting's blocks are tagged with on encrypted tiers (their data key), so
-        :meth:`shred` forgets them; default: the placement's session."""
+        :meth:`shred` forgets them; default: the placement's session. ``exact_copies``: keep a
+        full-precision copy of each block the budget quantizes (kvstore.exact_copies); a question reads
+        at most ``exact_max_blocks`` blocks per layer from them (default ``recall_top_k``), which bounds
+        the device memory an answer adds."""
         if recall_top_k <= 0:
             raise ValueError("recall_top_k must be positive")
         self.placement = placement
         self.source = source
         self.recall_top_k = recall_top_k
+        self.exact_copies = exact_copies
+        self.exact_max_blocks = recall_top_k if exact_max_blocks is None else exact_max_blocks
+        if self.exact_max_blocks < 0:
+            raise ValueError("exact_max_blocks must be >= 0")
         self.prefetcher = Prefetcher(placement, top_k=recall_top_k) if prefetch else None
         self.counts = ColdTierStats()
 
@@ -83,6 +97,27 @@ class ColdTier:
             return False
         self.counts.evicted += 1
         return True
+
+    @staticmethod
+    def copy_id(layer_idx: int, block: int) -> str:
+        """A block's full-precision copy: the id a full-precision block would be evicted under (same bytes)."""
+        return block_ids.block_id(layer_idx, block, int(BlockFormat.FULL))
+
+    def keep_copy(self, layer_idx: int, block: int, payload: dict[str, torch.Tensor], modality: int) -> bool:
+        """Keep a full-precision copy of a block about to be quantized; False (logged as a failed
+        eviction) when no tier could take it: the block is then only ever read quantized."""
+        if self.evict(layer_idx, block, int(BlockFormat.FULL), payload, 0.0, modality):
+            self.counts.evicted -= 1  # a copy, not an eviction
+            self.counts.copies += 1
+            return True
+        return False
+
+    def read_copy(self, layer_idx: int, block: int, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+        """The full-precision payload kept by :meth:`keep_copy` (not counted as a prefetch hit or miss:
+        copies are read on demand, and their misses must not switch the recall of cold blocks off)."""
+        tensors, _ = unpack_block(self.placement.peek(self.copy_id(layer_idx, block)), device=device)
+        self.counts.exact_reads += 1
+        return tensors
 
     def staged(self, block_id: str) -> bool:
         return self.placement.tier_of(block_id) == Tier.DEVICE
@@ -115,7 +150,8 @@ class ColdTier:
     def stats(self) -> dict[str, object]:
         placed = self.placement.stats()
         return {**placed, "evicted": self.counts.evicted, "failed": self.counts.failed, "recalled": self.counts.recalled,
-                "requested": self.counts.requested, "cold_blocks": len(self.placement.blocks)}
+                "requested": self.counts.requested, "copies": self.counts.copies,
+                "exact_reads": self.counts.exact_reads, "cold_blocks": len(self.placement.blocks)}
 
     def close(self) -> None:
         if self.prefetcher is not None:

@@ -38,6 +38,7 @@ class TieredLayerSnapshot:
     recent_queries: torch.Tensor | None
     block_index: torch.Tensor
     recalled: int
+    upgraded: int = 0  # rows read from their exact copies before the checkpoint (kvstore.exact_copies)
 
 
 def snapshot(storage: BlockStorage, attention: BlockAttention, cold: ColdIndex, seen: int) -> TieredLayerSnapshot:

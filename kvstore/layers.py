@@ -4,6 +4,7 @@
 parts with one job each: :class:`~kvstore.block_storage.BlockStorage` (pools, page table, summary),
 :class:`~kvstore.compression.CompressionPolicy` (budget and format plan),
 :class:`~kvstore.cold_index.ColdIndex` (blocks waiting in the cold tier),
+:class:`~kvstore.exact_copies.ExactCopies` (full-precision copies of quantized blocks, read for questions),
 :class:`~kvstore.layer_attention.BlockAttention` (reading the blocks) and kvstore.layer_state
 (checkpoints, saved state). The parts see the owning cache only through
 :class:`~kvstore.layer_context.LayerContext`.
@@ -21,6 +22,7 @@ from kvstore.block_storage import BlockStorage, LayerGeometry, tensor_bytes
 from kvstore.blocks import BlockFormat, BlockPool, PageTable
 from kvstore.cold_index import ColdIndex
 from kvstore.compression import CompressionPolicy
+from kvstore.exact_copies import ExactCopies
 from kvstore.config import TieredCacheConfig
 from kvstore.layer_attention import BlockAttention
 from kvstore.layer_context import LayerContext
@@ -51,6 +53,7 @@ class TieredLayer(CacheLayerMixin):
         self.attention = BlockAttention(settings, ctx)
         self.storage: BlockStorage | None = None
         self.cold_index: ColdIndex | None = None
+        self.exact_copies: ExactCopies | None = None
         self._compression_pending = False
 
     # ------------------------------------------------------------------------------------------
@@ -116,9 +119,11 @@ class TieredLayer(CacheLayerMixin):
     def _initialize(self, geometry: LayerGeometry) -> None:
         if self.cold_index is not None:
             self.cold_index.forget()
+            self.exact_copies.forget()
         self.dtype, self.device = geometry.dtype, geometry.device
         self.storage = BlockStorage(geometry, self.settings)
         self.cold_index = ColdIndex(self.layer_idx, self.storage, self.settings, self.ctx)
+        self.exact_copies = ExactCopies(self.layer_idx, self.storage, self.settings, self.ctx)
         self.attention = BlockAttention(self.settings, self.ctx)
         self.is_initialized = True
 
@@ -190,6 +195,7 @@ class TieredLayer(CacheLayerMixin):
             return
         self.storage.crop(max_length)
         self.cold_index.keep_before(max_length)
+        self.exact_copies.keep_before(max_length)
         self.cumulative_length = max_length
 
     # ------------------------------------------------------------------------------------------
@@ -213,10 +219,15 @@ class TieredLayer(CacheLayerMixin):
         attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Attention of the chunk's queries over the kept blocks, the summary and the chunk
-        (:meth:`BlockAttention.attend`); cold blocks the queries want come back first."""
+        (:meth:`BlockAttention.attend`); cold blocks the queries want come back first, and during a
+        question the quantized ones they want are read from their exact copies."""
         self.attention.check_no_padding(attention_mask, self.cumulative_length)
-        if self.ctx.cold_tier is not None and len(self.cold_index):
-            self.cold_index.recall_predicted(query, self.attention.past_rows(self.storage))
+        if self.ctx.cold_tier is not None:
+            n_past = self.attention.past_rows(self.storage)
+            if len(self.cold_index):
+                self.cold_index.recall_predicted(query, n_past)
+                n_past = self.attention.past_rows(self.storage)  # recalled rows are past rows too
+            self.exact_copies.upgrade(query, n_past)
         out = self.attention.attend(self.storage, query, key_chunk, value_chunk, scale, softcap, self.cumulative_length)
         self._run_pending_compression()
         return out
@@ -287,6 +298,7 @@ class TieredLayer(CacheLayerMixin):
         if new_format is None:
             return False
         changed = new_format != storage.table.format
+        self.exact_copies.keep(torch.nonzero(changed).flatten(), new_format[changed])
         for fmt in [BlockFormat.FULL] + [BlockFormat.from_kind(k) for k in self.settings.warm_kinds]:
             rows = torch.nonzero(changed & (new_format == int(fmt))).flatten()
             if rows.numel():
@@ -312,10 +324,13 @@ class TieredLayer(CacheLayerMixin):
         self.storage.absorb_rows(rows)
 
     def recall(self, blocks: torch.Tensor) -> int:
-        """Bring the cold blocks among ``blocks`` (logical indices) back; returns how many (:meth:`ColdIndex.recall`)."""
+        """Bring the cold blocks among ``blocks`` (logical indices) back, and read the quantized ones from
+        their exact copies (during a question); returns how many came back from the cold tier."""
         if not self.is_initialized:
             return 0
-        return self.cold_index.recall(blocks)
+        back = self.cold_index.recall(blocks)
+        self.exact_copies.upgrade_blocks(blocks)
+        return back
 
     def compact_storage(self) -> None:
         """Shrink every pool to exactly its used blocks."""
@@ -328,20 +343,25 @@ class TieredLayer(CacheLayerMixin):
     def snapshot(self) -> TieredLayerSnapshot | None:
         if not self.is_initialized:
             return None
-        return layer_state.snapshot(self.storage, self.attention, self.cold_index, self.cumulative_length)
+        snap = layer_state.snapshot(self.storage, self.attention, self.cold_index, self.cumulative_length)
+        snap.upgraded = len(self.exact_copies.upgraded)
+        return snap
 
     def restore(self, snap: TieredLayerSnapshot | None) -> None:
         if snap is None:
             if self.is_initialized:
                 self.reset()
             return
+        self.exact_copies.undo(snap.upgraded)  # the low-bit rows back before the question's rows leave
         layer_state.restore(self.storage, self.attention, self.cold_index, snap)
         self.cumulative_length = snap.seen
 
     def keep_recalls(self, snap: TieredLayerSnapshot | None) -> None:
-        """A checkpoint released: the blocks recalled since ``snap`` stay resident."""
+        """A checkpoint released: the blocks recalled since ``snap`` stay resident, the ones read from
+        their exact copies stay at full precision (the next compression pass plans them)."""
         if snap is not None and self.is_initialized:
             self.cold_index.keep_recalls(snap.recalled)
+            self.exact_copies.keep_upgrades(snap.upgraded)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything this layer holds except block payloads (:meth:`block_payload`), on the CPU."""
