@@ -63,3 +63,30 @@ def test_a_speaker_is_forgotten_from_the_page_while_the_replay_goes_on(scripted_
     finally:
         page.close()
         runtime.close()
+
+
+def test_a_microphone_chunk_from_a_closed_page_opens_no_meeting(scripted_runtime, tmp_path):
+    """Chunks still in flight when the page goes away (gradio delivers them after the unload) are dropped:
+    they used to open a new live meeting that nobody could see or end."""
+    import numpy as np
+
+    from ui.app import LivePage
+    from ui.settings import UISettings
+
+    runtime = scripted_runtime(scripted_meeting(SCRIPT), tmp_path)
+    page = LivePage(runtime, UISettings(export_dir=tmp_path / "exports"))
+    request = gr.Request(session_hash="tab")
+    chunk = (16000, np.zeros(1600, dtype=np.int16))
+    try:
+        page.feed_microphone(chunk, request)
+        assert [s.source for s in runtime.sessions()] == ["live"]
+        tab = page.tab(request)
+        page.close_tab(request)
+        assert runtime.sessions() == []
+        page.feed_microphone(chunk, request)
+        page.feed_webcam(np.zeros((8, 8, 3), dtype=np.uint8), request)
+        assert runtime.sessions() == [] and "tab" not in page.tabs
+        assert tab.ended  # a chunk that got the tab just before the page closed feeds nothing into it
+    finally:
+        page.close()
+        runtime.close()

@@ -16,6 +16,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 
 UPLOAD_TYPES = [".wav", ".mp3", ".m4a", ".mp4", ".webm", ".ogg", ".opus", ".flac", ".mkv", ".mov", ".aac"]
 X_TITLE = "meeting time (s)"
+GONE_PAGES_KEPT = 10_000  # closed pages remembered, so their late microphone / webcam chunks are dropped
 TAB_OUTPUTS = 10  # status, transcript, tier plot, modality plot, ratio plot, kv stats, slides, actions, summary, player
 
 HOW_TO = """
@@ -190,6 +192,7 @@ class Tab:
     player: str = ""  # the recording's player (ui/player.py), "" when there is none
     shown_player: str | None = None
     media: Path | None = None  # the folder holding the player's copy of the recording
+    ended: bool = False  # the page went away: no input starts a meeting here again
 
     def __post_init__(self) -> None:
         self.history = render.KVHistory(self.history_points)
@@ -206,6 +209,12 @@ class Tab:
         if self.media is not None:
             shutil.rmtree(self.media, ignore_errors=True)
         self.media, self.player = None, ""
+
+    def close(self) -> None:
+        """The page went away: end its meeting, and take no more input."""
+        with self.lock:
+            self.ended = True
+            self.end()
 
     def end(self) -> None:
         """Stop the feed and close the session (the runtime forgets it)."""
@@ -284,6 +293,9 @@ class LivePage:
         self.ui = ui_settings or UISettings()
         self.samples = bundled_samples()
         self.tabs: dict[str, Tab] = {}
+        # Pages gone (closed, reloaded): a microphone or webcam chunk still in flight must not open a meeting
+        # for them again (the session would live on with nobody to see it). Newest last, bounded.
+        self._gone: OrderedDict[str, None] = OrderedDict()
         self._extra_runtimes: dict[tuple, Runtime] = {}
         self._lock = threading.Lock()
         self.export_root = Path(self.ui.export_dir or tempfile.mkdtemp(prefix="minutia-ui-"))
@@ -297,12 +309,26 @@ class LivePage:
                 self.tabs[key] = Tab(self.ui.kv_history_points)
             return self.tabs[key]
 
+    def streaming_tab(self, request: gr.Request) -> Tab | None:
+        """The tab a microphone or webcam chunk goes to; None once its page is gone (chunks may still arrive)."""
+        key = request.session_hash or "default"
+        with self._lock:
+            if key in self._gone:
+                return None
+            if key not in self.tabs:
+                self.tabs[key] = Tab(self.ui.kv_history_points)
+            return self.tabs[key]
+
     def close_tab(self, request: gr.Request) -> None:
         """The tab went away (closed, reloaded, disconnected): stop its feed and close its session."""
+        key = request.session_hash or "default"
         with self._lock:
-            tab = self.tabs.pop(request.session_hash or "default", None)
+            tab = self.tabs.pop(key, None)
+            self._gone[key] = None
+            while len(self._gone) > GONE_PAGES_KEPT:
+                self._gone.popitem(last=False)
         if tab is not None:
-            tab.end()
+            tab.close()
 
     def runtime_for(self, overrides: dict) -> Runtime:
         """The shared runtime, or one built for this tab's settings (a different model or KV budget)."""
@@ -334,7 +360,7 @@ class LivePage:
 
     def close(self) -> None:
         for key in list(self.tabs):
-            self.tabs.pop(key).end()
+            self.tabs.pop(key).close()
         for runtime in self._extra_runtimes.values():
             runtime.close()
         self._extra_runtimes.clear()
@@ -408,13 +434,14 @@ class LivePage:
 
     def feed_microphone(self, chunk: tuple | None, request: gr.Request) -> None:
         """One streamed microphone chunk (rate, samples) into the tab's live meeting."""
-        if chunk is None:
+        tab = None if chunk is None else self.streaming_tab(request)
+        if tab is None:
             return
-        tab = self.tab(request)
         try:
             rate, samples = chunk
             with tab.lock:
-                self._live(tab, restart_finished=True).feed_audio(samples, int(rate))
+                if not tab.ended:
+                    self._live(tab, restart_finished=True).feed_audio(samples, int(rate))
         except Exception as exc:
             self._fail(tab, exc)
 
@@ -435,12 +462,12 @@ class LivePage:
 
     def feed_webcam(self, frame: Any, request: gr.Request) -> None:
         """One webcam frame into the tab's live meeting, at the time since that meeting started."""
-        if frame is None:
+        tab = None if frame is None else self.streaming_tab(request)
+        if tab is None:
             return
-        tab = self.tab(request)
         try:
             with tab.lock:
-                session = self._live(tab, restart_finished=False)
+                session = None if tab.ended else self._live(tab, restart_finished=False)
                 if session is not None:
                     session.feed_video(frame, time.monotonic() - tab.started)
         except Exception as exc:
