@@ -83,7 +83,13 @@ class ColdTier:
         Returns False (logged) when no tier could take it: the caller drops the block instead, so a
         full disk or an unreachable Redis costs that block's recall, never the meeting.
         """
-        block_id = self.block_id(layer_idx, block, fmt)
+        if not self._put(self.block_id(layer_idx, block, fmt), payload, score, modality):
+            return False
+        self.counts.evicted += 1
+        return True
+
+    def _put(self, block_id: str, payload: dict[str, torch.Tensor], score: float, modality: int) -> bool:
+        """Write a payload once (later: refresh its score); False, logged, when no tier could take it."""
         try:
             if self.placement.tier_of(block_id) is None:
                 self.placement.put_cold(block_id, pack_block(payload), score, modality, source=self.source)
@@ -95,22 +101,20 @@ class ColdTier:
                 log.warning("cold tier of %r: block %s dropped instead (%s; %d so far)", self.placement.session,
                             block_id, exc, self.counts.failed)
             return False
-        self.counts.evicted += 1
         return True
 
     @staticmethod
     def copy_id(layer_idx: int, block: int) -> str:
         """A block's full-precision copy: the id a full-precision block would be evicted under (same bytes)."""
-        return block_ids.block_id(layer_idx, block, int(BlockFormat.FULL))
+        return ColdTier.block_id(layer_idx, block, int(BlockFormat.FULL))
 
     def keep_copy(self, layer_idx: int, block: int, payload: dict[str, torch.Tensor], modality: int) -> bool:
         """Keep a full-precision copy of a block about to be quantized; False (logged as a failed
         eviction) when no tier could take it: the block is then only ever read quantized."""
-        if self.evict(layer_idx, block, int(BlockFormat.FULL), payload, 0.0, modality):
-            self.counts.evicted -= 1  # a copy, not an eviction
-            self.counts.copies += 1
-            return True
-        return False
+        if not self._put(self.copy_id(layer_idx, block), payload, 0.0, modality):
+            return False
+        self.counts.copies += 1
+        return True
 
     def read_copy(self, layer_idx: int, block: int, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
         """The full-precision payload kept by :meth:`keep_copy` (not counted as a prefetch hit or miss:

@@ -18,6 +18,27 @@ from kvstore.layer_context import LayerContext
 from kvstore.stores.base import unpack_block
 
 
+def question_rows(storage: BlockStorage, settings: TieredCacheConfig, ctx: LayerContext, n_past: int) -> torch.Tensor:
+    """Past rows a decode step chooses among: not the sinks, the recent window or the question's own tokens
+    (always read anyway, and the query's own keys bound highest)."""
+    starts = storage.table.block_index[:n_past] * storage.block_size
+    meeting_end = ctx.checkpoint_length()
+    return torch.nonzero((starts >= settings.sink_tokens)
+                         & (starts + storage.block_size <= meeting_end - settings.recent_tokens)).flatten()
+
+
+def full_blocks_that_fit(ctx: LayerContext, storage: BlockStorage, wanted: int) -> int:
+    """How many of ``wanted`` full-precision blocks the device cap has room for (all without a cap); the
+    rest are counted as refused recalls."""
+    room = ctx.device_room()
+    if room is None:
+        return wanted
+    fits = max(int(room // max(storage.block_bytes(BlockFormat.FULL), 1)), 0)
+    if fits < wanted:
+        ctx.note_refused_recalls(wanted - fits)
+    return min(fits, wanted)
+
+
 class ColdIndex:
     """Rows of one layer's blocks in the cold tier, and the rows recalled while a checkpoint is open."""
 
@@ -85,16 +106,13 @@ class ColdIndex:
                  & int(TokenFlag.PII)) == 0
         if not bool(mask.any()):
             return 0
-        room = self.ctx.device_room()
-        if room is not None:  # the hard cap: recall only the best-ranked blocks that fit
-            fits = int(room // max(self.storage.block_bytes(BlockFormat.FULL), 1))
-            hits = torch.nonzero(mask).flatten()
-            if fits < hits.numel():
-                self.ctx.note_refused_recalls(int(hits.numel()) - max(fits, 0))
-                mask = torch.zeros_like(mask)
-                mask[hits[:max(fits, 0)]] = True
-                if not bool(mask.any()):
-                    return 0
+        hits = torch.nonzero(mask).flatten()
+        fits = full_blocks_that_fit(self.ctx, self.storage, int(hits.numel()))
+        if fits < hits.numel():  # the hard cap: recall only the best-ranked blocks that fit
+            mask = torch.zeros_like(mask)
+            mask[hits[:fits]] = True
+            if not bool(mask.any()):
+                return 0
         back = self.table.subset(mask)
         payloads = [self.ctx.cold_tier.fetch(block_id) for block_id in self.ids(torch.nonzero(mask).flatten())]
         self.table.keep(~mask)
@@ -135,12 +153,8 @@ class ColdIndex:
         cold_scores = bounds(self.table, len(self.table))
         likely = torch.topk(cold_scores, min(2 * k, cold_scores.numel())).indices
         wanted = likely[:k]
-        # Compare with the blocks a decode step chooses among: not the sinks, the recent window or
-        # the question's own tokens (always read anyway, and the query's own keys bound highest).
-        starts = storage.table.block_index[:n_past] * storage.block_size
-        meeting_end = self.ctx.checkpoint_length()
-        choosable = torch.nonzero((starts >= self.settings.sink_tokens)
-                                  & (starts + storage.block_size <= meeting_end - self.settings.recent_tokens)).flatten()
+        # Compare with the blocks a decode step chooses among.
+        choosable = question_rows(storage, self.settings, self.ctx, n_past)
         if choosable.numel():
             resident = bounds(storage.table, n_past)[choosable]
             threshold = torch.topk(resident, min(k, resident.numel())).values[-1]

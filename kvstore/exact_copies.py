@@ -24,6 +24,7 @@ import torch
 from kvstore.annotations import TokenFlag
 from kvstore.block_storage import BlockStorage
 from kvstore.blocks import BlockFormat
+from kvstore.cold_index import full_blocks_that_fit, question_rows
 from kvstore.config import TieredCacheConfig
 from kvstore.layer_attention import quest_bounds
 from kvstore.layer_context import LayerContext
@@ -81,15 +82,12 @@ class ExactCopies:
         ``exact_max_blocks`` per layer for the question. Returns how many."""
         if not self.enabled or not self.blocks or not self.ctx.compression_suspended or n_past == 0:
             return 0
-        storage, table, settings = self.storage, self.storage.table, self.settings
-        starts = table.block_index[:n_past] * storage.block_size
-        meeting_end = self.ctx.checkpoint_length()
-        choosable = torch.nonzero((starts >= settings.sink_tokens)
-                                  & (starts + storage.block_size <= meeting_end - settings.recent_tokens)).flatten()
+        storage = self.storage
+        choosable = question_rows(storage, self.settings, self.ctx, n_past)
         if choosable.numel() == 0:
             return 0
-        last = query[:, :, -settings.observation_window:]
-        bounds = quest_bounds(storage, table, n_past, last)[0].float().amax(dim=(0, 1)).cpu()[choosable]
+        last = query[:, :, -self.settings.observation_window:]
+        bounds = quest_bounds(storage, storage.table, n_past, last)[0].float().amax(dim=(0, 1)).cpu()[choosable]
         best = choosable[torch.topk(bounds, min(self.ctx.cold_tier.recall_top_k, choosable.numel())).indices]
         return self._read_exact(best)
 
@@ -106,12 +104,7 @@ class ExactCopies:
         wanted = [int(r) for r in rows.tolist() if int(table.format[r]) != BlockFormat.FULL
                   and int(table.block_index[r]) in self.blocks]
         wanted = wanted[:max(tier.exact_max_blocks - len(self.upgraded), 0)]  # the first ones a question wants
-        room = self.ctx.device_room()
-        if room is not None:  # the device cap: only what fits, best first
-            fits = max(int(room // max(storage.block_bytes(BlockFormat.FULL), 1)), 0)
-            if fits < len(wanted):
-                self.ctx.note_refused_recalls(len(wanted) - fits)
-                wanted = wanted[:fits]
+        wanted = wanted[:full_blocks_that_fit(self.ctx, storage, len(wanted))]  # the device cap, best first
         upgraded = 0
         for row in wanted:
             block = int(table.block_index[row])

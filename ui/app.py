@@ -303,21 +303,20 @@ class LivePage:
 
     # ------------------------------------------------------------------ tabs and sessions
     def tab(self, request: gr.Request) -> Tab:
-        key = request.session_hash or "default"
         with self._lock:
-            if key not in self.tabs:
-                self.tabs[key] = Tab(self.ui.kv_history_points)
-            return self.tabs[key]
+            return self._tab(request.session_hash or "default")
 
     def streaming_tab(self, request: gr.Request) -> Tab | None:
         """The tab a microphone or webcam chunk goes to; None once its page is gone (chunks may still arrive)."""
         key = request.session_hash or "default"
         with self._lock:
-            if key in self._gone:
-                return None
-            if key not in self.tabs:
-                self.tabs[key] = Tab(self.ui.kv_history_points)
-            return self.tabs[key]
+            return None if key in self._gone else self._tab(key)
+
+    def _tab(self, key: str) -> Tab:
+        """The page's tab, made on its first event (the caller holds ``_lock``)."""
+        if key not in self.tabs:
+            self.tabs[key] = Tab(self.ui.kv_history_points)
+        return self.tabs[key]
 
     def close_tab(self, request: gr.Request) -> None:
         """The tab went away (closed, reloaded, disconnected): stop its feed and close its session."""
