@@ -99,8 +99,9 @@ def transcribe(
     num_speakers: SpeakersOpt = None, hotwords: HotwordsOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Recording -> speaker-attributed transcript with word times (JSON, SRT, VTT, Markdown)."""
+    from app.exports import write_transcript
     from app.pipeline import load_meeting, resolve_input
-    from app.transcript import WRITERS, to_json, write_all
+    from app.transcript import WRITERS, to_json
 
     wanted = [f.strip() for f in formats.split(",") if f.strip()]
     unknown = [f for f in wanted if f not in WRITERS]
@@ -110,8 +111,8 @@ def transcribe(
     if resolve_input(recording).recording is None:
         raise InputError(f"{recording} is not a recording")
     folder = _out_dir(out_dir, recording)
-    transcript = _masked(load_meeting(recording, settings, err), settings)
-    written = write_all(transcript, folder, f"{_stem(recording)}.transcript", wanted)
+    transcript, written = write_transcript(
+        load_meeting(recording, settings, err), settings, folder, f"{_stem(recording)}.transcript", wanted)
     if as_json:
         print(to_json(transcript), end="")
         return
@@ -120,28 +121,6 @@ def transcribe(
 
         out.print(f"[dim]{turn_label(index, turn)}[/] [bold]{turn.speaker}[/]: {turn.text}")
     err.print(f"[green]wrote[/] {', '.join(str(p) for p in written)}")
-
-
-def _export_detector(settings: Settings):
-    """The PII detector exports are masked with (None when ``pii.policy`` is off)."""
-    from app.pii import detector_for
-
-    return detector_for(settings.pii) if settings.pii.mask_exports else None
-
-
-def _masked(transcript, settings: Settings, detector=None):
-    """``transcript`` as the CLI writes it: personal data masked unless ``pii.policy`` is off
-    (``detector``: one already loaded)."""
-    from app.pii import mask_transcript
-
-    detector = detector or _export_detector(settings)
-    return transcript if detector is None else mask_transcript(transcript, detector)
-
-
-def _for_the_model(transcript, settings: Settings):
-    """What the LLM reads and answers from: under ``pii.policy: zero-in-kv`` the masked transcript, so the
-    batch path keeps personal data out of the model as the live path keeps it out of the KV."""
-    return _masked(transcript, settings) if settings.pii.zero_kv else transcript
 
 
 def _assistant(settings: Settings):
@@ -158,12 +137,6 @@ def _at(start: float | None, turn_index: int) -> str:
     return format_time(start) if start is not None else f"turn {turn_index + 1}"
 
 
-def _summary_markdown(summary, source: str) -> str:
-    from app.summary import render_markdown
-
-    return render_markdown(summary, heading=f"Meeting summary: {source}")
-
-
 @app.command()
 def summarize(
     meeting: Annotated[Path, typer.Argument(help="a recording, a transcript (minutia JSON, QMSum JSON, text) or a folder")],
@@ -172,25 +145,16 @@ def summarize(
     as_json: JsonOpt = False,
 ) -> None:
     """Summary, decisions and action items (owner, task, due date) as Markdown and JSON."""
+    from app.exports import for_the_model, write_summary
     from app.pipeline import load_meeting
-    from app.transcript import atomic_write
 
     settings = _settings(config, llm, asr_model, diarization_model, num_speakers, hotwords)
     folder, stem = _out_dir(out_dir, meeting), _stem(meeting)
-    transcript = _for_the_model(load_meeting(meeting, settings, err), settings)
+    transcript = for_the_model(load_meeting(meeting, settings, err), settings)
     assistant = _assistant(settings)
     with err.status("summarising"):
         summary = assistant.summarize(transcript)
-    markdown = _summary_markdown(summary, transcript.source)
-    data = summary.to_dict()
-    detector = _export_detector(settings)
-    if detector is not None:
-        from app.pii import mask_data, mask_text
-
-        markdown, data = mask_text(markdown, detector.find(markdown)), mask_data(data, detector)
-    payload = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-    atomic_write(folder / f"{stem}.summary.md", markdown)
-    atomic_write(folder / f"{stem}.summary.json", payload)
+    markdown, payload, _ = write_summary(summary, transcript.source, settings, folder, stem)
     if as_json:
         print(payload, end="")
     else:
@@ -207,12 +171,13 @@ def ask(
     as_json: JsonOpt = False,
 ) -> None:
     """Answer a question about a meeting, citing the turns (times, speakers) it rests on."""
+    from app.exports import for_the_model
     from app.pipeline import load_meeting
 
     if not question.strip():
         raise InputError("the question is empty")
     settings = _settings(config, llm, asr_model, diarization_model, num_speakers, hotwords)
-    transcript = _for_the_model(load_meeting(meeting, settings, err), settings)
+    transcript = for_the_model(load_meeting(meeting, settings, err), settings)
     assistant = _assistant(settings)
     with err.status("thinking"):
         answer = assistant.ask(transcript, question)
@@ -240,6 +205,56 @@ def demo(config: ConfigOpt = None, out_dir: OutOpt = None) -> None:
 
 
 @app.command()
+def batch(
+    inputs: Annotated[list[Path], typer.Argument(help="recordings, or folders searched for recordings")],
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="output folder: one sub-folder per recording, manifest.json, index.jsonl, report.json")] = Path("out/batch"),
+    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="a running Ray cluster: 'auto' or HOST:PORT (default: a local Ray runtime for this run)")] = None,
+    workers: Annotated[Optional[int], typer.Option(help="worker processes, each with its own models (default: the cluster's CPUs / --cpus-per-worker)")] = None,
+    cpus_per_worker: Annotated[int, typer.Option(help="CPUs Ray reserves for each worker (its threads)")] = 1,
+    retries: Annotated[int, typer.Option(help="retries of a recording whose worker died or hit an unexpected error")] = 1,
+    summaries: Annotated[bool, typer.Option("--summaries/--no-summaries", help="also write each recording's summary and action items")] = True,
+    formats: Annotated[str, typer.Option(help="transcript formats, comma-separated: json,srt,vtt,md")] = "json,srt,vtt,md",
+    config: ConfigOpt = None, llm: LLMOpt = None, asr_model: ASROpt = None, diarization_model: DiarOpt = None,
+    num_speakers: SpeakersOpt = None, hotwords: HotwordsOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Many recordings at once on Ray: transcripts, speakers, summaries and a search index; a rerun skips what is finished."""
+    from rich.table import Table
+
+    from app.batch import find_jobs
+    from app.batch_ray import BatchOptions, run_batch
+    from app.transcript import WRITERS
+
+    wanted = [f.strip() for f in formats.split(",") if f.strip()]
+    if "json" not in wanted:
+        wanted.insert(0, "json")  # the index and a rerun's checks read it
+    unknown = [f for f in wanted if f not in WRITERS]
+    if unknown:
+        raise InputError(f"unknown format(s) {', '.join(unknown)}; choose from {', '.join(WRITERS)}")
+    settings = _settings(config, llm, asr_model, diarization_model, num_speakers, hotwords)
+    jobs = find_jobs(inputs)
+    folder = _out_dir(out_dir, out_dir)
+    options = BatchOptions(folder, ray_address, workers, cpus_per_worker, retries, summaries, wanted)
+    report = run_batch(jobs, settings, options, err)
+    data = report.to_dict()
+    if as_json:
+        print(json.dumps(data, indent=2, ensure_ascii=False))
+    else:
+        table = Table("recording", "status", "audio", "speakers", "seconds", "note")
+        for job in data["jobs"]:
+            note = job.get("error") or ("finished in an earlier run" if job["status"] == "skipped" else "")
+            audio = f"{job['duration']:.0f} s" if job.get("duration") else ""
+            table.add_row(escape(job["name"]), job["status"], audio, str(len(job.get("speakers") or [])) if job["status"] == "done" else "",
+                          f"{job['seconds']:.1f}" if job.get("seconds") else "", escape(note))
+        out.print(table)
+        rate = data["recording_hours_per_wall_hour"]
+        err.print(f"[green]{data['done']} done[/], {data['skipped']} skipped, [red]{data['failed']} failed[/] "
+                  f"in {data['wall_seconds']:.0f} s on {data['workers']} worker(s)"
+                  + (f"; {rate:.2f} recording-hours per hour" if rate else "") + f"; report: {folder / 'report.json'}")
+    if data["failed"]:
+        raise typer.Exit(1)
+
+
+@app.command()
 def live(
     recording: Annotated[Path, typer.Argument(help="a recording (audio or video) or a folder with one")],
     speed: Annotated[float, typer.Option(help="replay speed: 1 = real time, 0 = as fast as possible, in fixed 3 s decode steps (the same words on any machine)")] = 1.0,
@@ -259,7 +274,8 @@ def live(
     from app.runtime import Runtime
     from app.events import Failed, LineClosed, SessionEvent, SlideShown
     from app.session import replay
-    from app.transcript import write_all
+    from app.exports import write_transcript
+    from app.transcript import WRITERS
 
     if speed < 0:
         raise InputError("--speed must be >= 0")
@@ -345,7 +361,7 @@ def live(
                   f"KV {snap.kv.get('tiered_kv_bytes', 0) / 1e6:.2f} MB of {snap.kv.get('full_precision_bytes', 0) / 1e6:.2f} MB "
                   f"full-precision[/]")
     if out_dir is not None:
-        paths = write_all(_masked(snap.transcript, settings, runtime.pii_detector), out_dir, _stem(source))
+        _, paths = write_transcript(snap.transcript, settings, out_dir, _stem(source), WRITERS, runtime.pii_detector)
         err.print(f"[green]wrote[/] {', '.join(str(p) for p in paths)}")
     if save:
         err.print(f"[green]saved[/] as session {session.session_id}: `minutia resume {session.session_id} --ask ...`")

@@ -61,57 +61,82 @@ def resolve_input(path: str | Path) -> MeetingInput:
 
 def transcribe_recording(path: Path, settings: Settings, console: Console | None = None) -> Transcript:
     """Words, speakers and the speakers' names from a recording."""
-    return name_speakers(recognise_recording(path, settings, console), settings.asr.hotwords)
+    return Recogniser(settings, console).transcribe(path)
 
 
 def recognise_recording(path: Path, settings: Settings, console: Console | None = None) -> Transcript:
     """Words and anonymous speaker labels (SPEAKER_k) from a recording, before any naming."""
-    console = console or Console(stderr=True)
-    if path.stat().st_size == 0:
-        raise InputError(f"{path} is empty")
-    audio = load_audio(path, SAMPLE_RATE)
-    duration = len(audio) / SAMPLE_RATE
-    regions = detect_speech(audio, SAMPLE_RATE)
-    if not regions:
-        raise InputError(f"no speech found in {path} ({duration:.1f} s of audio)")
+    return Recogniser(settings, console).recognise(path)
 
-    folder = resolve_model(settings.asr.model, settings.home, "ASR", EMBEDDED_ASR, "model.bin")
-    with console.status("loading the speech recogniser"):
-        transcriber = Transcriber(folder, settings.asr.device, settings.asr.compute_type, settings.asr.cpu_threads)
-    options = TranscribeOptions(
-        language=settings.asr.language, beam_size=settings.asr.beam_size, vad_filter=settings.asr.vad_filter,
-        hotwords=tuple(settings.asr.hotwords),
-    )
-    words = []
-    with Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed:.0f}/{task.total:.0f} s"),
-        TimeElapsedColumn(), console=console, transient=True,
-    ) as progress:
-        task = progress.add_task("transcribing", total=duration)
-        for segment in transcriber.transcribe(audio, options):
-            words.extend(segment.words)
-            progress.update(task, completed=min(segment.end, duration))
-        progress.update(task, completed=duration)
-    if not words:
-        raise InputError(f"no words recognised in {path}")
 
-    diarizer = make_diarizer(settings.diarization.backend, settings.diarization.model, settings.diarization.embedding)
-    with console.status("finding who spoke when"):
-        turns = diarizer.diarize(
-            audio,
-            SAMPLE_RATE,
-            num_speakers=settings.diarization.num_speakers,
-            min_speakers=settings.diarization.min_speakers,
-            max_speakers=settings.diarization.max_speakers,
+class Recogniser:
+    """The recogniser and diarizer of one settings, loaded at first use and kept: `minutia batch`'s workers
+    transcribe many recordings with one."""
+
+    def __init__(self, settings: Settings, console: Console | None = None):
+        self.settings = settings
+        self.console = console or Console(stderr=True)
+        self._transcriber: Transcriber | None = None
+        self.loads = 0  # how many times the speech recogniser was loaded (once, unless it failed)
+
+    @property
+    def transcriber(self) -> Transcriber:
+        if self._transcriber is None:
+            asr = self.settings.asr
+            folder = resolve_model(asr.model, self.settings.home, "ASR", EMBEDDED_ASR, "model.bin")
+            with self.console.status("loading the speech recogniser"):
+                self._transcriber = Transcriber(folder, asr.device, asr.compute_type, asr.cpu_threads)
+            self.loads += 1
+        return self._transcriber
+
+    def transcribe(self, path: Path) -> Transcript:
+        """Words, speakers and the speakers' names from a recording."""
+        return name_speakers(self.recognise(path), self.settings.asr.hotwords)
+
+    def recognise(self, path: Path) -> Transcript:
+        """Words and anonymous speaker labels (SPEAKER_k) from a recording, before any naming."""
+        settings, console = self.settings, self.console
+        if path.stat().st_size == 0:
+            raise InputError(f"{path} is empty")
+        audio = load_audio(path, SAMPLE_RATE)
+        duration = len(audio) / SAMPLE_RATE
+        regions = detect_speech(audio, SAMPLE_RATE)
+        if not regions:
+            raise InputError(f"no speech found in {path} ({duration:.1f} s of audio)")
+
+        transcriber = self.transcriber
+        options = TranscribeOptions(
+            language=settings.asr.language, beam_size=settings.asr.beam_size, vad_filter=settings.asr.vad_filter,
+            hotwords=tuple(settings.asr.hotwords),
         )
-    speakers = assign_speakers(words, turns) if turns else ["SPEAKER_00"] * len(words)
-    attributed = [
-        TranscriptWord(w.text, round(w.start, 3), round(w.end, 3), speaker, round(w.probability, 4))
-        for w, speaker in zip(words, speakers)
-    ]
-    return Transcript(
-        turns=turns_from_words(realign_to_sentences(attributed)), source=path.name, duration=round(duration, 3)
-    )
+        words = []
+        with Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed:.0f}/{task.total:.0f} s"),
+            TimeElapsedColumn(), console=console, transient=True,
+        ) as progress:
+            task = progress.add_task("transcribing", total=duration)
+            for segment in transcriber.transcribe(audio, options):
+                words.extend(segment.words)
+                progress.update(task, completed=min(segment.end, duration))
+            progress.update(task, completed=duration)
+        if not words:
+            raise InputError(f"no words recognised in {path}")
+
+        diarization = settings.diarization
+        diarizer = make_diarizer(diarization.backend, diarization.model, diarization.embedding)
+        with console.status("finding who spoke when"):
+            turns = diarizer.diarize(
+                audio, SAMPLE_RATE, num_speakers=diarization.num_speakers,
+                min_speakers=diarization.min_speakers, max_speakers=diarization.max_speakers,
+            )
+        speakers = assign_speakers(words, turns) if turns else ["SPEAKER_00"] * len(words)
+        attributed = [
+            TranscriptWord(w.text, round(w.start, 3), round(w.end, 3), speaker, round(w.probability, 4))
+            for w, speaker in zip(words, speakers)
+        ]
+        return Transcript(
+            turns=turns_from_words(realign_to_sentences(attributed)), source=path.name, duration=round(duration, 3)
+        )
 
 
 def _cache_key(path: Path, settings: Settings) -> str:
@@ -124,8 +149,10 @@ def _cache_key(path: Path, settings: Settings) -> str:
     return digest.hexdigest()[:24]
 
 
-def load_meeting(path: str | Path, settings: Settings, console: Console | None = None) -> Transcript:
-    """A transcript for any input; recordings are transcribed once and cached under MINUTIA_HOME."""
+def load_meeting(path: str | Path, settings: Settings, console: Console | None = None,
+                 recogniser: Recogniser | None = None) -> Transcript:
+    """A transcript for any input; recordings are transcribed once and cached under MINUTIA_HOME
+    (``recogniser``: one already loaded, else one is made for this call)."""
     meeting = resolve_input(path)
     if meeting.transcript is not None:
         return load_transcript(meeting.transcript)
@@ -133,6 +160,6 @@ def load_meeting(path: str | Path, settings: Settings, console: Console | None =
     cached = settings.home / "transcripts" / f"{_cache_key(meeting.recording, settings)}.json"
     if cached.is_file():
         return load_transcript(cached)
-    transcript = transcribe_recording(meeting.recording, settings, console)
+    transcript = (recogniser or Recogniser(settings, console)).transcribe(meeting.recording)
     atomic_write(cached, to_json(transcript))
     return transcript

@@ -15,18 +15,16 @@ from app.config import Settings, StoreSettings
 from encoders.errors import InputError
 
 
-class SessionClaim:
-    """This process's hold on a saved session's name: an exclusive ``flock`` on ``<home>/locks/<id>.lock``,
-    held while the session is open. A second process saving or continuing the same session is refused
-    instead of both writing it (two concurrent ``--save --session dup`` runs used to both say "saved").
-    The kernel drops the lock when the process dies, so a crash never leaves the name locked."""
+class ProcessLock:
+    """An exclusive ``flock`` on ``path`` held by this process, its pid written inside. A second holder is
+    refused with ``busy`` (``{pid}`` filled in) instead of both writing the same thing; the kernel drops
+    the lock when the process dies, so a crash never leaves it held."""
 
-    def __init__(self, home: Path, session_id: str) -> None:
+    def __init__(self, path: Path, busy: str) -> None:
         import fcntl
 
-        folder = Path(home) / "locks"
-        folder.mkdir(parents=True, exist_ok=True)
-        self.path = folder / f"{session_id}.lock"
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "a+")
         try:
             fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -34,8 +32,7 @@ class SessionClaim:
             self._file.seek(0)
             holder = self._file.read().strip() or "?"
             self._file.close()
-            raise InputError(f"session {session_id} is open in another process (pid {holder}); "
-                             "close it there first") from None
+            raise InputError(busy.format(pid=holder)) from None
         self._file.seek(0)
         self._file.truncate()
         self._file.write(str(os.getpid()))
@@ -44,6 +41,15 @@ class SessionClaim:
     def release(self) -> None:
         if not self._file.closed:
             self._file.close()  # closing the descriptor drops the flock
+
+
+class SessionClaim(ProcessLock):
+    """This process's hold on a saved session's name (``<home>/locks/<id>.lock``), held while the session
+    is open: two concurrent ``--save --session dup`` runs used to both say "saved"."""
+
+    def __init__(self, home: Path, session_id: str) -> None:
+        super().__init__(Path(home) / "locks" / f"{session_id}.lock",
+                         f"session {session_id} is open in another process (pid {{pid}}); close it there first")
 
 
 class LazyStore:
