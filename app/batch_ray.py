@@ -155,7 +155,7 @@ def _run(jobs, settings, options, console, worker_cls, on_result, out: Path) -> 
 
 def _schedule(todo, settings, options, console, worker_cls, manifest, results, on_result, out: Path, wanted) -> int:
     import ray
-    from ray.exceptions import RayActorError
+    from ray.exceptions import RayActorError, RayError
 
     started_here = _start_ray(options.ray_address)
     stop = _interrupt_on_sigterm()
@@ -187,6 +187,10 @@ def _schedule(todo, settings, options, console, worker_cls, manifest, results, o
                         ray.kill(worker, no_restart=True)
                         idle.append(make())
                         result = JobResult(job.name, "failed", error="the worker processing it died", retriable=True)
+                    except RayError as exc:  # Ray could not run the call (an object lost, a task error outside run)
+                        idle.append(worker)
+                        result = JobResult(job.name, "failed", retriable=True,
+                                           error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
                     if result.status == "failed" and result.retriable and attempts[job.name] <= options.retries:
                         queue.append(job)
                         continue
