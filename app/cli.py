@@ -66,6 +66,17 @@ def _out_dir(out_dir: Path | None, source: Path) -> Path:
     return folder
 
 
+def _formats(text: str) -> list[str]:
+    """Transcript formats from a comma-separated list, each one a writer's."""
+    from app.transcript import WRITERS
+
+    wanted = [f.strip() for f in text.split(",") if f.strip()]
+    unknown = [f for f in wanted if f not in WRITERS]
+    if unknown:
+        raise InputError(f"unknown format(s) {', '.join(unknown)}; choose from {', '.join(WRITERS)}")
+    return wanted
+
+
 def _stem(source: Path) -> str:
     return source.name if source.is_dir() else source.stem
 
@@ -103,10 +114,9 @@ def transcribe(
     from app.pipeline import load_meeting, resolve_input
     from app.transcript import WRITERS, to_json
 
-    wanted = [f.strip() for f in formats.split(",") if f.strip()]
-    unknown = [f for f in wanted if f not in WRITERS]
-    if unknown or not wanted:
-        raise InputError(f"unknown format(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(WRITERS)}")
+    wanted = _formats(formats)
+    if not wanted:
+        raise InputError(f"unknown format(s) (none); choose from {', '.join(WRITERS)}")
     settings = _settings(config, asr=asr_model, diar=diarization_model, speakers=num_speakers, hotwords=hotwords)
     if resolve_input(recording).recording is None:
         raise InputError(f"{recording} is not a recording")
@@ -222,14 +232,10 @@ def batch(
 
     from app.batch import find_jobs
     from app.batch_ray import BatchOptions, run_batch
-    from app.transcript import WRITERS
 
-    wanted = [f.strip() for f in formats.split(",") if f.strip()]
+    wanted = _formats(formats)
     if "json" not in wanted:
         wanted.insert(0, "json")  # the index and a rerun's checks read it
-    unknown = [f for f in wanted if f not in WRITERS]
-    if unknown:
-        raise InputError(f"unknown format(s) {', '.join(unknown)}; choose from {', '.join(WRITERS)}")
     settings = _settings(config, llm, asr_model, diarization_model, num_speakers, hotwords)
     jobs = find_jobs(inputs)
     folder = _out_dir(out_dir, out_dir)
