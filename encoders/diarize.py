@@ -95,15 +95,19 @@ def _windows(regions: list[tuple[int, int]], width: int, step: int) -> np.ndarra
     return np.array(out, dtype=np.int64).reshape(-1, 3)
 
 
-def _pruned_laplacian(emb: np.ndarray, p_neighbors: float) -> np.ndarray:
+def _pruned_laplacian(emb: np.ndarray, p_neighbors: float, spans: np.ndarray | None = None) -> np.ndarray:
     """Normalised Laplacian of the cosine affinity with each row pruned to its nearest neighbours.
 
     Pruning (Park et al., 2019, "auto-tuning spectral clustering") keeps the graph's components
-    per speaker, which makes the eigengap reliable.
+    per speaker, which makes the eigengap reliable. With ``spans`` (each row's window), a row keeps at
+    least 2 neighbours beyond the windows that overlap it: on a short recording a few neighbours are
+    all overlapping windows, and every turn became a component of its own (a speaker per turn).
     """
     n = len(emb)
     aff = np.clip(emb @ emb.T, 0.0, 1.0)
     keep = min(n, max(2, int(round(p_neighbors * n))))
+    if spans is not None:  # reach past the windows that hear the same audio (they are alike whoever speaks)
+        keep = min(n, max(keep, int(_sharing_audio(spans).sum(1).max()) + 3))
     thresh = -np.sort(-aff, axis=1)[:, keep - 1 : keep]
     pruned = np.where(aff >= thresh, aff, 0.0)
     pruned = (pruned + pruned.T) / 2
@@ -111,16 +115,26 @@ def _pruned_laplacian(emb: np.ndarray, p_neighbors: float) -> np.ndarray:
     return np.eye(n) - d[:, None] * pruned * d[None, :]
 
 
-def _auto_p(emb: np.ndarray, k_low: int, high: int, candidates: Sequence[float], max_n: int = 300) -> float:
+def _sharing_audio(spans: np.ndarray) -> np.ndarray:
+    """Pairs of different windows whose (start, end) spans overlap: alike because they hear the same audio."""
+    starts, ends = spans[:, 0], spans[:, 1]
+    shared = (starts[:, None] < ends[None, :]) & (starts[None, :] < ends[:, None])
+    np.fill_diagonal(shared, False)
+    return shared
+
+
+def _auto_p(emb: np.ndarray, k_low: int, high: int, candidates: Sequence[float], max_n: int = 300,
+            spans: np.ndarray | None = None) -> float:
     """The pruning ratio with the clearest eigengap relative to how much it prunes (NME-SC,
     Park et al., 2019): min p / (max gap / largest eigenvalue). A fixed ratio fails when
     speakers talk unequally: a quiet speaker's windows get neighbours from other speakers.
     Chosen on at most ``max_n`` evenly spaced rows: p is a fraction, and one eigensolve per
     candidate on 1000+ rows would cost seconds (the online diarizer re-clusters often)."""
-    emb = emb[:: -(-len(emb) // max_n)]
+    every = -(-len(emb) // max_n)
+    emb, spans = emb[::every], None if spans is None else spans[::every]
     best, chosen = np.inf, candidates[0]
     for p in candidates:
-        vals = np.linalg.eigvalsh(_pruned_laplacian(emb, p))
+        vals = np.linalg.eigvalsh(_pruned_laplacian(emb, p, spans))
         gap = np.diff(vals[: high + 1])[k_low - 1 : high].max()
         ratio = p / max(gap / max(vals[-1], 1e-9), 1e-9)
         if ratio < best:
@@ -128,7 +142,8 @@ def _auto_p(emb: np.ndarray, k_low: int, high: int, candidates: Sequence[float],
     return chosen
 
 
-def _spectral_labels(emb: np.ndarray, low: int, high: int, p_neighbors: float, k_fixed: int = 0) -> np.ndarray:
+def _spectral_labels(emb: np.ndarray, low: int, high: int, p_neighbors: float, k_fixed: int = 0,
+                     spans: np.ndarray | None = None) -> np.ndarray:
     """Spectral clustering on a pruned cosine affinity; the eigengap picks the speaker count.
     ``p_neighbors`` 0: tuned per file (_auto_p)."""
     from sklearn.cluster import KMeans
@@ -142,8 +157,8 @@ def _spectral_labels(emb: np.ndarray, low: int, high: int, p_neighbors: float, k
     # it chooses among k >= 2 and _merge_similar decides whether two clusters are one voice.
     k_low = max(low, 2)
     if not p_neighbors:
-        p_neighbors = _auto_p(emb, k_low, high, np.arange(0.04, 0.32, 0.02)) if k_low < high else 0.25
-    vals, vecs = np.linalg.eigh(_pruned_laplacian(emb, p_neighbors))
+        p_neighbors = _auto_p(emb, k_low, high, np.arange(0.04, 0.32, 0.02), spans=spans) if k_low < high else 0.25
+    vals, vecs = np.linalg.eigh(_pruned_laplacian(emb, p_neighbors, spans))
     if k_fixed:  # over-cluster on purpose; merging decides the count
         k = min(max(k_fixed, k_low), high)
     elif k_low >= high:
@@ -229,6 +244,10 @@ class EmbeddedDiarizer(Diarizer):
     step_s: float = 0.2
     switch_penalty: float = 0.3  # summed over 10 ms frames of cosine-score difference
     overlap: bool = True  # give overlapped speech its second speaker (encoders/overlap.py)
+    # Below this much speech, each window's affinity neighbourhood reaches past the windows that share its audio
+    # (_pruned_laplacian). Development seeds 24-71, first 20 s: speaker count right 25% -> 50%, median DER
+    # (collar 0.25) 23.6% -> 12.0%; on whole 100 s meetings it cost count (docs/benchmarks.md), hence short only.
+    short_speech_s: float = 30.0  # held-out 1040-1079: helps at 20-30 s, no change at 45 s (docs/benchmarks.md)
 
     def diarize(
         self,
@@ -243,9 +262,10 @@ class EmbeddedDiarizer(Diarizer):
         regions = detect_speech(audio, SAMPLE_RATE)
         return self.diarize_regions(audio, regions, num_speakers, min_speakers, max_speakers)
 
-    def cluster(self, emb: np.ndarray, low: int, high: int) -> np.ndarray:
-        """Speaker label per embedding (also used by the online diarizer's re-clustering)."""
-        labels = _spectral_labels(emb, low, high, self.p_neighbors, self.spectral_k)
+    def cluster(self, emb: np.ndarray, low: int, high: int, spans: np.ndarray | None = None) -> np.ndarray:
+        """Speaker label per embedding (also used by the online diarizer's re-clustering); ``spans``: each
+        embedding's (start, end) window, so neighbourhoods reach past the windows that share audio."""
+        labels = _spectral_labels(emb, low, high, self.p_neighbors, self.spectral_k, spans)
         return _merge_similar(emb, labels, low, self.merge_threshold or MERGE_THRESHOLDS[self.embedding])
 
     def _embed(self, audio: np.ndarray, regions: list[tuple[int, int]], sets: list[np.ndarray]) -> list[np.ndarray]:
@@ -279,7 +299,8 @@ class EmbeddedDiarizer(Diarizer):
         step = max(1, round(self.step_s * FRAME_RATE))
         short = _windows(frames, round(self.reseg_window_s * FRAME_RATE), step)
         emb, short_emb = self._embed(audio, frames, [windows, short])  # one pass: backends share work
-        labels = self.cluster(emb, low, high)
+        brief = speech < self.short_speech_s * FRAME_RATE
+        labels = self.cluster(emb, low, high, windows[:, :2] if brief else None)
         ids = np.unique(labels)
         centroids = _l2norm(np.stack([emb[labels == i].mean(0) for i in ids]))
         if len(ids) == 1:

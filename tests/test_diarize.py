@@ -131,6 +131,34 @@ def test_auto_pruning_finds_a_speaker_who_says_little():
     assert len(np.unique(_spectral_labels(emb, 1, 8, p_neighbors=0))) == 6
 
 
+def _short_two_voice_clip(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Six alternating turns of two voices, five 1.5 s windows each every 0.5 s: a window's embedding is its
+    voice plus the mean of the three 0.5 s chunks it hears, so windows sharing chunks are alike beyond the voice
+    (as real windows sharing audio are). Returns embeddings and (start, end) frame spans."""
+    rng = np.random.default_rng(seed)
+    voices = rng.normal(size=(2, 64))
+    voices /= np.linalg.norm(voices, axis=1, keepdims=True)
+    emb, spans, t = [], [], 0
+    for turn in range(6):
+        chunks = rng.normal(size=(7, 64)) / 4
+        for w in range(5):
+            emb.append(voices[turn % 2] + chunks[w:w + 3].mean(0))
+            spans.append((t + 50 * w, t + 50 * w + 150))
+        t += 450
+    emb = np.array(emb)
+    return emb / np.linalg.norm(emb, axis=1, keepdims=True), np.array(spans)
+
+
+@pytest.mark.parametrize("seed", [2, 4, 6])
+def test_a_short_clip_is_not_split_into_one_speaker_per_turn(seed):
+    """With few windows the pruned graph kept only the windows sharing audio as neighbours: each turn became its
+    own cluster (a 16 s clip of two voices came out as five speakers). Neighbours now reach past them."""
+    emb, spans = _short_two_voice_clip(seed)
+    diarizer = EmbeddedDiarizer()
+    assert len(np.unique(diarizer.cluster(emb, 1, 8, spans))) == 2
+    assert len(np.unique(diarizer.cluster(emb, 1, 8))) >= 4  # without the windows' spans, as before
+
+
 def test_make_diarizer_picks_backends(tmp_path):
     assert isinstance(make_diarizer("auto", None), EmbeddedDiarizer)
     assert isinstance(make_diarizer("auto", str(tmp_path)), EmbeddedDiarizer)  # no config.yaml
