@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import time
 from collections import deque
@@ -23,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from app.batch import PARTIAL, REPORT, BatchJob, BatchWorker, JobResult, Manifest
 from app.config import Settings
+from app.ray_cluster import join_ray
 from app.store import ProcessLock
 from app.transcript import WRITERS, atomic_write
 from encoders.errors import InputError
@@ -68,41 +68,6 @@ class BatchReport:
                                "skipped": self.count("skipped"), "failed": self.count("failed"),
                                "audio_seconds": round(self.audio_seconds, 3),
                                "recording_hours_per_wall_hour": None if hours_per_hour is None else round(hours_per_hour, 3)}
-
-
-def _check_reachable(address: str, timeout: float = 5.0) -> None:
-    """Refuse a HOST:PORT nobody answers on at once (ray.init would retry for minutes)."""
-    import socket
-
-    host, sep, port = address.replace("ray://", "").rpartition(":")
-    if not sep or not port.isdigit():
-        raise InputError(f"--ray-address must be 'auto' or HOST:PORT, got {address!r}")
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
-    except OSError as exc:
-        raise InputError(f"no Ray cluster answers at {address} ({exc.strerror or exc})") from None
-
-
-def _start_ray(address: str | None) -> bool:
-    """Join the cluster at ``address``, or start a local runtime; True when this call started it."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    if address and address != "auto":
-        _check_reachable(address)
-    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")  # no C++ stack dump on a plain SIGTERM
-    quiet = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR,
-                 configure_logging=True)
-    try:
-        if address:
-            ray.init(address=address, **quiet)
-        else:  # a small object store: only paths and short reports travel through it
-            ray.init(num_cpus=os.cpu_count() or 1, object_store_memory=128 * 1024 * 1024, **quiet)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        where = address or "a local runtime"
-        raise InputError(f"cannot start Ray ({where}): {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
-    return True
 
 
 def _capacity(options: BatchOptions, console: Console) -> int:
@@ -157,7 +122,7 @@ def _schedule(todo, settings, options, console, worker_cls, manifest, results, o
     import ray
     from ray.exceptions import RayActorError, RayError
 
-    started_here = _start_ray(options.ray_address)
+    started_here = join_ray(options.ray_address)
     stop = _interrupt_on_sigterm()
     idle, running = [], {}
     try:

@@ -143,7 +143,8 @@ class MeetingSession:
         self.diarizer_for: Callable[[Diarizer], Diarizer] | None = None
         if restored is not None:
             last_speaker = self._restore_state(restored.metadata)
-        self._checkpoints = Checkpoints(runtime.session_store, session_id, self._ledger.base_lines if restored else -1)
+        self._checkpoints = Checkpoints(runtime.session_store, session_id, self._ledger.base_lines if restored else -1,
+                                        self._time_offset if restored else None)
         self._prefill = Prefiller(self._ledger, self.settings.kv.idle_compact_seconds)
         output = SessionOutput(self._lock, self._append_line, self._emit, self._bump)
         self._speech = SpeechLines(output, self._words, last_speaker=last_speaker, names=self._names,
@@ -252,6 +253,12 @@ class MeetingSession:
         """Meeting time up to which words are committed (behind ``stream_seconds`` by the commit lag)."""
         with self._lock:
             return self._words[-1].end if self._words else 0.0
+
+    @property
+    def saved_seconds(self) -> float | None:
+        """Stream seconds the last save covers (None before one): a takeover after a crash brings the audio from
+        here on again (app/room_host.py)."""
+        return self._checkpoints.saved_seconds
 
     @property
     def stream_seconds(self) -> float:
@@ -485,10 +492,13 @@ class MeetingSession:
 
     def snapshot(self) -> SessionSnapshot:
         transcript = self.transcript()
+        # The KV figures first, outside the session's lock: a checkpoint holds the context's lock and then takes
+        # the session's (_state_dict), so taking them the other way round deadlocked a snapshot against an autosave.
+        context = self._context
+        kv = context.stats() if context is not None else {}
         with self._lock:
             lags, ttfts = self._speech.commit_lags, self._questions.ttfts
             lag = lags[-1] if lags else None
-            kv = self._context.stats() if self._context is not None else {}
             kv["question_ttft"] = ttfts[-1] if ttfts else None
             counters = {
                 "audio_dropped_samples": self._audio.stats.dropped,

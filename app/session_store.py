@@ -115,12 +115,15 @@ class Checkpoints:
     """Saves one meeting's KV cache with the app state that goes with it; blocks unchanged since the last save
     are not written again (kvstore.persist.SessionWriter, made on the first save)."""
 
-    def __init__(self, open_store: Callable[[], Any], session_id: str, saved_lines: int = -1) -> None:
+    def __init__(self, open_store: Callable[[], Any], session_id: str, saved_lines: int = -1,
+                 saved_seconds: float | None = None) -> None:
         self._open_store = open_store
         self.session_id = session_id
         self._writer = None
         self.saved_at = time.monotonic()  # wall clock of the last checkpoint
         self.saved_lines = saved_lines  # lines the KV held at the last checkpoint
+        # stream seconds the last checkpoint covers: after a crash, audio from here on is brought again
+        self.saved_seconds = saved_seconds
 
     def save(self, context: MeetingContext, source: str, state: Callable[[], dict], rewrite: bool = False) -> SaveReport:
         """Save ``context``'s cache with ``state()`` (read under the context's lock, so that they agree).
@@ -144,6 +147,7 @@ class Checkpoints:
             except StoreError as exc:
                 raise InputError(f"session {self.session_id} could not be saved: {exc}") from exc
             self.saved_at, self.saved_lines = time.monotonic(), metadata["lines"]
+            self.saved_seconds = float(metadata["stream_seconds"])
         return report
 
     def due(self, every_seconds: float, lines: int) -> bool:

@@ -1,0 +1,285 @@
+"""Live rooms on Ray: each room's meeting in an actor that Ray places over the cluster's nodes and restarts on
+another node when its process or node dies.
+
+The actor is a :class:`~app.room_host.RoomHost`: its session checkpoints to the session store (Redis, so every
+node reads it) every ``store.autosave_seconds``. Ray restarts a dead actor with the same arguments
+(``max_restarts``), and the new host resumes the meeting from the last checkpoint. The client side,
+:class:`RemoteRoom`, keeps the audio the last checkpoint does not cover yet and, when it notices the takeover
+(a call fails with the actor's death, or the host refuses a chunk for a gap), sends that audio again from the
+checkpoint's position: no line committed before the failure is lost, and questions are answered from the
+restored KV cache. Audio older than ``replay_seconds`` that no checkpoint covers is dropped and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from app.config import Settings
+from app.ray_cluster import join_ray
+from app.room_host import RATE, RoomHost, RoomProgress
+from encoders.errors import InputError
+
+log = logging.getLogger(__name__)
+
+_PROGRESS_EVERY = 1.0  # wall seconds between the client's looks at the host's last checkpoint
+
+
+@dataclass(frozen=True)
+class FleetOptions:
+    ray_address: str | None = None  # None: a local Ray runtime for this process
+    cpus_per_room: float = 1.0
+    replay_seconds: float = 300.0  # audio kept for a takeover when no checkpoint covers it
+    takeover_timeout: float = 180.0  # how long a room waits for Ray to restart its host
+
+    def __post_init__(self):
+        if self.cpus_per_room <= 0 or self.replay_seconds <= 0 or self.takeover_timeout <= 0:
+            raise InputError("cpus per room, replay seconds and the takeover timeout must be positive")
+
+
+class RoomActor(RoomHost):
+    """The host as Ray runs it: it also says which node it is on."""
+
+    def node(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+
+class RoomFleet:
+    """Opens rooms as actors on the Ray cluster at ``ray_address`` (or a local runtime)."""
+
+    def __init__(self, settings: Settings, options: FleetOptions = FleetOptions(),
+                 make_runtime: Callable[[Settings], object] | None = None) -> None:
+        import ray
+
+        self.settings, self.options, self._make_runtime = settings, options, make_runtime
+        self._started_ray = join_ray(options.ray_address)
+        # The actor is restarted without end (each restart resumes from the store); a call in flight when it died
+        # fails, and the room sends again what no checkpoint covers.
+        self._actor_class = ray.remote(RoomActor).options(
+            num_cpus=options.cpus_per_room, max_restarts=-1, max_task_retries=0, scheduling_strategy="SPREAD")
+        self.rooms: dict[str, RemoteRoom] = {}
+
+    def open(self, room: str) -> RemoteRoom:
+        """A new meeting in ``room``, in a session of its own (``<room>-<8 hex>``: a meeting held in the same room
+        later is another session, never a continuation of a stale save)."""
+        if room in self.rooms:
+            raise InputError(f"room {room} is open already")
+        stem = re.sub(r"[^A-Za-z0-9_-]", "-", room)[:48] or "room"
+        session_id = f"{stem}-{uuid.uuid4().hex[:8]}"
+        actor = self._actor_class.remote(self.settings, session_id, f"room:{room}", self._make_runtime)
+        self.rooms[room] = RemoteRoom(room, session_id, actor, self.options)
+        return self.rooms[room]
+
+    def close(self) -> None:
+        for room in list(self.rooms.values()):
+            room.close()
+        self.rooms.clear()
+        if self._started_ray:
+            import ray
+
+            ray.shutdown()
+
+
+class RemoteRoom:
+    """A room whose meeting runs in a Ray actor; its calls survive the actor's restart on another node.
+
+    Sending audio never waits: while a takeover is under way (in a thread of its own), audio is only kept, and the
+    takeover sends everything from the restarted host's clock on."""
+
+    def __init__(self, name: str, session_id: str, actor, options: FleetOptions) -> None:
+        self.name, self.session_id, self._actor, self._options = name, session_id, actor, options
+        self._lock = threading.RLock()
+        self._chunks: deque[tuple[int, np.ndarray]] = deque()  # (first sample, audio) no checkpoint covers yet
+        self._buffered = 0  # samples in _chunks
+        self._sent = 0  # samples received from the room: its stream clock
+        self._in_flight: list = []  # feed calls not yet answered
+        self._progress_ref = None
+        self._progress_asked = 0.0
+        self._recovered = threading.Event()  # set while no takeover is under way
+        self._recovered.set()
+        self._takeover_error: str | None = None
+        self.saved_seconds: float | None = None  # the host's last checkpoint, as last seen
+        self.takeovers = 0  # times a restarted host took the meeting over
+        self.dropped_samples = 0  # audio older than replay_seconds that no checkpoint covered when dropped
+
+    @property
+    def stream_seconds(self) -> float:
+        return self._sent / RATE
+
+    # ------------------------------------------------------------------ audio
+    def feed_audio(self, samples: np.ndarray) -> None:
+        """Send 16 kHz mono float audio; it never waits for the host."""
+        samples = np.ascontiguousarray(samples, np.float32).reshape(-1)
+        if samples.size == 0:
+            return
+        self._raise_if_lost()
+        with self._lock:
+            start = self._sent
+            self._sent += len(samples)
+            self._keep(start, samples)
+            if self._recovered.is_set():
+                self._in_flight.append(self._actor.feed.remote(samples, start / RATE))
+                self._reap()
+
+    def feed_video(self, frame: np.ndarray) -> None:
+        """A video frame (not kept: frames sent while the host was down are lost)."""
+        if self._recovered.is_set():
+            self._actor.feed_video.remote(frame)
+
+    def _keep(self, start: int, samples: np.ndarray) -> None:
+        self._chunks.append((start, samples))
+        self._buffered += len(samples)
+        limit = int(self._options.replay_seconds * RATE)
+        while self._buffered > limit and len(self._chunks) > 1:
+            _, old = self._chunks.popleft()
+            self._buffered -= len(old)
+            self.dropped_samples += len(old)
+
+    def _trim(self, saved_seconds: float | None) -> None:
+        """Forget the audio a checkpoint covers."""
+        if saved_seconds is None:
+            return
+        self.saved_seconds = saved_seconds
+        covered = int(saved_seconds * RATE)
+        while self._chunks and self._chunks[0][0] + len(self._chunks[0][1]) <= covered:
+            _, old = self._chunks.popleft()
+            self._buffered -= len(old)
+
+    def _reap(self) -> None:
+        """Collect answered calls without waiting (call with the lock held); a dead host or a refused chunk starts
+        a takeover."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        try:
+            if self._in_flight:
+                done, self._in_flight = ray.wait(self._in_flight, num_returns=len(self._in_flight), timeout=0)
+                if any(fed.gap for fed in ray.get(done)):
+                    raise _Refused
+            if self._progress_ref is not None and ray.wait([self._progress_ref], timeout=0)[0]:
+                ref, self._progress_ref = self._progress_ref, None
+                self._trim(ray.get(ref).saved_seconds)
+        except (RayActorError, _Refused):
+            self._start_takeover()
+            return
+        if self._progress_ref is None and time.monotonic() - self._progress_asked >= _PROGRESS_EVERY:
+            self._progress_asked = time.monotonic()
+            self._progress_ref = self._actor.progress.remote()
+
+    # ------------------------------------------------------------------ takeover
+    def _start_takeover(self) -> None:
+        with self._lock:
+            if not self._recovered.is_set():
+                return
+            self._recovered.clear()
+            self._in_flight, self._progress_ref = [], None
+        threading.Thread(target=self._take_over, name=f"takeover-{self.session_id}", daemon=True).start()
+
+    def _take_over(self) -> None:
+        """Wait for Ray to restart the host (it resumes from the last checkpoint), then send it the audio from
+        where that checkpoint ends."""
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        deadline = time.monotonic() + self._options.takeover_timeout
+        try:
+            while True:
+                try:
+                    progress: RoomProgress = ray.get(self._actor.progress.remote(), timeout=30)
+                    break
+                except (RayActorError, GetTimeoutError) as exc:
+                    if time.monotonic() > deadline:
+                        self._takeover_error = (f"room {self.name}: its host died and was not restarted within "
+                                                f"{self._options.takeover_timeout:.0f} s ({type(exc).__name__})")
+                        log.error(self._takeover_error)
+                        return
+                    time.sleep(0.5)
+            with self._lock:
+                self.takeovers += 1
+                self._trim(progress.saved_seconds)
+                since = int(round(progress.stream_seconds * RATE))
+                log.warning("room %s: host restarted (%s), resuming at %.1f s; sending %.1f s of audio again",
+                            self.name, progress.host, progress.stream_seconds, (self._sent - since) / RATE)
+                first = True
+                for start, samples in list(self._chunks):
+                    if start + len(samples) <= since:
+                        continue
+                    # The first chunk may begin after the host's clock when older audio was dropped: silence fills.
+                    self._in_flight.append(self._actor.feed.remote(samples, start / RATE, first and start > since))
+                    first = False
+        finally:
+            self._recovered.set()
+
+    def _raise_if_lost(self) -> None:
+        if self._takeover_error is not None:
+            raise InputError(self._takeover_error)
+
+    # ------------------------------------------------------------------ calls
+    def call(self, method: str, *args, timeout: float | None = None):
+        """``method(*args)`` on the host; once more after a takeover if the host died under it."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        for attempt in range(2):
+            self._recovered.wait(self._options.takeover_timeout)
+            self._raise_if_lost()
+            try:
+                return ray.get(getattr(self._actor, method).remote(*args), timeout=timeout)
+            except RayActorError:
+                if attempt:
+                    raise InputError(f"room {self.name}: its host died twice during one {method}") from None
+                self._start_takeover()
+
+    def progress(self) -> RoomProgress:
+        return self.call("progress")
+
+    def node(self) -> str:
+        return self.call("node")
+
+    def transcript(self):
+        return self.call("transcript")
+
+    def ask(self, question: str):
+        return self.call("ask", question)
+
+    def finish(self) -> RoomProgress:
+        """End of the room's audio: everything sent is committed, prefilled and saved."""
+        import ray
+
+        while True:  # every chunk heard (after any takeover) before the end is marked
+            self._recovered.wait(self._options.takeover_timeout)
+            self._raise_if_lost()
+            with self._lock:
+                waiting = list(self._in_flight)
+            if not waiting:
+                break
+            ray.wait(waiting, num_returns=len(waiting), timeout=1.0)
+            with self._lock:
+                self._reap()
+        progress = self.call("finish")
+        with self._lock:
+            self._trim(progress.saved_seconds)
+        return progress
+
+    def close(self) -> None:
+        import ray
+
+        try:
+            ray.get(self._actor.close.remote(), timeout=30)
+        except Exception as exc:  # a host already gone has nothing left to close
+            log.debug("room %s: close: %s", self.name, exc)
+        ray.kill(self._actor, no_restart=True)
+
+
+class _Refused(Exception):
+    """The host refused a chunk for a gap: it is not the host the chunks before it went to."""
