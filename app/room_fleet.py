@@ -112,10 +112,6 @@ class RemoteRoom:
         self.takeovers = 0  # times a restarted host took the meeting over
         self.dropped_samples = 0  # audio older than replay_seconds that no checkpoint covered when dropped
 
-    @property
-    def stream_seconds(self) -> float:
-        return self._sent / RATE
-
     # ------------------------------------------------------------------ audio
     def feed_audio(self, samples: np.ndarray) -> None:
         """Send 16 kHz mono float audio; it never waits for the host."""
@@ -130,11 +126,6 @@ class RemoteRoom:
             if self._recovered.is_set():
                 self._in_flight.append(self._actor.feed.remote(samples, start / RATE))
                 self._reap()
-
-    def feed_video(self, frame: np.ndarray) -> None:
-        """A video frame (not kept: frames sent while the host was down are lost)."""
-        if self._recovered.is_set():
-            self._actor.feed_video.remote(frame)
 
     def _keep(self, start: int, samples: np.ndarray) -> None:
         self._chunks.append((start, samples))

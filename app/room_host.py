@@ -13,19 +13,16 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
-from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
 from app.config import Settings
+from encoders.audio import SAMPLE_RATE as RATE
 
 log = logging.getLogger(__name__)
 
-RATE = 16000
-EVENTS_KEPT = 4096  # events a client has not fetched yet are kept up to this many (the oldest go first)
 _SLACK = 0.002  # stream seconds: a chunk's start within this of the host's clock continues it
 
 
@@ -71,21 +68,6 @@ class RoomHost:
             self.runtime.close()
             raise
         self.session_id = session_id
-        self._events: deque = deque(maxlen=EVENTS_KEPT)  # (number, event) for the client to fetch
-        self._event_count = 0
-        self._events_lock = threading.Lock()
-        self.session.subscribe(self._keep_event)
-
-    def _keep_event(self, event) -> None:
-        with self._events_lock:
-            self._events.append((self._event_count, event))
-            self._event_count += 1
-
-    def events(self, since: int) -> tuple[int, list]:
-        """The session's events from number ``since`` on (app/events.py), and the number the next one will have.
-        A restarted host numbers its events from 0 again."""
-        with self._events_lock:
-            return self._event_count, [event for number, event in self._events if number >= since]
 
     def feed(self, samples: np.ndarray, start: float, fill_gap: bool = False) -> Fed:
         """Hear 16 kHz mono ``samples`` that begin at ``start`` stream seconds. What this host has heard already is
@@ -111,22 +93,6 @@ class RoomHost:
 
     def transcript(self):
         return self.session.transcript()
-
-    def snapshot(self):
-        return self.session.snapshot()
-
-    def feed_video(self, frame: np.ndarray) -> None:
-        """A video frame, at the audio heard so far (frames are not sent again after a takeover)."""
-        self.session.feed_video(frame)
-
-    def keep_names(self, names: dict[str, str]) -> None:
-        self.session.keep_names(names)
-
-    def rename_speaker(self, speaker: str, name: str) -> str:
-        return self.session.rename_speaker(speaker, name)
-
-    def add_transcript(self, transcript) -> None:
-        self.session.add_transcript(transcript)
 
     def ask(self, question: str):
         return self.session.ask(question)
