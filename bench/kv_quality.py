@@ -1223,6 +1223,13 @@ def target_lines(agg: dict[str, Any], press_names: list[str], budgets: list[floa
 # ------------------------------------------------------------------------------------------------
 
 
+# The smallest value each numeric option takes: a wrong one is a one-line usage error, not a traceback
+# minutes into the run.
+_LEAST = {"limit": 1, "max_tokens": 1, "max_queries": 1, "needles": 0, "chunk": 1, "block_size": 1,
+          "recent_tokens": 0, "live_chunk": 1, "live_floor": 0, "live_hysteresis": 0.0, "max_answer_tokens": 1,
+          "cold_top_k": 0, "exact_max_blocks": 0, "cold_staging_mib": 1, "memory_tokens": 1, "memory_budget": 0.0}
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder of QMSum-format JSON meetings")
@@ -1296,6 +1303,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="smoke test: 1 meeting, 1 query, budget 0.25, 512-token context, 2 needles, 1K memory part")
     p.add_argument("--memory-probe", choices=("full", "minutia"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    for name, least in _LEAST.items():
+        value = getattr(args, name)
+        if value is not None and value < least:
+            p.error(f"--{name.replace('_', '-')} must be >= {least} (got {value})")
     if args.quick:
         args.limit = 1
         args.max_queries = 1
@@ -1395,7 +1406,18 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         console.print(f"[red]{exc}")
         return 2
-    budgets = [float(b) for b in args.budgets.split(",") if b.strip()]
+    try:
+        budgets = [float(b) for b in args.budgets.split(",") if b.strip()]
+    except ValueError:
+        budgets = []
+    if not budgets or not all(0.0 < b <= 1.0 for b in budgets):
+        console.print(f"[red]--budgets must be fractions in (0, 1], comma-separated (got {args.budgets!r})")
+        return 2
+    try:  # --weights / --warm-kinds / --block-size as the cache will take them, before minutes of loading
+        minutia_settings(args, budget_ratio=budgets[0])
+    except (ValueError, TypeError, KeyError) as exc:
+        console.print(f"[red]bad minutia settings: {exc}")
+        return 2
     press_names = [p.strip() for p in args.presses.split(",") if p.strip()]
     unknown = set(press_names) - set(PRESS_NAMES)
     if unknown:
