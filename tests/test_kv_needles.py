@@ -13,6 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import kv_quality  # noqa: E402
 from bench.kv_quality import NEEDLE_KINDS, make_needles  # noqa: E402
 from bench.qmsum_split import KV_BUILT_ON, kv_part_of, split_of  # noqa: E402
 
@@ -81,3 +82,26 @@ def test_with_no_press_run_the_press_comparison_says_na_not_yes() -> None:
     press = {"span_retention": 0.3, "nll_recovery": 0.9, "needle_accuracy": 0.1}
     beaten = target_lines({"minutia@0.25": row, "SnapKV@0.25": press}, ["SnapKV"], [0.25])
     assert "better than every press on all three: yes (beats SnapKV" in beaten[0]
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--exact-max-blocks", "-1"], "--exact-max-blocks must be >= 0"),
+    (["--limit", "0"], "--limit must be >= 1"),
+    (["--memory-budget", "-0.5"], "--memory-budget must be >= 0.0"),
+])
+def test_an_option_below_its_least_value_is_a_usage_error(argv, fragment, capsys) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        kv_quality.parse_args(argv)
+    assert stopped.value.code == 2 and fragment in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--budgets", "abc"], "--budgets must be fractions in (0, 1]"),
+    (["--budgets", "0,0.5"], "--budgets must be fractions in (0, 1]"),
+    (["--weights", "x=y"], "bad minutia settings"),
+    (["--warm-kinds", "int9"], "bad minutia settings"),
+])
+def test_bad_budgets_and_settings_stop_before_any_model_loads(argv, fragment, tmp_path, capsys) -> None:
+    assert kv_quality.main([*argv, "--out", str(tmp_path / "out")]) == 2
+    assert fragment in capsys.readouterr().err.replace("\n", " ")
+    assert not (tmp_path / "out").exists()
