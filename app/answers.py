@@ -6,6 +6,8 @@ The question's type picks how it is answered (app/questions.py):
 - "who will": the owner of the matching action item (app/actions.py), else who committed in the
   best sentence; "who said": the speaker of the best sentence;
 - "what was decided": the matching decision; yes/no: the best sentence, negated or contradicted;
+- a request for a summary ("Summarize the discussion about X", "What did X think of Y?"): the passage
+  about it as a few lines of minutes (app/focused.py), or the topics' central sentences for the whole meeting;
 - anything else: the language model, given the best sentences, and kept only when its answer is
   supported by them (else the best sentence itself).
 A question whose focus words the meeting never mentions (lexically or by meaning) is not answered:
@@ -22,6 +24,7 @@ from typing import Callable, Sequence
 
 from app.actions import ActionItem, Decision, extract_action_items, extract_decisions
 from app.entities import Entity, find_entities, merge_date_time
+from app.focused import FocusedSummarizer
 from app.questions import Question, QuestionType, content_words, parse_question, topic_words
 from app.retrieval import Embedder, Hit, SentenceIndex, stems
 from app.sentences import Sentence, split_sentences
@@ -113,9 +116,13 @@ class AnswerFinder:
     # ------------------------------------------------------------------ entry point
     def answer(self, question: str) -> Answer:
         q = parse_question(question)
+        if q.type is QuestionType.SUMMARY and not q.focus:
+            return self._whole_meeting(q)
         hits = [h for h in self.index.search(q.text, self.options.top_k) if self._supports(q, h)]
         if not hits:
             return Answer(q.text, NOT_IN_MEETING, [], 1, 0.0, q.type.value)
+        if q.type is QuestionType.SUMMARY:
+            return self._summary_about(q, round(max(h.score for h in hits), 3))
         by_type = {
             QuestionType.WHO_WILL: self._who_will,
             QuestionType.WHO_SAID: self._who_said,
@@ -319,6 +326,22 @@ class AnswerFinder:
                 if text and words and len(words & said) / len(words) >= 0.5:
                     return text, [s for s in evidence if set(stems(s.text)) & words] or evidence[:1]
         return evidence[0].text, evidence[:1]
+
+    def _summary_about(self, q: Question, confidence: float) -> Answer:
+        """A passage, not a fact: the meeting's part about the focus words, as a few lines of minutes."""
+        found = FocusedSummarizer(self.transcript, self.sentences).about(" ".join(q.focus))
+        if found is None:
+            return Answer(q.text, NOT_IN_MEETING, [], 1, 0.0, q.type.value)
+        return Answer(q.text, " ".join(found.text.splitlines()), [self._cite(s) for s in found.sentences], 1,
+                      confidence, q.type.value)
+
+    def _whole_meeting(self, q: Question) -> Answer:
+        """"Summarize the meeting": each topic's most central sentences in turn, as minutes (app/focused.py)."""
+        found = FocusedSummarizer(self.transcript, self.sentences).whole(self.transcript)
+        if found is None:
+            return Answer(q.text, NOT_IN_MEETING, [], 1, 0.0, q.type.value)
+        return Answer(q.text, " ".join(found.text.splitlines()), [self._cite(s) for s in found.sentences], 1, 1.0,
+                      q.type.value)
 
     def _cite(self, sentence: Sentence) -> Citation:
         return Citation(sentence.turn_index, sentence.speaker, sentence.start, sentence.text)

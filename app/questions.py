@@ -21,6 +21,7 @@ class QuestionType(str, enum.Enum):
     METRIC = "metric"
     HOW_MANY = "how_many"
     YES_NO = "yes_no"
+    SUMMARY = "summary"  # "Summarize the discussion about X", "What did Marketing think of X?"
     OTHER = "other"
 
 
@@ -48,6 +49,9 @@ _FRAME = {
     QuestionType.METRIC: "what current currently rate level number value figure stand stands percentage",
     QuestionType.HOW_MANY: "how many big large size number count total",
     QuestionType.YES_NO: "",
+    QuestionType.SUMMARY: "summarize summarise summary summaries discussion discussions discuss discussed talk talked "
+    "whole meeting think thought opinion opinions feel felt views view recap sum main points highlights key "
+    "overview rundown everything overall give tell me us brief short quick",
     QuestionType.OTHER: "",
 }
 # Words any question may use to ask, which say nothing about what it asks about ("reported", "set aside").
@@ -66,10 +70,19 @@ _PHRASES = re.compile(
     r"initiative|effort))\b")
 # The words that only say an amount or a count is asked: a question with no other topic needs none of them said.
 _ASKS_AMOUNT = re.compile(r"\bhow (?:much|many)(?: money)?\b")
-FRAME_WORDS = {t: frozenset(words.split()) | frozenset(_GENERIC.split()) for t, words in _FRAME.items()}
+# A summary's topic may well be "the budget" or "the numbers": only its own frame words are dropped.
+FRAME_WORDS = {t: frozenset(words.split()) | (frozenset(_GENERIC.split()) if t is not QuestionType.SUMMARY else frozenset())
+               for t, words in _FRAME.items()}
 
 _AUX = r"(?:is|are|was|were|do|does|did|will|would|can|could|has|have|had|should|shall|isn't|aren't|wasn't|didn't|doesn't|won't)"
 _PATTERNS: list[tuple[QuestionType, re.Pattern[str]]] = [
+    # A request for a passage of the meeting, not one fact: answered by a short summary (app/focused.py).
+    (QuestionType.SUMMARY, re.compile(
+        r"^(?:(?:can|could) you |please )?(?:summari[sz]e|sum up|recap|give (?:me |us )?(?:a |the )?(?:short |brief |quick )?"
+        r"(?:summary|recap|rundown|overview)|what (?:was|were|has been|got) (?:discussed|talked about)|"
+        r"what did (?:the group|the team|they|we|everyone|people) (?:discuss|talk about)|"
+        r"what did .+ (?:think|feel) (?:of|about)|how did .+ feel about|what (?:are|were) the (?:main |key )?"
+        r"(?:points|highlights))\b")),
     (QuestionType.WHAT_DECIDED, re.compile(
         r"\b(?:decid\w*|decision|agree[ds]?|agreement|settle[ds]?|conclu\w+|outcome|resolved|go with|went with|"
         r"cho(?:ose|se|sen)|option|pick(?:ed)?|select(?:ed)?|what change)\b")),

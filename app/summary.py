@@ -30,6 +30,7 @@ from app.actions import (
     extract_decisions,
     extract_key_facts,
 )
+from app.reported import minutes_line, tidy  # noqa: F401  (tidy: re-exported, the summary's word for it)
 from app.sentences import Sentence, split_sentences
 from app.transcript import Transcript, format_time
 
@@ -50,21 +51,6 @@ STOPWORDS = frozenset(
 _WORD = re.compile(r"[a-z][a-z0-9']*")
 _YES_NO = re.compile(r"^(?:yes|yeah|yep|no|nope|sure|right|correct|exactly|absolutely|definitely|not really)\b", re.I)
 _TAG = re.compile(r"\b(?:right|okay|ok|yeah|no|huh|eh|isn't it|don't you think)\?$", re.I)
-
-
-_FILLER = re.compile(r"\b(?:um+|uh+|mm+|hmm+|mhm|er|ah)\b[,.]?\s*|\b(?:you know|I mean|sort of|kind of),?\s*", re.I)
-_OPENER = re.compile(r"^(?:(?:so|and|but|yeah|yes|okay|ok|well|oh|right|alright|now|then|like)\b[,.]?\s*)+", re.I)
-_STUTTER = re.compile(r"\b(\w+)(?:[\s,]+\1\b)+", re.I)
-
-
-def tidy(text: str) -> str:
-    """Spoken sentence made readable: fillers ("um", "you know"), stutters ("the the") and leading
-    discourse markers ("So, yeah,") dropped. Wording is otherwise the speaker's."""
-    text = _FILLER.sub("", text)
-    text = _STUTTER.sub(r"\1", text)
-    text = _OPENER.sub("", text).strip(" ,")
-    text = re.sub(r"\s+([,.?!])", r"\1", re.sub(r"\s{2,}", " ", text))
-    return text[:1].upper() + text[1:] if text else text
 
 
 def stem(word: str) -> str:
@@ -92,8 +78,8 @@ class Topic:
 
     @property
     def text(self) -> str:
-        """The topic's sentences, tidied for reading (each ``Sentence.text`` stays as it was said)."""
-        return " ".join(tidy(s.text) for s in self.sentences)
+        """The topic's sentences as minutes (app/reported.py; each ``Sentence.text`` stays as it was said)."""
+        return " ".join(minutes_line(s) for s in self.sentences)
 
 
 @dataclass

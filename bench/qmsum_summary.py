@@ -8,12 +8,14 @@ one used to choose settings (``--tune`` prints a small grid on it), and a HELD-O
 QMSum's test split is not used.
 
 Methods, all extractive, all at a word budget:
-- minutia: general queries ("Summarize the whole meeting") get the topic summary of app/summary.py
-  (TextTiling topics, LexRank sentences); specific queries get the sentences that best match the
-  query, BM25 (bm25s) over sentences mixed with the smoothed BM25 score of the region around them
-  (QMSum answers summarise a contiguous span), then LexRank centrality inside the region.
+- minutia: general queries ("Summarize the whole meeting") get the topic summary's sentences of
+  app/summary.py (TextTiling topics, LexRank sentences); specific queries get app/focused.py's
+  query-focused summary (BM25 over windows of turns, mixed with each sentence's own BM25: QMSum answers
+  summarise a contiguous span). Both are written as minutes (app/reported.py: third person, past tense).
 - lead-k: the transcript's first sentences up to the average reference length (of the tuning part).
 - TextRank: sumy's TextRankSummarizer over the whole transcript, same length as lead-k.
+- each baseline twice: its sentences as said, and written as minutes like minutia's, so the table separates
+  what the selection adds from what the rewrite adds.
 
 ROUGE-1/2/L F1 from ``rouge-score`` with stemming. rougeL is sentence-agnostic LCS over the whole
 text; rougeLsum (summary-level LCS over newline-separated sentences) is the closer match to the
@@ -25,15 +27,14 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import logging
 import re
 import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Callable
 
-import bm25s
 import numpy as np
 from rich.console import Console
 from rich.progress import Progress
@@ -43,30 +44,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.sentences import Sentence, split_sentences as sentences  # noqa: E402
-from app.summary import (  # noqa: E402
-    SummarySettings,
-    build_topics,
-    content_words,
-    is_summary_material,
-    lexrank,
-    segment_topics,
-    tidy,
-)
+from app.focused import FocusedSummarizer, FocusSettings, meeting_order  # noqa: E402
+from app.reported import minutes_line  # noqa: E402
+from app.summary import segment_topics, tidy  # noqa: E402
 from app.transcript import Transcript, load_transcript  # noqa: E402
 
 DATA = Path("/work/shared/data/qmsum/val")
 OUT = ROOT / "bench" / "out"
 METRICS = ("rouge1", "rouge2", "rougeL", "rougeLsum")
-# Words of QMSum's query templates ("Summarize the discussion about ...", "What did X think of ...?"):
-# they say what kind of answer is wanted, not where in the meeting it is.
-QUERY_STOPWORDS = frozenset(
-    "summarize summarise summary discussion discuss discussed talk talked whole meeting group team think thought "
-    "opinion opinions say said mention mentioned what why how did does towards toward about regard regarding".split()
-)
 from bench.qmsum_split import split_of  # noqa: E402  (re-exported: the summary bench's split)
 
 console = Console(stderr=True)
-logging.getLogger("bm25s").setLevel(logging.WARNING)
 
 
 # ----------------------------------------------------------------------------------------- data and split
@@ -103,16 +91,20 @@ def words(text: str) -> int:
     return len(text.split())
 
 
-def take(ranked: list[int], pool: list[Sentence], budget: int) -> str:
+def quoted(sentence: Sentence) -> str:
+    return tidy(sentence.text)
+
+
+def take(ranked: list[int], pool: list[Sentence], budget: int, line: Callable[[Sentence], str] = quoted) -> str:
     """Sentences in ``ranked`` order until ``budget`` words (the last one may run over), shown in time
-    order one per line (rougeLsum's sentence split)."""
+    order one per line (rougeLsum's sentence split); each written by ``line`` (as said, or as minutes)."""
     chosen, used = [], 0
     for i in ranked:
         if used >= budget:
             break
         chosen.append(i)
-        used += words(tidy(pool[i].text))
-    return "\n".join(tidy(pool[i].text) for i in sorted(chosen))
+        used += words(line(pool[i]))
+    return "\n".join(line(pool[i]) for i in sorted(chosen))
 
 
 # ----------------------------------------------------------------------------------------- methods
@@ -122,58 +114,42 @@ def take(ranked: list[int], pool: list[Sentence], budget: int) -> str:
 class Tuned:
     """Settings chosen on the tuning split by ``--tune`` (the run of the report in bench/out/)."""
 
-    general_budget: float = 1.5  # x the average general reference length
+    general_budget: float = 1.25  # x the average general reference length
     specific_budget: float = 1.25  # x the average specific reference length
-    region_turns: int = 5  # half-width (turns) of the window that smooths BM25 into a region score
-    region_weight: float = 0.5  # sentence score = w * region score + (1 - w) * its own BM25 ...
-    centrality_weight: float = 0.0  # ... + this * LexRank centrality in the meeting
-    speaker_weight: float = 0.0  # ... + this when the query names the sentence's speaker ("What did Marketing think")
+    window_turns: int = FocusSettings.window_turns  # app/focused.py's settings ...
+    window_weight: float = FocusSettings.window_weight
+    speaker_weight: float = FocusSettings.speaker_weight
+    max_overlap: float = FocusSettings.max_overlap
+
+    def focus(self) -> FocusSettings:
+        return FocusSettings(window_turns=self.window_turns, window_weight=self.window_weight,
+                             speaker_weight=self.speaker_weight, max_overlap=self.max_overlap)
 
 
 class Minutia:
-    """minutia's summaries: topic summary for general queries, query-focused extraction otherwise."""
+    """minutia's summaries: the topic summary's sentences for general queries, app/focused.py's query-focused
+    summary otherwise; both written as minutes (app/reported.py)."""
 
-    def __init__(self, meeting: Meeting, settings: SummarySettings = SummarySettings()):
+    def __init__(self, meeting: Meeting):
         self.meeting = meeting
-        pool = meeting.sentences
-        self.material = [i for i, s in enumerate(pool) if is_summary_material(s, settings)]
-        self.bags = [content_words(s.text) for s in pool]
-        self.retriever = bm25s.BM25()
-        self.retriever.index([self.bags[i] or ["-"] for i in self.material], show_progress=False)
-        centrality = lexrank([self.bags[i] for i in self.material], idf_from=self.bags)
-        self.centrality = centrality / (centrality.max() or 1.0)
-        self.topics = build_topics(meeting.transcript, pool, replace(settings, max_sentences=12, min_sentences=1))
-        self.topic_rank = self._topic_order(pool)
+        self.topic_rank = meeting_order(meeting.transcript, meeting.sentences)
+        self._focused: dict[FocusSettings, FocusedSummarizer] = {}
 
-    def _topic_order(self, pool: list[Sentence]) -> list[int]:
-        """Topic sentences round-robin across topics: a short budget still touches every topic."""
-        index = {(s.turn_index, s.text): i for i, s in enumerate(pool)}
-        order = [s for group in itertools.zip_longest(*(t.sentences for t in self.topics)) for s in group if s is not None]
-        return [index[(s.turn_index, s.text)] for s in order]
+    def focused(self, settings: FocusSettings) -> FocusedSummarizer:
+        if settings not in self._focused:
+            self._focused[settings] = FocusedSummarizer(self.meeting.transcript, self.meeting.sentences, settings)
+        return self._focused[settings]
 
     def answer(self, query: Query, budget: int, tuned: Tuned) -> str:
-        pool = self.meeting.sentences
+        summarizer = self.focused(tuned.focus())
         if query.kind == "general":
-            return take(self.topic_rank, pool, budget)
-        terms = [w for w in content_words(query.query) if w not in QUERY_STOPWORDS] or content_words(query.query)
-        scores = self.retriever.get_scores(terms) if terms else np.zeros(len(self.material))
-        own = scores / (scores.max() or 1.0)
-        per_turn = np.zeros(len(self.meeting.transcript.turns))
-        for j, i in enumerate(self.material):
-            per_turn[pool[i].turn_index] += own[j]
-        width = tuned.region_turns
-        region = np.convolve(per_turn, np.ones(2 * width + 1), mode="same")
-        region /= region.max() or 1.0
-        w, c = tuned.region_weight, tuned.centrality_weight
-        named = {who for who in self.meeting.transcript.speakers if who.lower() in query.query.lower()}
-        mixed = [w * region[pool[i].turn_index] + (1 - w) * own[j] + c * self.centrality[j]
-                 + tuned.speaker_weight * (pool[i].speaker in named) for j, i in enumerate(self.material)]
-        ranked = [self.material[j] for j in np.argsort(-np.asarray(mixed), kind="stable")]
-        return take(ranked, pool, budget)
+            return summarizer.take(self.topic_rank, budget).text
+        found = summarizer.about(query.query, budget)
+        return found.text if found else ""
 
 
-def lead(meeting: Meeting, budget: int) -> str:
-    return take(list(range(len(meeting.sentences))), meeting.sentences, budget)
+def lead(meeting: Meeting, budget: int, line: Callable[[Sentence], str] = quoted) -> str:
+    return take(list(range(len(meeting.sentences))), meeting.sentences, budget, line)
 
 
 class TextRank:
@@ -199,8 +175,8 @@ class TextRank:
         scores = [ratings[s] for s in document.sentences]
         self.ranked = sorted(range(len(self.pool)), key=lambda i: -scores[i])
 
-    def answer(self, budget: int) -> str:
-        return take(self.ranked, self.pool, budget)
+    def answer(self, budget: int, line: Callable[[Sentence], str] = quoted) -> str:
+        return take(self.ranked, self.pool, budget, line)
 
 
 # ----------------------------------------------------------------------------------------- scoring
@@ -249,16 +225,24 @@ def build(meetings: list[Meeting]) -> list[Minutia]:
     return systems
 
 
+# The baselines as said, and written as minutes like minutia's lines (so the table shows what the selection
+# adds apart from the rewrite).
+BASELINES = ("lead-k", "textrank", "lead-k as minutes", "textrank as minutes")
+
+
 def evaluate(meetings: list[Meeting], lengths: dict[str, int], tuned: Tuned) -> dict:
     """Mean ROUGE per method (minutia, lead-k, TextRank), overall and per query kind."""
-    rows: dict[str, list[tuple[str, dict]]] = {"minutia": score_ours(build(meetings), lengths, tuned), "lead-k": [], "textrank": []}
+    rows: dict[str, list[tuple[str, dict]]] = {"minutia": score_ours(build(meetings), lengths, tuned)}
+    for method in BASELINES:
+        rows[method] = []
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("baselines", total=len(meetings))
         for meeting in meetings:
             ranker = TextRank(meeting)
             for q in meeting.queries:
-                rows["lead-k"].append((q.kind, rouge(lead(meeting, lengths[q.kind]), q.answer)))
-                rows["textrank"].append((q.kind, rouge(ranker.answer(lengths[q.kind]), q.answer)))
+                for line, suffix in ((quoted, ""), (minutes_line, " as minutes")):
+                    rows["lead-k" + suffix].append((q.kind, rouge(lead(meeting, lengths[q.kind], line), q.answer)))
+                    rows["textrank" + suffix].append((q.kind, rouge(ranker.answer(lengths[q.kind], line), q.answer)))
             progress.advance(task)
     return {method: summarise_rows(got) for method, got in rows.items()}
 
@@ -271,12 +255,12 @@ def tune(meetings: list[Meeting], lengths: dict[str, int]) -> Tuned:
         return summarise_rows(score_ours(systems, lengths, tuned))[kind]["rougeLsum"]
 
     best, best_score = Tuned(), -1.0
-    grid = list(itertools.product((0.8, 1.0, 1.25), (5, 10, 20), (0.5, 0.7, 0.9), (0.0, 0.2), (0.0, 0.3)))
+    grid = list(itertools.product((1.0, 1.25, 1.5), (5, 10, 20), (0.5, 0.7, 0.9), (0.0, 0.5), (1.0, 0.5)))
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("tuning", total=len(grid) + 4)
-        for budget, width, weight, centre, speaker in grid:
-            tuned = replace(best, specific_budget=budget, region_turns=width, region_weight=weight,
-                            centrality_weight=centre, speaker_weight=speaker)
+        for budget, width, weight, speaker, overlap in grid:
+            tuned = replace(best, specific_budget=budget, window_turns=width, window_weight=weight, speaker_weight=speaker,
+                            max_overlap=overlap)
             score = kind_score(tuned, "specific")
             if score > best_score:
                 best_candidate, best_score = tuned, score

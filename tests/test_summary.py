@@ -126,3 +126,51 @@ def test_rouge_prefers_the_perfect_summary_to_lead_k(bench, two_topics):
     assert perfect["rougeLsum"] == pytest.approx(100.0) and perfect["rouge1"] == pytest.approx(100.0)
     for metric in bench.METRICS:
         assert perfect[metric] > lead[metric]
+
+
+@pytest.mark.parametrize("said, speaker, minutes", [
+    ("I think we should go with the rubber case.", "Marketing", "Marketing thought the group should go with the rubber case."),
+    ("I'm not sure we've got the budget.", "Ann", "Ann was not sure the group had got the budget."),
+    ("We'll need my notes and our slides.", "Ann", "The group would need Ann's notes and the group's slides."),
+    ("I don't know if we can do it, let's ask.", "B", "B didn't know if the group could do it, the group should ask."),
+    ("The L_C_D_s are gonna cost us more.", "Industrial Designer", "The LCDs were going to cost the group more."),
+    ("If we w if we agree on plan B, I really like it.", "Grad A", "If the group if the group agreed on plan B, Grad A liked it."),
+    ("US sales are up. We're done.", "Mr. Ian Blackford (Ross, Skye and Lochaber, SNP)", "US sales were up. The group was done."),
+    ("It's late and the remote can't be yellow.", "PM", "It was late and the remote couldn't be yellow."),
+    ("I agree with Bob.", "Mr. Ian Blackford (Ross, Skye and Lochaber, SNP)", "Mr. Ian Blackford agreed with Bob."),
+])
+def test_a_said_sentence_becomes_a_line_of_minutes(said, speaker, minutes):
+    from app.reported import reported
+
+    assert reported(said, speaker) == minutes
+
+
+def test_a_summary_about_a_topic_comes_from_that_part_of_the_meeting(two_topics):
+    from app.focused import FocusedSummarizer
+
+    summarizer = FocusedSummarizer(two_topics)
+    hiring = summarizer.about("the developer interviews", words=40)
+    assert hiring is not None and hiring.sentences
+    assert all(s.turn_index >= len(BUDGET) for s in hiring.sentences)  # nothing from the budget half
+    assert [s.turn_index for s in hiring.sentences] == sorted(s.turn_index for s in hiring.sentences)
+    assert len(hiring.text.split()) <= 40 + max(len(s.text.split()) for s in hiring.sentences)  # the budget holds
+    assert "Ben would send the interview schedule" in hiring.text or "Carol would run" in hiring.text
+    budget = summarizer.about("advertising budget", words=40)
+    assert all(s.turn_index < len(BUDGET) for s in budget.sentences)
+    assert summarizer.about("the quantum computer") is None
+
+
+def test_asked_for_a_summary_the_answer_is_minutes_and_cites_its_lines(two_topics):
+    from app.answers import NOT_IN_MEETING, AnswerFinder
+
+    finder = AnswerFinder(two_topics)
+    about = finder.answer("Summarize the discussion about the developer interviews.")
+    assert about.kind == "summary" and about.citations
+    assert all(c.turn_index >= len(BUDGET) for c in about.citations)
+    assert "I will" not in about.text and "will run" not in about.text
+    assert "Carol would run the coding interviews" in about.text or "Ben would send the interview schedule" in about.text
+    whole = finder.answer("Can you give us a brief summary of the meeting?")
+    assert whole.kind == "summary"
+    assert "The group decided to move five thousand dollars" in whole.text  # the decision is in it
+    assert {c.turn_index < len(BUDGET) for c in whole.citations} == {True, False}  # both topics
+    assert finder.answer("Summarize the discussion about the office move.").text == NOT_IN_MEETING

@@ -1,0 +1,158 @@
+"""Query-focused summaries: "Summarize the discussion about the remote's buttons", "What did Marketing think of
+the design?".
+
+Such a question is answered by a passage of the meeting, not by one line: QMSum's references summarise a
+contiguous span (a median of 25 turns, 5% of the meeting). So the meeting is first searched as windows of
+turns (BM25 over each window's words: a window that holds all of the query's words beats one that repeats one
+of them), then sentences are ranked by their window's score mixed with their own BM25 match (and, when the query names a
+speaker, that speaker's sentences first), taken up to a word budget, and written as minutes (app/reported.py) in the order they were said. Settings were chosen on QMSum
+validation's tuning part (bench/qmsum_summary.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import re
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+import bm25s
+import numpy as np
+
+from app.reported import minutes_line, speaker_name
+from app.sentences import Sentence, split_sentences
+from app.summary import SummarySettings, build_summary, build_topics, content_words, is_summary_material
+from app.transcript import Transcript
+
+logging.getLogger("bm25s").setLevel(logging.WARNING)
+
+# Words of summary requests ("Summarize the discussion about ...", "What did X think of ...?"): they say what
+# kind of answer is wanted, not where in the meeting it is.
+QUERY_STOPWORDS = frozenset(
+    "summarize summarise summary discussion discuss discussed talk talked whole meeting group team think thought "
+    "opinion opinions say said mention mentioned what why how did does towards toward about regard regarding "
+    "recap sum give feel felt".split()
+)
+
+
+@dataclass(frozen=True)
+class FocusSettings:
+    """Chosen on QMSum validation's tuning part (bench/qmsum_summary.py --tune)."""
+
+    words: int = 84  # word budget of an answer (QMSum's specific references average 67 words); at most an
+    # eighth of a short meeting's words (but 30)
+    window_turns: int = 5  # turns per searched window (windows overlap by half)
+    window_weight: float = 0.9  # sentence score = w * its best window's score + (1 - w) * its own BM25 ...
+    speaker_weight: float = 0.5  # ... + this for a speaker the query names ("What did Marketing think of ...")
+    max_overlap: float = 0.5  # a sentence sharing more than this share of its content words with one taken is skipped
+    whole_words: int = 138  # word budget of a whole-meeting summary (QMSum's general references average 110)
+
+
+@dataclass
+class FocusedSummary:
+    text: str  # one minutes line per sentence, in the order said
+    sentences: list[Sentence]  # the sentences it reports, in the order said
+
+
+class FocusedSummarizer:
+    """One meeting indexed once (sentences and windows of turns); summarises it about any number of queries."""
+
+    def __init__(self, transcript: Transcript, sentences: Sequence[Sentence] | None = None,
+                 settings: FocusSettings = FocusSettings()):
+        self.settings = settings
+        self.sentences = list(sentences) if sentences is not None else split_sentences(transcript)
+        self.turns = len(transcript.turns)
+        self.words = sum(len(turn.text.split()) for turn in transcript.turns)  # a short meeting gets a shorter answer
+        material = SummarySettings()
+        self.material = [i for i, s in enumerate(self.sentences) if is_summary_material(s, material)]
+        bags = [content_words(s.text) for s in self.sentences]
+        self._sentence_index = _index([bags[i] for i in self.material])
+        per_turn: list[list[str]] = [[] for _ in range(self.turns)]
+        for sentence, bag in zip(self.sentences, bags):
+            per_turn[sentence.turn_index] += bag
+        width = max(1, settings.window_turns)
+        starts = list(range(0, max(self.turns - width, 0) + 1, max(1, width // 2)))
+        if starts and starts[-1] + width < self.turns:
+            starts.append(self.turns - width)
+        self._window_starts = starts
+        self._window_index = _index([sum(per_turn[a:a + width], []) for a in starts])
+
+    def about(self, query: str, words: int | None = None) -> FocusedSummary | None:
+        """The passage the query is about, as minutes of about ``words`` words; None when no sentence shares
+        a word with it."""
+        terms = [w for w in content_words(query) if w not in QUERY_STOPWORDS] or content_words(query)
+        if not terms or not self.material:
+            return None
+        own = self._sentence_index.get_scores(terms)
+        if not own.any():
+            return None
+        windows = self._window_index.get_scores(terms)
+        own = own / own.max()
+        windows = windows / (windows.max() or 1.0)
+        width = max(1, self.settings.window_turns)
+        region = np.zeros(max(self.turns, 1))
+        for start, score in zip(self._window_starts, windows):
+            region[start:start + width] = np.maximum(region[start:start + width], score)
+        w, named = self.settings.window_weight, self.named_speakers(query)
+        mixed = np.array([w * region[self.sentences[i].turn_index] + (1 - w) * own[j]
+                          + self.settings.speaker_weight * (self.sentences[i].speaker in named)
+                          for j, i in enumerate(self.material)])
+        ranked = [self.material[j] for j in np.argsort(-mixed, kind="stable")]
+        return self.take(ranked, words or min(self.settings.words, max(30, self.words // 8)))
+
+    def whole(self, transcript: Transcript, words: int | None = None) -> FocusedSummary | None:
+        """The whole meeting in about ``words`` words: each topic's most central sentences taken in turn (so a
+        short budget still touches every topic), then, in a short meeting, the lines that gave key facts,
+        decisions and action items."""
+        if not self.sentences:
+            return None
+        return self.take(meeting_order(transcript, self.sentences), words or min(self.settings.whole_words, max(30, self.words // 4)))
+
+    def named_speakers(self, query: str) -> set[str]:
+        """Speakers the query names: by their name ("Marketing", "Ms. Elizabeth May") or, for labels that end in
+        one capital letter ("Professor C"), by that letter anywhere but the query's first word."""
+        found = set()
+        for label in {s.speaker for s in self.sentences}:
+            name = speaker_name(label)
+            letter = re.fullmatch(r".*\s([A-Z])", name)
+            if re.search(rf"\b{re.escape(name)}\b", query, re.IGNORECASE) or (
+                    letter and re.search(rf"(?<=\s){letter.group(1)}\b", query)):
+                found.add(label)
+        return found
+
+    def take(self, ranked: Sequence[int], words: int) -> FocusedSummary:
+        """Sentences in ``ranked`` order until ``words`` words of minutes (the last may run over), skipping one
+        that mostly repeats a sentence already taken; in time order."""
+        chosen, used, taken = [], 0, []
+        for i in ranked:
+            if used >= words:
+                break
+            said = set(content_words(self.sentences[i].text))
+            if said and any(len(said & other) > self.settings.max_overlap * len(said) for other in taken):
+                continue
+            chosen.append(i)
+            taken.append(said)
+            used += len(minutes_line(self.sentences[i]).split())
+        kept = [self.sentences[i] for i in sorted(chosen)]
+        return FocusedSummary("\n".join(minutes_line(s) for s in kept), kept)
+
+
+def _index(docs: list[list[str]]) -> bm25s.BM25:
+    index = bm25s.BM25()
+    index.index([doc or ["-"] for doc in docs] or [["-"]], show_progress=False)
+    return index
+
+
+def meeting_order(transcript: Transcript, sentences: Sequence[Sentence]) -> list[int]:
+    """Indices of ``sentences`` in the order a whole-meeting summary takes them (see ``FocusedSummarizer.whole``)."""
+    topics = build_topics(transcript, sentences, replace(SummarySettings(), max_sentences=12, min_sentences=1))
+    summary = build_summary(transcript)
+    index = {(s.turn_index, s.text): i for i, s in enumerate(sentences)}
+    order = [index[(s.turn_index, s.text)] for group in itertools.zip_longest(*(t.sentences for t in topics))
+             for s in group if s is not None and (s.turn_index, s.text) in index]
+    listed = {(x.turn_index, x.text) for x in [*summary.key_facts, *summary.decisions]}
+    tasks = [(a.turn_index, a.task.lower()) for a in summary.action_items]
+    order += [i for i, s in enumerate(sentences) if (s.turn_index, s.text) in listed
+              or any(turn == s.turn_index and task in s.text.lower() for turn, task in tasks)]
+    return list(dict.fromkeys(order))
