@@ -86,9 +86,11 @@ class RoomHost:
         return Fed(self.session.stream_seconds)
 
     def progress(self) -> RoomProgress:
-        snapshot = self.session.snapshot()
-        return RoomProgress(self.session_id, snapshot.stream_seconds, self.session.saved_seconds,
-                            len(snapshot.transcript.turns), snapshot.state, snapshot.error, self.resumed,
+        """Where the room is; polled every second by its RemoteRoom, so it reads a few fields and the transcript's
+        turns, not a whole snapshot (no KV statistics, no slides)."""
+        session = self.session
+        return RoomProgress(self.session_id, round(session.stream_seconds, 3), session.saved_seconds,
+                            len(session.transcript().turns), session.state, session.error, self.resumed,
                             f"{socket.gethostname()}:{os.getpid()}")
 
     def transcript(self):

@@ -557,6 +557,11 @@ class MeetingSession:
     def state(self) -> str:
         return self._state
 
+    @property
+    def error(self) -> str | None:
+        """Why the session failed (state "error"), else None."""
+        return self._error
+
     def close(self) -> None:
         self._closed.set()
         self._audio.close()
