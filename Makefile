@@ -8,9 +8,10 @@ STAMP := $(VENV)/.installed
 # Debian packages: ffmpeg (PyAV/torchcodec), espeak-ng + sox (regenerate samples),
 # tesseract (slide OCR), redis-server (tiered KV store tests start their own),
 # chromium + a font (the browser tests drive it through Playwright; no browser downloads),
-# g++ + ninja-build + python3-dev (the fused CPU decode kernel, kernels/csrc, is built at first use).
+# g++ + ninja-build + python3-dev (the fused CPU decode kernel, kernels/csrc, is built at first use),
+# prometheus (its promtool checks configs/monitoring's alert rules; the server is not started).
 DEB_PACKAGES := ffmpeg espeak-ng sox tesseract-ocr tesseract-ocr-eng redis-server chromium fonts-dejavu-core \
-	g++ ninja-build python3-dev
+	g++ ninja-build python3-dev prometheus
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup sysdeps venv models demo test test-fast lock samples clean-venv

@@ -28,13 +28,18 @@ def runtime(tiny_llm_dir):
     rt.close()
 
 
-def test_session_figures_are_scraped(runtime):
-    session = runtime.new_session("metrics-a")
-    rng = np.random.default_rng(0)
-    session.feed_audio((rng.standard_normal(16000 * 2) * 0.01).astype(np.float32), 16000)
+def session_with_kv(runtime, name: str):
+    """A real session fed 2 s of quiet noise, once its KV figures exist (so every per-session series is scraped)."""
+    session = runtime.new_session(name)
+    session.feed_audio((np.random.default_rng(0).standard_normal(16000 * 2) * 0.01).astype(np.float32), 16000)
     deadline = time.monotonic() + 60
     while "bytes_by_tier" not in session.snapshot().kv and time.monotonic() < deadline:
         time.sleep(0.1)
+    return session
+
+
+def test_session_figures_are_scraped(runtime):
+    session = session_with_kv(runtime, "metrics-a")
     metrics = Metrics(lambda: [(s.session_id, s) for s in runtime.sessions()], lambda: {"room-a": 2})
     metrics.record_transfer("L1", "L2", 4096, 0.002)
     metrics.question_ttft.observe(0.4)
