@@ -81,6 +81,7 @@ class FocusedSummarizer:
     def about(self, query: str, words: int | None = None) -> FocusedSummary | None:
         """The passage the query is about, as minutes of about ``words`` words; None when no sentence shares
         a word with it."""
+        named = self.named_speakers(query)
         terms = [w for w in content_words(query) if w not in QUERY_STOPWORDS] or content_words(query)
         if not terms or not self.material:
             return None
@@ -94,7 +95,7 @@ class FocusedSummarizer:
         region = np.zeros(max(self.turns, 1))
         for start, score in zip(self._window_starts, windows):
             region[start:start + width] = np.maximum(region[start:start + width], score)
-        w, named = self.settings.window_weight, self.named_speakers(query)
+        w = self.settings.window_weight
         mixed = np.array([w * region[self.sentences[i].turn_index] + (1 - w) * own[j]
                           + self.settings.speaker_weight * (self.sentences[i].speaker in named)
                           for j, i in enumerate(self.material)])
@@ -107,7 +108,8 @@ class FocusedSummarizer:
         decisions and action items."""
         if not self.sentences:
             return None
-        return self.take(meeting_order(transcript, self.sentences), words or min(self.settings.whole_words, max(30, self.words // 4)))
+        budget = words or min(self.settings.whole_words, max(60, self.words // 3))
+        return self.take(meeting_order(transcript, self.sentences), budget)
 
     def named_speakers(self, query: str) -> set[str]:
         """Speakers the query names: by their name ("Marketing", "Ms. Elizabeth May") or, for labels that end in

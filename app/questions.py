@@ -51,7 +51,8 @@ _FRAME = {
     QuestionType.YES_NO: "",
     QuestionType.SUMMARY: "summarize summarise summary summaries discussion discussions discuss discussed talk talked "
     "whole meeting think thought opinion opinions feel felt views view recap sum main points highlights key "
-    "overview rundown everything overall give tell me us brief short quick",
+    "overview rundown everything overall give tell me us brief short quick please up hey briefly quickly "
+    "today call conversation session far points",
     QuestionType.OTHER: "",
 }
 # Words any question may use to ask, which say nothing about what it asks about ("reported", "set aside").
@@ -76,13 +77,18 @@ FRAME_WORDS = {t: frozenset(words.split()) | (frozenset(_GENERIC.split()) if t i
 
 _AUX = r"(?:is|are|was|were|do|does|did|will|would|can|could|has|have|had|should|shall|isn't|aren't|wasn't|didn't|doesn't|won't)"
 _PATTERNS: list[tuple[QuestionType, re.Pattern[str]]] = [
-    # A request for a passage of the meeting, not one fact: answered by a short summary (app/focused.py).
+    # A request for a passage of the meeting, not one fact: answered by a short summary (app/focused.py). "Recap:
+    # who will send the design?" asks a fact, so a question word after the request word leaves it to the others.
     (QuestionType.SUMMARY, re.compile(
-        r"^(?:(?:can|could) you |please )?(?:summari[sz]e|sum up|recap|give (?:me |us )?(?:a |the )?(?:short |brief |quick )?"
-        r"(?:summary|recap|rundown|overview)|what (?:was|were|has been|got) (?:discussed|talked about)|"
+        r"^(?:(?:hey|so|ok|okay|alright)[,!]?\s+)?(?:(?:can|could|would|will) you\s+(?:please\s+)?|please\s+)?"
+        r"(?:(?:briefly|quickly)\s+)?"
+        r"(?:(?:summari[sz]e|sum up|recap|give (?:me |us )?(?:a |an |the )?(?:short |brief |quick )?"
+        r"(?:summary|recap|rundown|overview|highlights|key points|main points)|tell (?:me|us) (?:more )?about)"
+        r"(?![\s:,]*(?:who|when|where|how|which|whether|if|what)\b)|"
+        r"what (?:was|were|has been|got) (?:discussed|talked about)|"
         r"what did (?:the group|the team|they|we|everyone|people) (?:discuss|talk about)|"
         r"what did .+ (?:think|feel) (?:of|about)|how did .+ feel about|what (?:are|were) the (?:main |key )?"
-        r"(?:points|highlights))\b")),
+        r"(?:points|highlights)|(?:an? |the )?(?:short |brief |quick )?(?:summary|recap|overview|rundown) (?:of|about|on))\b")),
     (QuestionType.WHAT_DECIDED, re.compile(
         r"\b(?:decid\w*|decision|agree[ds]?|agreement|settle[ds]?|conclu\w+|outcome|resolved|go with|went with|"
         r"cho(?:ose|se|sen)|option|pick(?:ed)?|select(?:ed)?|what change)\b")),
@@ -130,8 +136,13 @@ def content_words(text: str) -> list[str]:
     return [w for w in words if w not in STOPWORDS and len(w) > 1]
 
 
+# A label before the real question ("Recap: who will send the design?"): not part of what is asked.
+_LEAD_IN = re.compile(r"^(?:recap|summary|quick question|question)\s*[:,-]\s*(?=\w)", re.IGNORECASE)
+
+
 def classify(question: str) -> QuestionType:
     q = " ".join(question.lower().split())
+    q = _LEAD_IN.sub("", q)
     for qtype, pattern in _PATTERNS:
         if pattern.search(q):
             if qtype is QuestionType.WHAT_DECIDED and re.match(r"^(?:who|whom)\b", q):
@@ -147,7 +158,8 @@ def classify(question: str) -> QuestionType:
 def parse_question(question: str) -> Question:
     qtype = classify(question)
     frame = FRAME_WORDS[qtype]
-    focus = tuple(dict.fromkeys(w for w in content_words(_PHRASES.sub(" ", question.lower())) if w not in frame))
+    asked = _LEAD_IN.sub("", question.lower().strip())
+    focus = tuple(dict.fromkeys(w for w in content_words(_PHRASES.sub(" ", asked)) if w not in frame))
     return Question(" ".join(question.split()), qtype, focus)
 
 

@@ -134,7 +134,14 @@ def test_rouge_prefers_the_perfect_summary_to_lead_k(bench, two_topics):
     ("We'll need my notes and our slides.", "Ann", "The group would need Ann's notes and the group's slides."),
     ("I don't know if we can do it, let's ask.", "B", "B didn't know if the group could do it, the group should ask."),
     ("The L_C_D_s are gonna cost us more.", "Industrial Designer", "The LCDs were going to cost the group more."),
-    ("If we w if we agree on plan B, I really like it.", "Grad A", "If the group if the group agreed on plan B, Grad A liked it."),
+    ("If we agree on plan B, I really like it, the w window.", "Grad A", "If the group agreed on plan B, Grad A liked it, the window."),
+    ("Don't press the red button.", "Ann", "Don't press the red button."),  # a command, not a report
+    ("Do we need it? Can't we do it cheaper?", "Ann", "Do the group need it? Can't the group do it cheaper?"),
+    ("World War I ended in 1918.", "Ann", "World War I ended in 1918."),
+    ("We have 3 options: a, b or c. It weighs 200 g.", "Ann", "The group had 3 options: a, b or c. It weighs 200 g."),
+    ("I'd seen it and we'd already decided, I'd like more.", "Ann", "Ann had seen it and the group had already decided, Ann would like more."),
+    ("We just need 5 units.", "Ann", "The group just needed 5 units."),  # "just" may mean "only": it stays
+    ("My notes.", "A\\B", "A\\B's notes."),  # a label is not a regex template
     ("US sales are up. We're done.", "Mr. Ian Blackford (Ross, Skye and Lochaber, SNP)", "US sales were up. The group was done."),
     ("It's late and the remote can't be yellow.", "PM", "It was late and the remote couldn't be yellow."),
     ("I agree with Bob.", "Mr. Ian Blackford (Ross, Skye and Lochaber, SNP)", "Mr. Ian Blackford agreed with Bob."),
