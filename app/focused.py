@@ -4,9 +4,10 @@ the design?".
 Such a question is answered by a passage of the meeting, not by one line: QMSum's references summarise a
 contiguous span (a median of 25 turns, 5% of the meeting). So the meeting is first searched as windows of
 turns (BM25 over each window's words: a window that holds all of the query's words beats one that repeats one
-of them), then sentences are ranked by their window's score mixed with their own BM25 match (and, when the query names a
-speaker, that speaker's sentences first), taken up to a word budget, and written as minutes (app/reported.py) in the order they were said. Settings were chosen on QMSum
-validation's tuning part (bench/qmsum_summary.py).
+of them), then sentences are ranked by their window's score mixed with their own BM25 match (and, when the
+query names a speaker, that speaker's sentences first), taken up to a word budget, and written as minutes
+(app/reported.py) in the order they were said. Settings were chosen on QMSum validation's tuning part
+(bench/qmsum_summary.py).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class FocusSettings:
     window_turns: int = 5  # turns per searched window (windows overlap by half)
     window_weight: float = 0.9  # sentence score = w * its best window's score + (1 - w) * its own BM25 ...
     speaker_weight: float = 0.5  # ... + this for a speaker the query names ("What did Marketing think of ...")
-    max_overlap: float = 0.5  # a sentence sharing more than this share of its content words with one taken is skipped
+    max_overlap: float = 0.5  # a sentence sharing more than this share of its content words with one taken: skipped
     whole_words: int = 138  # word budget of a whole-meeting summary (QMSum's general references average 110)
 
 

@@ -72,7 +72,7 @@ _PHRASES = re.compile(
 # The words that only say an amount or a count is asked: a question with no other topic needs none of them said.
 _ASKS_AMOUNT = re.compile(r"\bhow (?:much|many)(?: money)?\b")
 # A summary's topic may well be "the budget" or "the numbers": only its own frame words are dropped.
-FRAME_WORDS = {t: frozenset(words.split()) | (frozenset(_GENERIC.split()) if t is not QuestionType.SUMMARY else frozenset())
+FRAME_WORDS = {t: frozenset(words.split()) | (frozenset() if t is QuestionType.SUMMARY else frozenset(_GENERIC.split()))
                for t, words in _FRAME.items()}
 
 _AUX = r"(?:is|are|was|were|do|does|did|will|would|can|could|has|have|had|should|shall|isn't|aren't|wasn't|didn't|doesn't|won't)"
@@ -88,7 +88,8 @@ _PATTERNS: list[tuple[QuestionType, re.Pattern[str]]] = [
         r"what (?:was|were|has been|got) (?:discussed|talked about)|"
         r"what did (?:the group|the team|they|we|everyone|people) (?:discuss|talk about)|"
         r"what did .+ (?:think|feel) (?:of|about)|how did .+ feel about|what (?:are|were) the (?:main |key )?"
-        r"(?:points|highlights)|(?:an? |the )?(?:short |brief |quick )?(?:summary|recap|overview|rundown) (?:of|about|on))\b")),
+        r"(?:points|highlights)|"
+        r"(?:an? |the )?(?:short |brief |quick )?(?:summary|recap|overview|rundown) (?:of|about|on))\b")),
     (QuestionType.WHAT_DECIDED, re.compile(
         r"\b(?:decid\w*|decision|agree[ds]?|agreement|settle[ds]?|conclu\w+|outcome|resolved|go with|went with|"
         r"cho(?:ose|se|sen)|option|pick(?:ed)?|select(?:ed)?|what change)\b")),

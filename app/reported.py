@@ -6,8 +6,9 @@ report speech: the speaker by name, the group as "the group", the past tense. Th
 rule-based (a 270M model cannot be trusted to paraphrase without changing facts): first-person pronouns
 become the speaker or "the group", the verb right after such a subject and every present auxiliary ("is",
 "can", "it's") go into the past tense, spoken forms are written out ("gonna", "L_C_D_s") and empty
-intensifiers ("really", "basically") go. Nothing else of the speaker's wording changes. On QMSum validation the rewrite raised query-based summaries' ROUGE-Lsum by 1.5 to 3
-points, for minutia's selection and for both baselines alike (bench/qmsum_summary.py, docs/benchmarks.md).
+intensifiers ("really", "basically") go. Nothing else of the speaker's wording changes. On QMSum validation
+the rewrite raised query-based summaries' ROUGE-Lsum by 1.5 to 3 points, for minutia's selection and for both
+baselines alike (bench/qmsum_summary.py, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ _PAST = {
 # "I'd" is "I had" before these and before a word in -ed ("I'd seen it", "we'd already decided").
 _HAD = frozenset("been seen done gone had got known taken given made said thought already never just better".split())
 # An auxiliary before the subject: a question or an inversion ("Do we need it?"), whose verb stays as said.
-_INVERTED = re.compile(r"\b(?:do|does|did|can|ca|wo|could|will|would|should|shall|may|might|must|am|are|is|have|has|had|was|"
-                       r"were)(?:n't)?\s+$", re.I)
+_INVERTED = re.compile(r"\b(?:do|does|did|can|ca|wo|could|will|would|should|shall|may|might|must|am|are|is|"
+                       r"have|has|had|was|were)(?:n't)?\s+$", re.I)
 # "I" as a numeral ("World War I", "phase I"), not the speaker.
 _NUMERAL = re.compile(r"\b(?:war|phase|part|type|class|stage|level|grade|chapter|section|act|volume|henry|louis|"
                       r"george|elizabeth|charles|edward|james|william)\s+$", re.I)
@@ -49,7 +50,8 @@ _TENSE = {
     "they'll": "they would", "it'll": "it would", "that'll": "that would", "you'll": "you would",
 }
 _AUXILIARIES = frozenset(w for w in _TENSE if " " not in _TENSE[w])  # not "it's" -> "it was"
-_PRESENT = re.compile(r"\b(?:" + "|".join(re.escape(w) for w in sorted(_TENSE, key=len, reverse=True)) + r")(?!')\b", re.I)
+_PRESENT = re.compile(r"\b(?:" + "|".join(re.escape(w) for w in sorted(_TENSE, key=len, reverse=True)) + r")(?!')\b",
+                      re.I)
 _CONTRACTED = {"'m": "am", "'ve": "have", "'ll": "will", "'d": "would", "'re": "are"}
 # A first-person subject, an optional adverb, and the word after it (the verb, when there is one).
 _SUBJECT = re.compile(
