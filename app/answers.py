@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 
 from app.actions import ActionItem, Decision, extract_action_items, extract_decisions
 from app.entities import Entity, find_entities, merge_date_time
-from app.focused import FocusedSummarizer
+from app.focused import FocusedSummarizer, FocusedSummary
 from app.questions import Question, QuestionType, content_words, parse_question, topic_words
 from app.retrieval import Embedder, Hit, SentenceIndex, stems
 from app.sentences import Sentence, split_sentences
@@ -112,6 +112,7 @@ class AnswerFinder:
         self._items: list[ActionItem] | None = None
         self._decisions: list[Decision] | None = None
         self._df: Counter[str] | None = None
+        self._focused: FocusedSummarizer | None = None
 
     # ------------------------------------------------------------------ entry point
     def answer(self, question: str) -> Answer:
@@ -329,19 +330,23 @@ class AnswerFinder:
 
     def _summary_about(self, q: Question, confidence: float) -> Answer:
         """A passage, not a fact: the meeting's part about the focus words, as a few lines of minutes."""
-        found = FocusedSummarizer(self.transcript, self.sentences).about(" ".join(q.focus))
+        return self._summary_answer(q, self._summarizer().about(" ".join(q.focus)), confidence)
+
+    def _whole_meeting(self, q: Question) -> Answer:
+        """"Summarize the meeting": each topic's most central sentences in turn, as minutes (app/focused.py)."""
+        return self._summary_answer(q, self._summarizer().whole(self.transcript), 1.0)
+
+    def _summary_answer(self, q: Question, found: FocusedSummary | None, confidence: float) -> Answer:
         if found is None:
             return Answer(q.text, NOT_IN_MEETING, [], 1, 0.0, q.type.value)
         return Answer(q.text, " ".join(found.text.splitlines()), [self._cite(s) for s in found.sentences], 1,
                       confidence, q.type.value)
 
-    def _whole_meeting(self, q: Question) -> Answer:
-        """"Summarize the meeting": each topic's most central sentences in turn, as minutes (app/focused.py)."""
-        found = FocusedSummarizer(self.transcript, self.sentences).whole(self.transcript)
-        if found is None:
-            return Answer(q.text, NOT_IN_MEETING, [], 1, 0.0, q.type.value)
-        return Answer(q.text, " ".join(found.text.splitlines()), [self._cite(s) for s in found.sentences], 1, 1.0,
-                      q.type.value)
+    def _summarizer(self) -> FocusedSummarizer:
+        """The meeting's passage index, built at the first summary request and kept for the next ones."""
+        if self._focused is None:
+            self._focused = FocusedSummarizer(self.transcript, self.sentences)
+        return self._focused
 
     def _cite(self, sentence: Sentence) -> Citation:
         return Citation(sentence.turn_index, sentence.speaker, sentence.start, sentence.text)

@@ -21,9 +21,10 @@ from typing import Sequence
 import bm25s
 import numpy as np
 
+from app.actions import extract_action_items, extract_decisions, extract_key_facts
 from app.reported import minutes_line, speaker_name
 from app.sentences import Sentence, split_sentences
-from app.summary import SummarySettings, build_summary, build_topics, content_words, is_summary_material
+from app.summary import SummarySettings, build_topics, content_words, is_summary_material
 from app.transcript import Transcript
 
 logging.getLogger("bm25s").setLevel(logging.WARNING)
@@ -150,12 +151,11 @@ def _index(docs: list[list[str]]) -> bm25s.BM25:
 def meeting_order(transcript: Transcript, sentences: Sequence[Sentence]) -> list[int]:
     """Indices of ``sentences`` in the order a whole-meeting summary takes them (see ``FocusedSummarizer.whole``)."""
     topics = build_topics(transcript, sentences, replace(SummarySettings(), max_sentences=12, min_sentences=1))
-    summary = build_summary(transcript)
     index = {(s.turn_index, s.text): i for i, s in enumerate(sentences)}
     order = [index[(s.turn_index, s.text)] for group in itertools.zip_longest(*(t.sentences for t in topics))
              for s in group if s is not None and (s.turn_index, s.text) in index]
-    listed = {(x.turn_index, x.text) for x in [*summary.key_facts, *summary.decisions]}
-    tasks = [(a.turn_index, a.task.lower()) for a in summary.action_items]
+    listed = {(x.turn_index, x.text) for x in [*extract_key_facts(transcript), *extract_decisions(transcript)]}
+    tasks = [(a.turn_index, a.task.lower()) for a in extract_action_items(transcript)]
     order += [i for i, s in enumerate(sentences) if (s.turn_index, s.text) in listed
               or any(turn == s.turn_index and task in s.text.lower() for turn, task in tasks)]
     return list(dict.fromkeys(order))
