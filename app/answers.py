@@ -330,7 +330,7 @@ class AnswerFinder:
 
     def _summary_about(self, q: Question, confidence: float) -> Answer:
         """A passage, not a fact: the meeting's part about the focus words, as a few lines of minutes."""
-        return self._summary_answer(q, self._summarizer().about(" ".join(q.focus)), confidence)
+        return self._summary_answer(q, self._summarizer().about(q.text), confidence)
 
     def _whole_meeting(self, q: Question) -> Answer:
         """"Summarize the meeting": each topic's most central sentences in turn, as minutes (app/focused.py)."""

@@ -53,8 +53,49 @@ class FocusSettings:
 
 @dataclass
 class FocusedSummary:
-    text: str  # one minutes line per sentence, in the order said
+    text: str  # one minutes line per sentence, in the order said (after a topic line, for a query's summary)
     sentences: list[Sentence]  # the sentences it reports, in the order said
+
+
+_POLITE = re.compile(r"^(?:(?:please|could you|can you|would you|hey|hi|ok|okay|so|now)\b[,\s]*)+", re.IGNORECASE)
+_SUMMARY_OF = re.compile(
+    r"^(?:summari[sz]e|describe|recap|sum up|tell me about|give me (?:an? )?(?:summary|recap|overview) of)\s+"
+    r"(?:(?:what (?:was|were) (?:discussed|said|talked about|decided))\s*|(?:the |their |our |the group's )?"
+    r"(?:discussions?|talks?|conversations?|debates?)\s*)?(?:about|on|of|regarding|around|concerning)?\s*",
+    re.IGNORECASE)
+_WHAT_DID = re.compile(
+    r"^what (?:did|does|do|would) (?P<who>.+?) (?:think|say|feel|talk|mention|suggest|propose|recommend|discuss|"
+    r"report|present)\s*(?:about|of|on|regarding|towards?|concerning)?\s+(?P<what>.+)$", re.IGNORECASE)
+_WHAT_WAS = re.compile(r"^what (?:was|were|is|are) (?:the )?(?:discussions?|debates?|talks?|general discussion|"
+                       r"conclusions?|decisions?) (?:about|on|of|regarding|concerning)\s+(?P<what>.+)$", re.IGNORECASE)
+
+
+def topic_line(query: str) -> str:
+    """The first line of a query's summary: what it covers ("Summarize the discussion about the buttons" ->
+    "On the buttons:", "What did Marketing think of the design?" -> "Marketing on the design:"); a question
+    of another shape is restated. Minutes open a point with its subject, and a reader sees what was found."""
+    text = _POLITE.sub("", re.sub(r"^\w+:\s*", "", " ".join(query.split()))).rstrip(" ?.!")
+    if not text:
+        return ""
+    did = _WHAT_DID.match(text)
+    if did and not did.group("who").lower().startswith(("the group", "the meeting", "the team", "they", "you")):
+        who = did.group("who")
+        return f"{who[0].upper()}{who[1:]} on {did.group('what')}:"
+    about = _WHAT_WAS.match(text) or did  # "What did the group discuss about X": X
+    if about:
+        return f"On {about.group('what')}:"
+    summary = _SUMMARY_OF.match(text)
+    if summary and re.fullmatch(r"(?:the |this |today's |our )?(?:whole |entire )?(?:meeting|call|session|everything|it)"
+                                r"(?: so far| today)?", text[summary.end():], re.IGNORECASE):
+        return ""  # the whole meeting
+    if summary and summary.end() < len(text):
+        return f"On {text[summary.end():]}:"
+    if re.fullmatch(r"(?:summari[sz]e|summary|recap|sum up|highlights|overview)\b.*", text, re.IGNORECASE):
+        return ""  # the whole meeting
+    if re.match(r"(?:who|what|when|where|why|how|which|is|are|was|were|do|does|did|can|could|will|would|should)\b",
+                text, re.IGNORECASE):
+        return f"{text[0].upper()}{text[1:]}?"
+    return f"On {text}:"
 
 
 class FocusedSummarizer:
@@ -102,7 +143,10 @@ class FocusedSummarizer:
                           + self.settings.speaker_weight * (self.sentences[i].speaker in named)
                           for j, i in enumerate(self.material)])
         ranked = [self.material[j] for j in np.argsort(-mixed, kind="stable")]
-        return self.take(ranked, words or min(self.settings.words, max(30, self.words // 8)))
+        head = topic_line(query)
+        budget = words or min(self.settings.words, max(30, self.words // 8))
+        found = self.take(ranked, max(budget - len(head.split()), min(budget, 30)))  # the topic line counts
+        return FocusedSummary(f"{head}\n{found.text}" if head else found.text, found.sentences)
 
     def whole(self, transcript: Transcript, words: int | None = None) -> FocusedSummary | None:
         """The whole meeting in about ``words`` words: each topic's most central sentences taken in turn (so a

@@ -167,6 +167,25 @@ def test_a_summary_about_a_topic_comes_from_that_part_of_the_meeting(two_topics)
     assert summarizer.about("the quantum computer") is None
 
 
+@pytest.mark.parametrize("query, line", [
+    ("Summarize the discussion about industrial components.", "On industrial components:"),
+    ("Could you please summarize what was discussed about the launch?", "On the launch:"),
+    ("What did Industrial Designer think of the scroll wheel?", "Industrial Designer on the scroll wheel:"),
+    ("Hey, what did Carol say about the payment company?", "Carol on the payment company:"),
+    ("What did the group discuss about the budget?", "On the budget:"),
+    ("What was the discussion about the buttons?", "On the buttons:"),
+    ("Recap: the marketing plan", "On the marketing plan:"),
+    ("Tell me about the launch date", "On the launch date:"),
+    ("Why did the group disagree with the Project Manager", "Why did the group disagree with the Project Manager?"),
+    ("Summarize the meeting", ""),
+    ("Recap", ""),
+])
+def test_a_summary_opens_with_what_it_covers(query, line):
+    from app.focused import topic_line
+
+    assert topic_line(query) == line
+
+
 def test_asked_for_a_summary_the_answer_is_minutes_and_cites_its_lines(two_topics):
     from app.answers import NOT_IN_MEETING, AnswerFinder
 
@@ -176,6 +195,8 @@ def test_asked_for_a_summary_the_answer_is_minutes_and_cites_its_lines(two_topic
     assert all(c.turn_index >= len(BUDGET) for c in about.citations)
     assert "I will" not in about.text and "will run" not in about.text
     assert "Carol would run the coding interviews" in about.text or "Ben would send the interview schedule" in about.text
+    assert about.text.startswith("On the developer interviews: ")  # what it covers, then the minutes
+    assert finder.answer("What did Carol think of the interviews?").text.startswith("Carol on the interviews: ")
     whole = finder.answer("Can you give us a brief summary of the meeting?")
     assert whole.kind == "summary"
     assert "The group decided to move five thousand dollars" in whole.text  # the decision is in it
