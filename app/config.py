@@ -105,6 +105,9 @@ class KVSettings(BaseModel):
     recent_budget_share: float = Field(0.0625, ge=0, le=1, description="the full-precision recent window takes at most this share of the budget")
     warm_kinds: tuple[WarmKind, ...] = ("int8", "int4", "int2")
     decode_top_k_blocks: int | None = None
+    drift_sample_rate: float = Field(
+        0.05, ge=0, le=1, description="with decode_top_k_blocks: share of decode steps also read densely (every "
+        "resident block) to measure the sparse read's quality drift (JS divergence on /metrics); 0 turns it off")
     budget_floor_tokens: int = Field(
         2048, ge=0, description="no compression before this many tokens (the ratio of a short prompt or meeting start is tiny)"
     )

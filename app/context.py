@@ -20,6 +20,7 @@ from typing import Any, Iterator
 import torch
 
 from app.config import KVSettings, tiered_cache_config
+from app.drift import DriftMonitor
 from app.llm import LLMEngine
 from app.pii import PIIDetector, cut_text, mask_text
 from app.transcript import format_time
@@ -91,6 +92,7 @@ class MeetingContext:
         self.max_positions = int(getattr(engine.model.config, "max_position_embeddings", 0) or 8192)
         self.full = False  # the model's position limit was reached: no further lines are prefilled
         self._entities = EntityFinder()  # learns the meeting's lower-case words as lines arrive
+        self.drift = DriftMonitor(kv.drift_sample_rate)  # sparse vs dense reads on sampled decode steps
         if restored is not None:
             self.cache, self.tokens, self.lines = restored, int(restored.get_seq_length()), restored_lines
             self._attach(cold_tier)
@@ -332,7 +334,10 @@ class MeetingContext:
                 self.tokens += len(ids) - 1
                 feed = ids[-1:]
             for _ in range(max_new):
+                dense = self._dense_step(feed) if self._drift_sampled() else None
                 logits = self._forward(feed)
+                if dense is not None:
+                    self.drift.record(logits, dense)
                 self.tokens += len(feed)
                 scores = torch.log_softmax(logits.float(), dim=-1)
                 token = int(scores.argmax())
@@ -358,11 +363,24 @@ class MeetingContext:
             total_seconds=now - started,
         )
 
+    def _drift_sampled(self) -> bool:
+        return getattr(self.cache, "reads_sparsely", False) and self.drift.due()
+
+    def _dense_step(self, feed: list[int]) -> torch.Tensor:
+        """The logits of this decode step reading every resident block, leaving the cache as it was."""
+        checkpoint = self.cache.checkpoint()
+        try:
+            with self.cache.dense_reads():
+                return self._forward(feed).float().clone()
+        finally:
+            self.cache.rollback(checkpoint)
+
     # ------------------------------------------------------------------ accounting
     def stats(self) -> dict[str, Any]:
         """KV figures for dashboards and metrics, measured from the cache's tensors."""
         with self._lock, torch.inference_mode():
-            stats: dict[str, Any] = {"tokens": self.tokens, "lines": self.lines, "full": self.full}
+            stats: dict[str, Any] = {"tokens": self.tokens, "lines": self.lines, "full": self.full,
+                                     **self.drift.report()}
             cache = self.cache
             if self.blocks is not None:
                 report = self.blocks.report().as_dict()

@@ -74,6 +74,10 @@ class SessionCollector(Collector):
                                 labels=["session"])
         fallback = GaugeMetricFamily("minutia_kv_fallback", "1 while the KV store runs in L1/L2-only fallback",
                                      labels=["session"])
+        drift = GaugeMetricFamily("minutia_kv_quality_drift", "Jensen-Shannon divergence of sparse vs dense decode "
+                                  "reads on recent sampled steps", labels=["session"])
+        agreement = GaugeMetricFamily("minutia_kv_shadow_top1_agreement", "share of recent sampled decode steps whose "
+                                      "top token a dense read agrees with", labels=["session"])
         lag = GaugeMetricFamily("minutia_asr_commit_lag_seconds", "seconds from a word's end to its commit",
                                 labels=["session"])
         stream = GaugeMetricFamily("minutia_stream_seconds", "audio seconds received", labels=["session"])
@@ -101,7 +105,8 @@ class SessionCollector(Collector):
             for name, value in (kv.get("bytes_by_modality") or {}).items():
                 modality.add_metric([label, str(name)], float(value))
             for family, key in ((budget, "budget_bytes"), (ratio, "compression_ratio"), (tokens, "tokens"),
-                                (hit, "prefetch_hit_rate")):
+                                (hit, "prefetch_hit_rate"), (drift, "quality_drift_js"),
+                                (agreement, "shadow_top1_agreement")):
                 value = _float(kv.get(key))
                 if value is not None:
                     family.add_metric([label], value)
@@ -124,7 +129,7 @@ class SessionCollector(Collector):
                 moving.add_metric([label, source, target], float(seconds))
         for state, count in by_state.items():
             states.add_metric([state], count)
-        yield from (tier, modality, budget, ratio, tokens, hit, fallback, lag, stream, dropped, words, ttft, states,
+        yield from (tier, modality, budget, ratio, tokens, hit, drift, agreement, fallback, lag, stream, dropped, words, ttft, states,
                     moved, moving)
         memory = GaugeMetricFamily("minutia_device_memory_bytes", "memory in use per device", labels=["device"])
         for device, value in device_memory().items():

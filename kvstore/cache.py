@@ -41,8 +41,9 @@ be rolled back with it: queue them and prefill after the rollback.
 from __future__ import annotations
 
 import itertools
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import torch
 from transformers.cache_utils import Cache
@@ -191,6 +192,21 @@ class TieredCache(Cache):
     def compression_suspended(self) -> bool:
         """Compression waits while a checkpoint is open, so that rollback is exact and copy-free."""
         return bool(self._checkpoints)
+
+    @property
+    def reads_sparsely(self) -> bool:
+        """Whether a decode step reads only some resident blocks (``decode_top_k_blocks``)."""
+        return self.settings.decode_top_k_blocks is not None
+
+    @contextmanager
+    def dense_reads(self) -> Iterator[None]:
+        """Decode steps inside read every resident block (the reference a sparse step is compared with)."""
+        saved = self.settings.decode_top_k_blocks
+        self.settings.decode_top_k_blocks = None
+        try:
+            yield
+        finally:
+            self.settings.decode_top_k_blocks = saved
 
     def checkpoint(self) -> CacheCheckpoint:
         """Remember the current state; tokens added afterwards can be removed with :meth:`rollback`."""

@@ -20,7 +20,7 @@ from test_metrics import session_with_kv
 
 MONITORING = Path(__file__).resolve().parent.parent / "configs" / "monitoring"
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",), "unknown": ("",)}
-SELECTOR = re.compile(r"\b(minutia_[a-z_]+)(?:\{([^}]*)\})?")
+SELECTOR = re.compile(r"\b(minutia_[a-z0-9_]+)(?:\{([^}]*)\})?")
 
 
 def _promtool() -> str:
@@ -32,7 +32,7 @@ def _promtool() -> str:
 def test_the_alert_rules_pass_promtool_and_their_unit_tests():
     check = subprocess.run([_promtool(), "check", "rules", str(MONITORING / "alerts.yml")], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
-    assert "SUCCESS: 7 rules found" in check.stdout
+    assert "SUCCESS: 8 rules found" in check.stdout
     # The unit tests feed series and expect each alert to fire (or stay quiet) at given times, labels and texts.
     unit = subprocess.run([_promtool(), "test", "rules", "alerts_test.yml"], cwd=MONITORING, capture_output=True, text=True)
     assert unit.returncode == 0, unit.stdout + unit.stderr
@@ -50,11 +50,13 @@ def test_a_broken_rule_is_refused_by_promtool(tmp_path):
 
 @pytest.fixture(scope="module")
 def exposed(tiny_llm_dir) -> dict[str, set[str]]:
-    """Series names on /metrics of a real session (with the bot's counters touched once), each with the label
-    names its samples carry."""
-    runtime = Runtime(load_settings(overrides={"llm": {"model": str(tiny_llm_dir)}}))
+    """Series names on /metrics of a real session (with the bot's counters touched once, and one answer decoded
+    with a sparse read, so the drift gauges have samples), each with the label names its samples carry."""
+    sparse = {"decode_top_k_blocks": 1, "block_size": 8, "recent_tokens": 8, "drift_sample_rate": 1.0}
+    runtime = Runtime(load_settings(overrides={"llm": {"model": str(tiny_llm_dir)}, "kv": sparse}))
     try:
-        session_with_kv(runtime, "monitoring")
+        session = session_with_kv(runtime, "monitoring")
+        session._context.generate("\nQuestion: What was said?\nAnswer:", max_new_tokens=2, stop=())
         metrics = Metrics(lambda: [(s.session_id, s) for s in runtime.sessions()], lambda: {"room-a": 1})
         metrics.record_transfer("L1", "L2", 4096, 0.002)
         metrics.question_ttft.observe(0.4)
@@ -95,7 +97,8 @@ def test_every_query_reads_a_series_that_minutia_exposes(exposed):
                 assert label in exposed[name] or not exposed[name], f"{where}: {name} has no label {label!r}"
     # The signals the issue names are on the dashboard.
     for signal in ("minutia_kv_prefetch_hit_rate", "minutia_kv_fallback", "minutia_asr_commit_lag_seconds",
-                   "minutia_kv_budget_bytes", "minutia_question_ttft_seconds_bucket", "minutia_kv_tier_transfer_bytes_total"):
+                   "minutia_kv_budget_bytes", "minutia_question_ttft_seconds_bucket", "minutia_kv_tier_transfer_bytes_total",
+                   "minutia_kv_quality_drift", "minutia_kv_shadow_top1_agreement"):
         assert signal in read
 
 

@@ -110,6 +110,9 @@ def test_kv_history_frames_with_budget_line():
     early = render.kv_stats_markdown({**kv, "compression_ratio": 0.5, "prefetch_hit_rate": None})
     assert "not compressed yet (2.0x the uncompressed size" in early and "n/a (nothing read from the cold tier" in early
     assert "empty" in render.kv_stats_markdown({})
+    assert "drift" not in stats  # no sparse read: no drift line
+    sparse = render.kv_stats_markdown({**kv, "quality_drift_js": 0.0123, "shadow_top1_agreement": 0.9, "drift_samples": 40})
+    assert "sparse-read drift from a dense read: JS 0.012, same next word 90% (40 sampled steps)" in sparse
 
 
 def test_slides_become_captioned_thumbnails():

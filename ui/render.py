@@ -209,6 +209,11 @@ def kv_stats_markdown(kv: dict, commit_lag: float | None = None) -> str:
         (f"prefetch hits (cold blocks already in memory when needed): {hit:.0%}" if hit is not None
          else "prefetch hits: n/a (nothing read from the cold tier yet)"),
     ]
+    drift = kv.get("quality_drift_js")
+    if drift is not None:  # only with a sparse decode read (decode_top_k_blocks)
+        agree = kv.get("shadow_top1_agreement") or 0.0
+        items.append(f"sparse-read drift from a dense read: JS {drift:.3f}, same next word {agree:.0%} "
+                     f"({kv.get('drift_samples', 0)} sampled steps)")
     if commit_lag is not None:
         items.append(f"commit lag (speech to transcript): {commit_lag:.1f} s")
     return "\n".join(f"- {item}" for item in items)

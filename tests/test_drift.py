@@ -1,0 +1,81 @@
+"""The quality-drift signal (issue 19): sampled decode steps are also read densely; the user's answer is not touched."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from app.config import KVSettings, LLMSettings
+from app.context import ContextLine, MeetingContext
+from app.drift import DriftMonitor, js_divergence
+from app.llm import LLMEngine
+
+LINES = [
+    ContextLine("audio", 0.5, 4.0, "Alice", "Good morning, this is our weekly meeting about the launch."),
+    ContextLine("audio", 4.2, 9.0, "Bob", "The login page is finished and the payment page needs another week."),
+    ContextLine("audio", 9.5, 13.0, "Carol", "We have spent thirty thousand dollars of the fifty thousand so far."),
+    ContextLine("audio", 13.0, 18.0, "Alice", "Dave will send the new contract to the vendor by Friday afternoon."),
+]
+SUFFIX = "\nQuestion: Who will send the contract?\nAnswer:"
+
+
+def _context(folder, top_k: int | None, rate: float) -> MeetingContext:
+    settings = LLMSettings(model=str(folder), dtype="float32", prompts="completion", max_context_tokens=1024)
+    kv = KVSettings(enabled=True, compress=False, block_size=8, sink_tokens=4, recent_tokens=8,
+                    decode_top_k_blocks=top_k, drift_sample_rate=rate)
+    engine = LLMEngine(folder, settings, kv)
+    context = MeetingContext(engine, engine.kv, header=engine.live_prompts().header)
+    for line in LINES:
+        context.append(line)
+    context.flush()
+    return context
+
+
+def test_js_divergence_is_zero_for_equal_distributions_and_bounded_by_ln2():
+    a = torch.tensor([2.0, 0.5, -1.0, 0.0])
+    assert js_divergence(a, a) == pytest.approx(0.0, abs=1e-7)
+    assert js_divergence(a, a + 3.0) == pytest.approx(0.0, abs=1e-6)  # same softmax
+    b = torch.tensor([-1.0, 0.0, 2.0, 0.5])
+    assert js_divergence(a, b) == pytest.approx(js_divergence(b, a), rel=1e-6)
+    assert js_divergence(a, b) > 0.05
+    far = torch.tensor([50.0, -50.0]), torch.tensor([-50.0, 50.0])
+    assert js_divergence(*far) == pytest.approx(math.log(2), rel=1e-4)
+
+
+def test_the_monitor_samples_every_nth_step_and_reports_the_recent_window():
+    monitor = DriftMonitor(sample_rate=0.25, window=2)
+    assert [monitor.due() for _ in range(8)] == [True, False, False, False, True, False, False, False]
+    assert monitor.report() == {"quality_drift_js": None, "shadow_top1_agreement": None, "drift_samples": 0}
+    same = torch.tensor([1.0, 0.0])
+    monitor.record(same, same)
+    monitor.record(same, torch.tensor([0.0, 1.0]))
+    monitor.record(same, torch.tensor([0.0, 3.0]))
+    report = monitor.report()
+    assert report["drift_samples"] == 3 and report["shadow_top1_agreement"] == 0.0  # the first left the window
+    assert report["quality_drift_js"] > 0.05
+    assert not any(DriftMonitor(sample_rate=0.0).due() for _ in range(5))
+
+
+def test_sampled_dense_reads_leave_the_answer_and_the_cache_bit_identical(tiny_llm_dir):
+    plain = _context(tiny_llm_dir, top_k=2, rate=0.0)
+    watched = _context(tiny_llm_dir, top_k=2, rate=1.0)
+    before = plain.next_token_logits(SUFFIX)
+    assert torch.equal(before, watched.next_token_logits(SUFFIX))
+    a = plain.generate(SUFFIX, max_new_tokens=6, stop=())
+    b = watched.generate(SUFFIX, max_new_tokens=6, stop=())
+    assert (a.text, a.mean_logprob, a.new_tokens) == (b.text, b.mean_logprob, b.new_tokens)
+    assert torch.equal(plain.next_token_logits(SUFFIX), watched.next_token_logits(SUFFIX))
+    assert plain.stats()["drift_samples"] == 0 and plain.stats()["quality_drift_js"] is None
+    stats = watched.stats()
+    assert stats["drift_samples"] == b.new_tokens + (b.new_tokens < 6)  # every step, the one that ended it too
+    # reading 2 of the past blocks (plus sinks and the recent window) moves the distribution; a dense read
+    # with top-k off would not
+    assert 0 < stats["quality_drift_js"] <= math.log(2) and 0 <= stats["shadow_top1_agreement"] <= 1
+
+
+def test_without_a_sparse_read_there_is_nothing_to_measure(tiny_llm_dir):
+    context = _context(tiny_llm_dir, top_k=None, rate=1.0)
+    context.generate(SUFFIX, max_new_tokens=3, stop=())
+    assert context.stats()["drift_samples"] == 0 and context.stats()["quality_drift_js"] is None
