@@ -9,6 +9,9 @@ A label takes the name with the most votes, each name at most once (strongest ev
 keeps it only when that name has most of the label's votes (its confidence). Labels with no votes
 keep their SPEAKER_xx name. Known names (the attendees a user gives, ``asr.hotwords``) fix the spelling:
 a name heard close to one of them ("Sophia" for Sofia) is counted as that one.
+Wrong names cost more than missing ones (a "who" answer then names the wrong person), so a name with a
+single address needs the recogniser to have been sure of it (or to be an attendee's), and a label that
+itself addresses a name in two turns (two voices the diarizer merged) does not go by it.
 """
 
 from __future__ import annotations
@@ -30,9 +33,9 @@ _TO_NEXT = (
     re.compile(rf"(?i:let's hear from|over to|handing over to|next up is|next is)\s+{_NAME}\b"),
     re.compile(rf"(?i:over to you|your turn|go ahead|what do you think|what about you|anything from you|how about you),?\s+{_NAME}\s*[?.!]"),
 )
-# A reply that names the previous speaker.
+# A reply that names the previous speaker (at the start of a sentence: "That works. Thank you, Alice.").
 _TO_PREVIOUS = re.compile(
-    rf"^(?:(?:Sure|Yes|Yeah|Okay|OK|Right|Thanks|Thank you|Great|Good|Good point|Agreed|Exactly|Fair enough),?\s+){_NAME}\b"
+    rf"(?:^|(?<=[.!?])\s+)(?:(?:Sure|Yes|Yeah|Okay|OK|Right|Thanks|Thank you|Great|Good|Good point|Agreed|Exactly|Fair enough),?\s+){_NAME}\b"
 )
 # A speaker who introduces themself.
 _INTRODUCTION = (
@@ -47,6 +50,9 @@ _MIN_SHARE = 0.5  # a name must hold at least this share of its label's votes
 # ...or this share when the label introduced itself by that name: addresses are handed to whoever speaks
 # next, so a few of them land on the wrong label, and they should not outvote a speaker's own "I'm Sofia".
 _MIN_SHARE_INTRODUCED = 0.34
+_MIN_ADDRESSES = 2.0  # address votes a name needs when no introduction backs it and no attendee has it...
+_SELF_ADDRESSES = 2  # turns in which a label addresses a name before that name is not its own
+_MIN_HEARD = 0.5  # ...unless the recogniser gave the name's word at least this probability
 _NOT_NAMES = {
     "I", "We", "You", "The", "This", "That", "Okay", "Right", "Sure", "Yes", "Thanks", "Great", "So", "And", "But",
     "Well", "Good", "Now", "Then", "Here", "There", "Also", "Just", "Not", "Really", "Going", "Happy", "Glad",
@@ -119,38 +125,60 @@ def _is_name(name: str) -> bool:
     return name not in _NOT_NAMES and name.lower() not in _LOWER_NOT_NAMES
 
 
-def _votes(turns: list[Turn], known: Sequence[str] = ()) -> tuple[dict[str, Counter[str]], dict[tuple[str, str], str]]:
-    """Weighted name votes per label, and which evidence gave each (label, name) its strongest vote."""
-    votes: dict[str, Counter[str]] = defaultdict(Counter)
-    kinds: dict[tuple[str, str], str] = {}
+@dataclass
+class _Evidence:
+    """What a transcript says about names: weighted votes per label, the kinds of evidence behind each
+    (label, name), how sure the recogniser was of the name's word there, and the names each label addresses."""
 
-    def vote(label: str, name: str, weight: float, kind: str) -> None:
+    votes: dict[str, Counter[str]]
+    kinds: dict[tuple[str, str], set[str]]
+    heard: dict[tuple[str, str], float]
+    addresses: dict[str, Counter[str]]
+
+
+def _heard(turn: Turn, name: str) -> float:
+    """The recogniser's probability for ``name`` in ``turn`` (1.0 for text without word timings)."""
+    probs = [w.probability for w in turn.words if w.text.strip(" ,.;:!?\"'").startswith(name)]
+    return max(probs, default=1.0)
+
+
+def _votes(turns: list[Turn], known: Sequence[str] = ()) -> _Evidence:
+    """Self-introductions vote for their speaker, addresses for the next (or previous) speaker."""
+    found = _Evidence(defaultdict(Counter), defaultdict(set), defaultdict(float), defaultdict(Counter))
+
+    def spelled(name: str) -> str:
+        return known_spelling(name, known) if known else name
+
+    def vote(label: str, turn: Turn, name: str, weight: float, kind: str) -> None:
         if _is_name(name):
-            name = known_spelling(name, known) if known else name
-            votes[label][name] += weight
-            if kind == "introduction" or (label, name) not in kinds:
-                kinds[(label, name)] = kind
+            key = (label, spelled(name))
+            found.votes[label][key[1]] += weight
+            found.kinds[key].add(kind)
+            found.heard[key] = max(found.heard[key], _heard(turn, name))
 
     for i, turn in enumerate(turns):
         for pattern in _INTRODUCTION:
             for match in pattern.finditer(turn.text):
-                vote(turn.speaker, match["name"], _INTRO_WEIGHT, "introduction")
+                vote(turn.speaker, turn, match["name"], _INTRO_WEIGHT, "introduction")
         nxt = next((t for t in turns[i + 1:] if t.speaker != turn.speaker), None)
-        if nxt is not None:
-            for pattern in _TO_NEXT:
-                for match in pattern.finditer(turn.text):
-                    vote(nxt.speaker, match["name"], 1.0, "address")
-        match = _TO_PREVIOUS.match(turn.text)
-        if match and i > 0 and turns[i - 1].speaker != turn.speaker:
-            vote(turns[i - 1].speaker, match["name"], 1.0, "address")
-    return votes, kinds
+        for pattern in _TO_NEXT:
+            for match in pattern.finditer(turn.text):
+                found.addresses[turn.speaker][spelled(match["name"])] += 1
+                if nxt is not None:
+                    vote(nxt.speaker, turn, match["name"], 1.0, "address")
+        for match in _TO_PREVIOUS.finditer(turn.text):
+            found.addresses[turn.speaker][spelled(match["name"])] += 1
+            if i > 0 and turns[i - 1].speaker != turn.speaker:
+                vote(turns[i - 1].speaker, turn, match["name"], 1.0, "address")
+    return found
 
 
 def named_speakers(transcript: Transcript, known: Sequence[str] = (), forgotten: Sequence[str] = (),
                    kept: dict[str, str] | None = None) -> list[SpeakerName]:
     """Names with their confidence; a name goes to one label only, strongest evidence first, a ``forgotten``
     one to none, and a ``kept`` one (label -> name, from before a forget) to its label before any vote."""
-    votes, kinds = _votes(transcript.turns, known)
+    found = _votes(transcript.turns, known)
+    votes = found.votes
     ranked = sorted(
         ((count, label, name) for label, c in votes.items() for name, count in c.items()),
         key=lambda r: (-r[0], r[1], r[2]),
@@ -160,15 +188,27 @@ def named_speakers(transcript: Transcript, known: Sequence[str] = (), forgotten:
     done: set[str] = set(kept)
     # never another label's name, nor a forgotten or kept one
     taken: set[str] = set(transcript.speakers) | set(forgotten) | set(kept.values())
+    known_names = {known_spelling(w, known) for k in known for w in k.split()}
     for count, label, name in ranked:
         if label in done or name in taken:
+            continue
+        # A label that addresses this name ("Jamal, can you ...?") in two or more turns is someone else: the
+        # diarizer has put two people under one label, so no name. (One such turn is often just the start of
+        # the next speaker's reply, "Sure, Alice", cut onto the previous label.)
+        if found.addresses[label][name] >= _SELF_ADDRESSES:
+            continue
+        evidence = "introduction" if "introduction" in found.kinds[(label, name)] else "address"
+        # A single address hands the name to whoever the diarizer says spoke next; it counts when the
+        # recogniser was sure of the name, the name is an attendee's, or the meeting says it again.
+        if evidence == "address" and count < _MIN_ADDRESSES and name not in known_names \
+                and found.heard[(label, name)] < _MIN_HEARD:
             continue
         share = count / sum(votes[label].values())
         # A name that also speaks for itself elsewhere (an introduction by another label) is contested:
         # the introduction wins, handled by the ordering; a weak minority name is not given at all.
-        if share < (_MIN_SHARE_INTRODUCED if kinds[(label, name)] == "introduction" else _MIN_SHARE):
+        if share < (_MIN_SHARE_INTRODUCED if evidence == "introduction" else _MIN_SHARE):
             continue
-        names.append(SpeakerName(label, name, round(share, 3), kinds[(label, name)]))
+        names.append(SpeakerName(label, name, round(share, 3), evidence))
         done.add(label)
         taken.add(name)
     return names

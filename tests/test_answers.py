@@ -118,6 +118,60 @@ def test_known_names_fix_the_spelling_heard():
     assert speaker_names(t, known) == {"SPEAKER_00": "Sofia", "SPEAKER_01": "Elena", "SPEAKER_02": "Gregor"}
 
 
+def _heard_as(transcript, word: str, probability: float):
+    """The transcript with the recogniser's probability of ``word`` set (the words of _turns are sure: 1.0)."""
+    from dataclasses import replace
+
+    turns = [replace(t, words=[replace(w, probability=probability) if w.text.strip(",.?!") == word else w
+                               for w in t.words]) for t in transcript.turns]
+    return replace(transcript, turns=turns)
+
+
+def test_a_single_address_names_only_when_the_recogniser_was_sure_of_the_name():
+    """Seen on development seeds: "Emma, can you give us a little bit?" (Ada, heard with probability 0.01)
+    named the next label Emma. One address hands a name to whoever the diarizer says spoke next; it counts
+    when the name was heard clearly, is an attendee's, or the meeting says it again."""
+    once = _turns(
+        ("SPEAKER_00", "Good morning. Emma, can you give us the numbers?"),
+        ("SPEAKER_01", "Revenue is up four percent."),
+    )
+    assert speaker_names(once) == {"SPEAKER_01": "Emma"}  # heard clearly
+    unsure = _heard_as(once, "Emma", 0.01)
+    assert speaker_names(unsure) == {}
+    assert speaker_names(unsure, known=["Emma Stone"]) == {"SPEAKER_01": "Emma"}  # an attendee's name
+    twice = _turns(*[(t.speaker, t.text) for t in once.turns], ("SPEAKER_00", "Thanks, Emma. Next topic."))
+    assert speaker_names(_heard_as(twice, "Emma", 0.01)) == {"SPEAKER_01": "Emma"}  # said again
+
+
+def test_a_label_that_addresses_a_name_in_two_turns_is_not_named_so():
+    """Seen on development seeds: two voices under one label, one says "I am Jamal", the other addresses
+    Jamal twice; the label went by Jamal. A speaker does not address themself, so it gets no name. A reply
+    cut onto the previous label ("Sure, Alice" at the end of Alice's turn) happens once and is let pass."""
+    merged = _turns(
+        ("SPEAKER_00", "I am Jamal. We should look at the licenses."),
+        ("SPEAKER_01", "Right, they cost a lot."),
+        ("SPEAKER_00", "Jamal, can you walk us through it?"),
+        ("SPEAKER_01", "Sure."),
+        ("SPEAKER_00", "Jamal, can you prepare the savings plan by Friday?"),
+    )
+    assert "SPEAKER_00" not in speaker_names(merged)
+    cut = _turns(
+        ("SPEAKER_00", "I'm Alice. Bob, can you start? Sure, Alice."),
+        ("SPEAKER_01", "The login page is finished."),
+    )
+    assert speaker_names(cut) == {"SPEAKER_00": "Alice", "SPEAKER_01": "Bob"}
+
+
+def test_thanks_in_the_middle_of_a_turn_names_the_previous_speaker():
+    t = _turns(
+        ("SPEAKER_00", "Let's meet again next Tuesday."),
+        ("SPEAKER_01", "That works for me. Thank you Alice."),
+        ("SPEAKER_00", "Good. See you then."),
+        ("SPEAKER_02", "Works for me too. Thanks, Alice!"),
+    )
+    assert speaker_names(t) == {"SPEAKER_00": "Alice"}
+
+
 @pytest.fixture(scope="module")
 def finder():
     return AnswerFinder(load_transcript(STANDUP / "reference.json"))
