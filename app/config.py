@@ -238,6 +238,18 @@ class PIISettings(BaseModel):
         return self.policy == "zero-in-kv"
 
 
+class VisionSettings(BaseModel):
+    """Slides and screens in the video (encoders.vision): keyframes and their text are always read; CLIP image
+    embeddings only from pretrained weights the user gives. No CLIP weights ship on PyPI, and an untrained one's
+    vectors mean nothing, so without ``clip_checkpoint`` the step is skipped."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    clip_checkpoint: Path | None = Field(None, description="a local open_clip checkpoint (.pt/.bin) for clip_model; "
+                                         "slides' image embeddings then go on the timeline")
+    clip_model: str = Field("ViT-B-32", min_length=1, description="the open_clip architecture of clip_checkpoint")
+
+
 KVSettings.model_rebuild()
 
 
@@ -254,6 +266,7 @@ class Settings(BaseSettings):
     kv: KVSettings = KVSettings()
     store: StoreSettings = StoreSettings()
     pii: PIISettings = PIISettings()
+    vision: VisionSettings = VisionSettings()
 
 
 def preset_path(name_or_path: str) -> Path:

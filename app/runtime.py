@@ -92,12 +92,17 @@ class Runtime:
         return diarizer
 
     def vision_pipeline(self) -> "SlidePipeline":
-        """A vision pipeline per session (its keyframe state is per stream) over one shared CLIP model."""
+        """A vision pipeline per session (its keyframe state is per stream); slides are embedded by one shared
+        CLIP model only when ``vision.clip_checkpoint`` gives pretrained weights."""
         if self._vision is not None:
             return self._vision()
-        from encoders.vision import ClipEmbedder, SlideReader, VisionPipeline
+        from encoders.vision import ClipEmbedder, ClipOptions, SlideReader, VisionPipeline
 
-        embedder = self._shared("clip", ClipEmbedder)
+        vision = self.settings.vision
+        embedder = None
+        if vision.clip_checkpoint is not None:
+            options = ClipOptions(model=vision.clip_model, checkpoint=vision.clip_checkpoint)
+            embedder = self._shared("clip", lambda: ClipEmbedder(options))
         return VisionPipeline(reader=SlideReader(), embedder=embedder)
 
     def warm_up(self) -> None:

@@ -336,3 +336,24 @@ def test_vision_pipeline_emits_a_slide_once(frames, reader):
     # The overlay is a new picture (a keyframe) but the same text; going back to the budget and
     # first slides are pixel repeats. None reaches the timeline twice.
     assert pipeline.keyframes == 5 and pipeline.duplicates == 3
+
+
+def test_the_runtime_embeds_slides_only_with_pretrained_weights(tiny_clip_model, tmp_path):
+    """No CLIP weights ship on PyPI and untrained vectors mean nothing: by default the runtime's vision pipeline
+    reads keyframes and text without CLIP; a checkpoint in ``vision.clip_checkpoint`` turns the step on."""
+    import torch
+
+    from app.config import load_settings
+    from app.runtime import Runtime
+
+    plain = Runtime(load_settings())
+    assert plain.vision_pipeline().embedder is None
+    path = tmp_path / "tiny.pt"
+    torch.save({"state_dict": ClipEmbedder(ClipOptions(model=tiny_clip_model))._model.state_dict()}, path)
+    given = Runtime(load_settings(overrides={"vision": {"clip_checkpoint": str(path), "clip_model": tiny_clip_model}}))
+    embedder = given.vision_pipeline().embedder
+    assert embedder is not None and embedder.pretrained and embedder.dim == 32
+    assert given.vision_pipeline().embedder is embedder  # one model shared by the sessions
+    missing = Runtime(load_settings(overrides={"vision": {"clip_checkpoint": str(tmp_path / "none.pt")}}))
+    with pytest.raises(InputError, match="CLIP checkpoint not found"):
+        missing.vision_pipeline()
