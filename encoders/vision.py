@@ -72,6 +72,8 @@ class Keyframe:
     time: float
     frame: np.ndarray  # HxWx3 uint8 RGB, the frame as fed
     score: float  # fraction of downscaled pixels that changed against the previous keyframe (1.0 for the first)
+    minor: bool = False  # a small settled change (one figure or line): a new slide only if its text changed
+    region: tuple[int, int, int, int] | None = None  # a minor change's box in frame pixels: left, top, right, bottom
 
 
 class BaseKeyframeDetector(ABC):
@@ -89,8 +91,39 @@ class KeyframeOptions:
     width: int = 160  # frames are compared at this width (grayscale): ignores compression noise, fast
     pixel_delta: int = 24  # a downscaled pixel counts as changed when its gray level moves more than this
     threshold: float = 0.02  # a keyframe when more than this fraction of pixels changed
+    # A minor keyframe (a slide that keeps its layout and changes a figure or a line) when more than this many
+    # pixels changed at ``fine_width``, leaving out pixels that keep changing (a clock, a webcam, a pointer)
+    # and pixels still changing now (the change must have settled). Two digits of 24-point text on a 1280-wide
+    # screen are about 40 pixels at 320.
+    fine_width: int = 320
+    minor_pixels: int = 24
+    minor_rows: int = 5  # ...spread over at least this many rows at fine_width: a thin strip is a progress bar
+    busy_half_life: float = 5.0  # seconds: how long a pixel's changes count towards it being "busy"
+    busy_changes: float = 1.5  # a pixel that changed about twice within a half-life is busy
     min_interval: float = 1.0  # seconds between keyframes; a change inside it is emitted when it ends
     check_interval: float = 0.2  # frames closer than this to the last compared one are skipped unread (30 fps feeds)
+
+
+def _changed_region(mask: np.ndarray, min_pixels: int, min_rows: int) -> tuple[int, int, int, int] | None:
+    """The box (left, top, right, bottom) around the patches of ``mask`` (pixels joined across 1-pixel gaps)
+    that could be text, when one of them is big enough to be a change: ``min_pixels`` pixels over ``min_rows``
+    rows (a thin strip is a progress bar, a speck JPEG noise or the tip of a pointer). The box takes every patch
+    of 3 rows or more, so a small figure changed beside a moved bar is read too. None when nothing qualifies."""
+    from scipy import ndimage
+
+    if not mask.any():
+        return None
+    labels, _ = ndimage.label(ndimage.binary_dilation(mask, np.ones((3, 3), bool)))
+    boxes, changed = [], False
+    for index, found in enumerate(ndimage.find_objects(labels), start=1):
+        rows, cols = found
+        height = rows.stop - rows.start
+        if height >= 3:
+            boxes.append((cols.start, rows.start, cols.stop, rows.stop))
+        changed |= height >= min_rows and int((mask[found] & (labels[found] == index)).sum()) >= min_pixels
+    if not changed:
+        return None
+    return min(b[0] for b in boxes), min(b[1] for b in boxes), max(b[2] for b in boxes), max(b[3] for b in boxes)
 
 
 class KeyframeDetector(BaseKeyframeDetector):
@@ -98,37 +131,68 @@ class KeyframeDetector(BaseKeyframeDetector):
 
     Comparing with the last keyframe (not the previous frame) means a slow change (a scroll, a fade)
     still adds up to a keyframe, and a change inside ``min_interval`` is not lost: it is still there,
-    and emitted, once the interval has passed.
+    and emitted, once the interval has passed. Small changes (under ``threshold``) count as a minor
+    keyframe once they have settled and lie outside the parts of the screen that keep moving.
     """
 
     def __init__(self, options: KeyframeOptions | None = None) -> None:
         self.options = options or KeyframeOptions()
         if not 0.0 < self.options.threshold < 1.0:
             raise InputError(f"keyframe threshold must be in (0, 1), got {self.options.threshold}")
+        self.reset()
+
+    def reset(self) -> None:
         self._reference: np.ndarray | None = None
+        self._fine_reference: np.ndarray | None = None
+        self._previous: np.ndarray | None = None  # the last compared frame, at fine_width
+        self._busy: np.ndarray | None = None  # decayed count of each pixel's changes between compared frames
         self._last_time: float | None = None
         self._last_seen: float | None = None
         self._last_checked: float | None = None
 
-    def reset(self) -> None:
-        self._reference = self._last_time = self._last_seen = self._last_checked = None
+    def _watch(self, sig: np.ndarray, t: float) -> np.ndarray | None:
+        """Update how busy each pixel is; returns the pixels that changed since the last compared frame."""
+        previous, last = self._previous, self._last_checked
+        self._previous = sig
+        if previous is None or previous.shape != sig.shape:
+            self._busy = np.zeros(sig.shape, np.float32)
+            return None
+        moving = np.abs(sig - previous) > self.options.pixel_delta
+        decay = 0.5 ** ((t - last) / self.options.busy_half_life) if last is not None else 1.0
+        self._busy = self._busy * np.float32(decay) + moving
+        return moving
 
     def feed(self, frame: np.ndarray, t: float) -> Keyframe | None:
         frame = check_frame(frame)
         if self._last_seen is not None and t < self._last_seen:
             raise InputError(f"video frame times must not go back: {t:.3f} s after {self._last_seen:.3f} s")
         self._last_seen = t
-        if self._last_time is not None and t - self._last_time < self.options.min_interval:
-            return None
         if self._last_checked is not None and t - self._last_checked < self.options.check_interval:
             return None
-        self._last_checked = t
         sig = _signature(frame, self.options.width)
-        score = 1.0 if self._reference is None else _changed_fraction(sig, self._reference, self.options.pixel_delta)
-        if score <= self.options.threshold:
+        fine = _signature(frame, self.options.fine_width)
+        moving = self._watch(fine, t)
+        self._last_checked = t
+        if self._last_time is not None and t - self._last_time < self.options.min_interval:
             return None
-        self._reference, self._last_time = sig, t
-        return Keyframe(time=t, frame=frame, score=score)
+        if self._reference is None or self._reference.shape != sig.shape:
+            return self._emit(sig, fine, t, frame, 1.0)
+        score = _changed_fraction(sig, self._reference, self.options.pixel_delta)
+        if score > self.options.threshold:
+            return self._emit(sig, fine, t, frame, score)
+        if moving is not None and self._fine_reference.shape == fine.shape:
+            changed = np.abs(fine - self._fine_reference) > self.options.pixel_delta
+            settled = changed & ~moving & (self._busy < self.options.busy_changes)
+            region = _changed_region(settled, self.options.minor_pixels, self.options.minor_rows)
+            if region is not None:
+                scale = frame.shape[1] / fine.shape[1]
+                return self._emit(sig, fine, t, frame, score, tuple(int(v * scale) for v in region))
+        return None
+
+    def _emit(self, sig: np.ndarray, fine: np.ndarray, t: float, frame: np.ndarray, score: float,
+              region: tuple[int, int, int, int] | None = None) -> Keyframe:
+        self._reference, self._fine_reference, self._last_time = sig, fine, t
+        return Keyframe(time=t, frame=frame, score=score, minor=region is not None, region=region)
 
 
 # --------------------------------------------------------------------------- OCR
@@ -353,8 +417,7 @@ class SlideEvent:
 @dataclass
 class VisionOptions:
     remember: int = 32  # a keyframe that repeats one of the last `remember` slides is not emitted again
-    same_picture: float = 0.02  # at most this fraction of downscaled pixels changed: the same slide
-    same_text: float = 0.9  # OCR texts this similar (difflib ratio, case/space-insensitive) are the same slide
+    same_picture: float = 0.002  # at most this fraction of downscaled pixels changed: the same slide (no OCR)
     thumbnail_size: tuple[int, int] = (160, 90)
 
 
@@ -365,12 +428,36 @@ def _norm_text(text: str) -> str:
     return " ".join(re.findall(r"[0-9a-z%$]+", text.lower()))
 
 
+def _overlaps(box: tuple[int, int, int, int], region: tuple[int, int, int, int], margin: int = 4) -> bool:
+    """An OCR word box (left, top, width, height) against a region (left, top, right, bottom)."""
+    left, top, width, height = box
+    return (left < region[2] + margin and left + width > region[0] - margin
+            and top < region[3] + margin and top + height > region[1] - margin)
+
+
+_CLOCK = re.compile(r"\b\d{1,2}:\d{2}(?::\d{2})?\b")  # a clock or a timer on the screen ticks: not a new slide
+
+
+def _content_words(text: str) -> set[str]:
+    """The words that tell one slide from another: of 3+ letters or with a digit, clock readings left out."""
+    return {w for w in _norm_text(_CLOCK.sub(" ", text)).split() if len(w) >= 3 or any(c.isdigit() for c in w)}
+
+
+def _unexplained(words: set[str], seen: set[str]) -> bool:
+    """Some word that no word of ``seen`` matches or nearly matches (difflib ratio 0.8)."""
+    return any(w not in seen and not any(difflib.SequenceMatcher(None, w, s).ratio() >= 0.8 for s in seen)
+               for w in words)
+
+
 class VisionPipeline:
     """Keyframes -> OCR -> CLIP, one ``feed`` per frame; emits a SlideEvent for each new slide.
 
     De-duplication: the detector fires on any big enough change, including a camera overlay or a
-    return to an earlier slide. A keyframe is dropped when it looks like (downscaled pixels) or reads
-    like (OCR text) one of the last ``remember`` emitted slides, so a slide reaches the timeline once.
+    return to an earlier slide. A keyframe is dropped when it looks the same (downscaled pixels) as one of
+    the last ``remember`` emitted slides, or when every word it reads is one such a slide has (or nearly:
+    OCR noise), so a slide reaches the timeline once; a minor keyframe is judged by the words read where
+    it changed. A changed figure is a word no earlier slide has, so a slide that keeps its layout and changes
+    one number is a new slide.
     One thread feeds a pipeline (the session's video consumer); OCR and CLIP run only on keyframes.
     """
 
@@ -388,7 +475,8 @@ class VisionPipeline:
         for seen_sig, seen_text in self._seen:
             if _changed_fraction(signature, seen_sig, _LOOK.pixel_delta) <= self.options.same_picture:
                 return True
-            if text and seen_text and difflib.SequenceMatcher(None, text, seen_text).ratio() >= self.options.same_text:
+            words = _content_words(text)
+            if words and not _unexplained(words, _content_words(seen_text)):  # nothing it says is new
                 return True
         return False
 
@@ -397,20 +485,30 @@ class VisionPipeline:
         keyframe = self.detector.feed(frame, t)
         return None if keyframe is None else self.read(keyframe)
 
+    def _same_text(self, slide_text: SlideText, region: tuple[int, int, int, int] | None) -> bool:
+        """Whether a minor keyframe says nothing a recent slide did not where it changed: every word read
+        inside the changed region (of 3+ letters, or with a digit) is in that slide's text, or close to one
+        there; a changed figure or an added line is a word that is not. OCR noise elsewhere on the slide
+        does not count."""
+        inside = [w.text for w in slide_text.words if region is None or _overlaps(w.box, region)]
+        words = _content_words(" ".join(inside))
+        return not words or any(not _unexplained(words, _content_words(seen)) for _, seen in self._seen)
+
     def read(self, keyframe: Keyframe) -> SlideEvent | None:
         """A keyframe found by a detector elsewhere (a session finds them as frames arrive, cheaply, so a slow
-        OCR never makes it miss one): a SlideEvent unless it repeats a recent slide."""
+        OCR never makes it miss one): a SlideEvent unless it repeats a recent slide. A minor keyframe (the
+        same layout, a small change) is a new slide only when its text is not one already shown."""
         self.keyframes += 1
         signature = _signature(keyframe.frame, _LOOK.width)
-        if self._duplicate(signature, ""):  # cheap check first: no OCR for a picture seen before
+        if not keyframe.minor and self._duplicate(signature, ""):  # cheap check first: no OCR for a picture seen before
             self.duplicates += 1
             return None
         slide_text = self.reader.read(keyframe.frame) if self.reader else SlideText("", 0.0)
-        normalised = _norm_text(slide_text.text)
-        if self._duplicate(signature, normalised):
+        text = slide_text.text
+        if self._same_text(slide_text, keyframe.region) if keyframe.minor else self._duplicate(signature, text):
             self.duplicates += 1
             return None
-        self._seen.append((signature, normalised))
+        self._seen.append((signature, text))
         embedding = self.embedder.embed_images([keyframe.frame])[0] if self.embedder else None
         return SlideEvent(time=keyframe.time, text=slide_text.text, confidence=slide_text.confidence,
                           embedding=embedding, thumbnail=thumbnail(keyframe.frame, self.options.thumbnail_size),
