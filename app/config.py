@@ -108,6 +108,9 @@ class KVSettings(BaseModel):
     drift_sample_rate: float = Field(
         0.05, ge=0, le=1, description="with decode_top_k_blocks: share of decode steps also read densely (every "
         "resident block) to measure the sparse read's quality drift (JS divergence on /metrics); 0 turns it off")
+    shadow_question_rate: float = Field(
+        0.1, ge=0, le=1, description="with decode_top_k_blocks: share of questions compared, after the answer is "
+        "returned, with a dense read of the same question and answer (answer agreement on /metrics); 0 turns it off")
     budget_floor_tokens: int = Field(
         2048, ge=0, description="no compression before this many tokens (the ratio of a short prompt or meeting start is tiny)"
     )

@@ -20,7 +20,7 @@ from typing import Any, Iterator
 import torch
 
 from app.config import KVSettings, tiered_cache_config
-from app.drift import DriftMonitor
+from app.drift import SHADOW_MAX_STEPS, DriftMonitor, ShadowQuestions
 from app.llm import LLMEngine
 from app.pii import PIIDetector, cut_text, mask_text
 from app.transcript import format_time
@@ -93,6 +93,8 @@ class MeetingContext:
         self.full = False  # the model's position limit was reached: no further lines are prefilled
         self._entities = EntityFinder()  # learns the meeting's lower-case words as lines arrive
         self.drift = DriftMonitor(kv.drift_sample_rate)  # sparse vs dense reads on sampled decode steps
+        self.shadow = ShadowQuestions(kv.shadow_question_rate)  # ...and on sampled whole answers, afterwards
+        self._closed = False
         if restored is not None:
             self.cache, self.tokens, self.lines = restored, int(restored.get_seq_length()), restored_lines
             self._attach(cold_tier)
@@ -141,10 +143,12 @@ class MeetingContext:
             return before - self.cache.reserved_bytes()
 
     def close(self) -> None:
-        """Let go of the cold tier's blocks (host memory, store entries)."""
+        """Let go of the cold tier's blocks (host memory, store entries); a pending shadow comparison is dropped."""
         with self._lock:
+            self._closed = True
             if getattr(self.cache, "cold_tier", None) is not None:
                 self.cache.attach_cold_tier(None)
+        self.shadow.wait(60.0)
 
     def _encode(self, text: str) -> list[int]:
         return self.engine.tokenizer(text, add_special_tokens=False).input_ids
@@ -276,10 +280,15 @@ class MeetingContext:
         ids = self._encode(suffix)
         with self._lock:
             self.flush()
+            steps = [] if getattr(self.cache, "reads_sparsely", False) and self.shadow.due() else None
             with contextlib.ExitStack() as stack:
                 if focus and self.blocks is not None:
                     stack.enter_context(self.blocks.focus(focus))
-                return self._generate_locked(ids, max_new_tokens, stop, started, focus)
+                generation = self._generate_locked(ids, max_new_tokens, stop, started, focus, steps)
+            if steps:  # compared after the answer is returned: the thread waits for this lock
+                at = self.tokens
+                self.shadow.start(lambda: self._dense_answer(ids, steps, at), steps)
+            return generation
 
     def next_token_logits(self, suffix: str) -> torch.Tensor:
         """fp32 logits of the token after the meeting + ``suffix`` (rolled back; for checks after a resume)."""
@@ -309,16 +318,19 @@ class MeetingContext:
             self.tokens = before
 
     def _generate_locked(self, ids: list[int], max_new_tokens: int, stop: tuple[str, ...], started: float,
-                         focus: list[tuple[int, int]] | None = None) -> Generation:
+                         focus: list[tuple[int, int]] | None = None,
+                         steps: list[tuple[int, torch.Tensor]] | None = None) -> Generation:
         if self.tokens + len(ids) + max_new_tokens > self.max_positions:
             raise InputError(f"the meeting fills the model's context ({self.tokens} of {self.max_positions} tokens)")
         with self._rolled_back():
             if focus and self.blocks is not None and self.cache.cold_tier is not None:
                 with self.engine.lock, torch.inference_mode():
                     self.blocks.recall_tokens(focus)  # the rollback sends them back to the cold tier
-            return self._decode(ids, max_new_tokens, stop, started)
+            return self._decode(ids, max_new_tokens, stop, started, steps)
 
-    def _decode(self, ids: list[int], max_new: int, stop: tuple[str, ...], started: float) -> Generation:
+    def _decode(self, ids: list[int], max_new: int, stop: tuple[str, ...], started: float,
+                steps: list[tuple[int, torch.Tensor]] | None = None) -> Generation:
+        """Greedy decoding; ``steps`` (when given) collects each step's (token, logits) for a shadow comparison."""
         tokenizer = self.engine.tokenizer
         eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
         generated: list[int] = []
@@ -341,6 +353,8 @@ class MeetingContext:
                 self.tokens += len(feed)
                 scores = torch.log_softmax(logits.float(), dim=-1)
                 token = int(scores.argmax())
+                if steps is not None and len(steps) < SHADOW_MAX_STEPS:
+                    steps.append((token, logits.float().clone()))
                 if first_token_at is None:
                     first_token_at = time.perf_counter()
                 if token in eos:
@@ -375,12 +389,30 @@ class MeetingContext:
         finally:
             self.cache.rollback(checkpoint)
 
+    def _dense_answer(self, ids: list[int], steps: list[tuple[int, torch.Tensor]], at_tokens: int) -> torch.Tensor | None:
+        """The question and its answer's tokens in one forward reading every resident block: the logits of each
+        answer step, leaving the cache as it was; None when the meeting moved on since the answer (or closed)."""
+        with self._lock:
+            if self._closed or self.tokens != at_tokens:
+                return None
+            feed = ids + [token for token, _ in steps[:-1]]
+            checkpoint = self.cache.checkpoint()
+            try:
+                with self.engine.lock, torch.inference_mode(), self.cache.dense_reads():
+                    out = self.engine.model(input_ids=torch.tensor([feed]), past_key_values=self.cache, use_cache=True,
+                                            cache_position=torch.arange(self.tokens, self.tokens + len(feed)),
+                                            logits_to_keep=len(steps))
+                    return out.logits[0].float().clone()
+            finally:
+                with torch.inference_mode():
+                    self.cache.rollback(checkpoint)
+
     # ------------------------------------------------------------------ accounting
     def stats(self) -> dict[str, Any]:
         """KV figures for dashboards and metrics, measured from the cache's tensors."""
         with self._lock, torch.inference_mode():
             stats: dict[str, Any] = {"tokens": self.tokens, "lines": self.lines, "full": self.full,
-                                     **self.drift.report()}
+                                     **self.drift.report(), **self.shadow.report()}
             cache = self.cache
             if self.blocks is not None:
                 report = self.blocks.report().as_dict()

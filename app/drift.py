@@ -10,6 +10,7 @@ so sampling changes nothing but time.
 from __future__ import annotations
 
 import math
+import threading
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -27,6 +28,33 @@ def js_divergence(logits_p: torch.Tensor, logits_q: torch.Tensor) -> float:
     return max(0.0, float(0.5 * (kl_pm + kl_qm)))
 
 
+def _nth(count: int, rate: float) -> bool:
+    """Whether the ``count``-th event (from 1) is sampled at ``rate``: every ``1 / rate``-th, the first included."""
+    if rate <= 0:
+        return False
+    period = max(1, round(1 / rate))
+    return count % period == 1 % period
+
+
+@dataclass
+class _Recent:
+    """The last ``size`` (divergence, agreed) pairs and their means (None before the first)."""
+
+    size: int
+    pairs: deque = field(default_factory=deque)
+
+    def add(self, divergence: float, agreed: bool) -> None:
+        self.pairs.append((divergence, agreed))
+        while len(self.pairs) > self.size:
+            self.pairs.popleft()
+
+    def means(self) -> tuple[float | None, float | None]:
+        n = len(self.pairs)
+        if not n:
+            return None, None
+        return sum(d for d, _ in self.pairs) / n, sum(a for _, a in self.pairs) / n
+
+
 @dataclass
 class DriftMonitor:
     """Which decode steps are read densely as well (every ``1 / sample_rate``-th), and what they showed.
@@ -39,30 +67,86 @@ class DriftMonitor:
     window: int = 256
     steps: int = 0
     samples: int = 0
-    _recent: deque = field(default_factory=deque)
+    _recent: _Recent = field(default_factory=lambda: _Recent(256))
+
+    def __post_init__(self) -> None:
+        self._recent.size = self.window
 
     def due(self) -> bool:
         """Count one decode step; True when this one is sampled."""
         self.steps += 1
-        if self.sample_rate <= 0:
-            return False
-        period = max(1, round(1 / self.sample_rate))
-        return self.steps % period == 1 % period
+        return _nth(self.steps, self.sample_rate)
 
     def record(self, sparse_logits: torch.Tensor, dense_logits: torch.Tensor) -> float:
         divergence = js_divergence(sparse_logits, dense_logits)
-        agree = int(sparse_logits.argmax()) == int(dense_logits.argmax())
-        self._recent.append((divergence, agree))
-        while len(self._recent) > self.window:
-            self._recent.popleft()
+        self._recent.add(divergence, int(sparse_logits.argmax()) == int(dense_logits.argmax()))
         self.samples += 1
         return divergence
 
     def report(self) -> dict[str, float | int | None]:
         """Mean JS divergence and top-1 agreement over the recent samples (None before the first one)."""
-        n = len(self._recent)
-        return {
-            "quality_drift_js": sum(d for d, _ in self._recent) / n if n else None,
-            "shadow_top1_agreement": sum(a for _, a in self._recent) / n if n else None,
-            "drift_samples": self.samples,
-        }
+        divergence, agreement = self._recent.means()
+        return {"quality_drift_js": divergence, "shadow_top1_agreement": agreement, "drift_samples": self.samples}
+
+
+SHADOW_MAX_STEPS = 64  # answer steps kept per sampled question (a step's logits are a vocabulary of floats)
+
+
+@dataclass
+class ShadowQuestions:
+    """A sampled share of questions compared, after the answer is returned, with a dense read of the same
+    question and answer: one teacher-forced forward over the question and the answer's tokens that reads every
+    resident block (in a background thread, under the context's lock, rolled back), step by step against the
+    sparse decode's distributions. Reports the mean JS divergence, and how often the dense read would have
+    given the same answer (its top token agrees at every step). A question whose meeting moved on before the
+    shadow ran (new lines prefilled) is skipped, not compared against another prefix."""
+
+    sample_rate: float = 0.1
+    window: int = 64
+    asked: int = 0
+    compared: int = 0
+    skipped: int = 0
+    _recent: _Recent = field(default_factory=lambda: _Recent(64))
+    _thread: threading.Thread | None = None
+
+    def __post_init__(self) -> None:
+        self._recent.size = self.window
+
+    def due(self) -> bool:
+        """Count one question; True when this one is shadowed."""
+        self.asked += 1
+        return _nth(self.asked, self.sample_rate)
+
+    def start(self, dense_pass, steps: list[tuple[int, torch.Tensor]]) -> None:
+        """Run ``dense_pass() -> [steps, vocab] logits | None`` in the background and compare it with ``steps``."""
+        def run() -> None:
+            dense = dense_pass()
+            if dense is None:
+                self.skipped += 1
+            else:
+                self.record([logits for _, logits in steps], dense)
+
+        if self._thread is not None and self._thread.is_alive():  # one at a time; never wait here: the
+            self.skipped += 1                                      # caller holds the lock the running one needs
+            return
+        self._thread = threading.Thread(target=run, name="minutia-shadow-question", daemon=True)
+        self._thread.start()
+
+    def record(self, sparse: list[torch.Tensor], dense: torch.Tensor) -> None:
+        divergences = [js_divergence(s, d) for s, d in zip(sparse, dense)]
+        agree = [int(s.argmax()) == int(d.argmax()) for s, d in zip(sparse, dense)]
+        self._recent.add(sum(divergences) / len(divergences), all(agree))
+        self.compared += 1
+
+    def wait(self, timeout: float | None) -> bool:
+        """Wait for the running shadow (if any); True when none is left running."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+            return not thread.is_alive()
+        return True
+
+    def report(self) -> dict[str, float | int | None]:
+        divergence, agreement = self._recent.means()
+        return {"shadow_answer_js": divergence, "shadow_answer_agreement": agreement,
+                "shadow_questions": self.compared, "shadow_skipped": self.skipped}

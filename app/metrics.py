@@ -78,6 +78,10 @@ class SessionCollector(Collector):
                                   "reads on recent sampled steps", labels=["session"])
         agreement = GaugeMetricFamily("minutia_kv_shadow_top1_agreement", "share of recent sampled decode steps whose "
                                       "top token a dense read agrees with", labels=["session"])
+        shadow_js = GaugeMetricFamily("minutia_kv_shadow_answer_js", "mean JS divergence of sampled answers' steps "
+                                      "against a dense read of the same question and answer", labels=["session"])
+        shadow_same = GaugeMetricFamily("minutia_kv_shadow_answer_agreement", "share of sampled answers a dense read "
+                                        "would have given word for word", labels=["session"])
         lag = GaugeMetricFamily("minutia_asr_commit_lag_seconds", "seconds from a word's end to its commit",
                                 labels=["session"])
         stream = GaugeMetricFamily("minutia_stream_seconds", "audio seconds received", labels=["session"])
@@ -106,7 +110,8 @@ class SessionCollector(Collector):
                 modality.add_metric([label, str(name)], float(value))
             for family, key in ((budget, "budget_bytes"), (ratio, "compression_ratio"), (tokens, "tokens"),
                                 (hit, "prefetch_hit_rate"), (drift, "quality_drift_js"),
-                                (agreement, "shadow_top1_agreement")):
+                                (agreement, "shadow_top1_agreement"), (shadow_js, "shadow_answer_js"),
+                                (shadow_same, "shadow_answer_agreement")):
                 value = _float(kv.get(key))
                 if value is not None:
                     family.add_metric([label], value)
@@ -129,7 +134,7 @@ class SessionCollector(Collector):
                 moving.add_metric([label, source, target], float(seconds))
         for state, count in by_state.items():
             states.add_metric([state], count)
-        yield from (tier, modality, budget, ratio, tokens, hit, drift, agreement, fallback, lag, stream, dropped, words, ttft, states,
+        yield from (tier, modality, budget, ratio, tokens, hit, drift, agreement, shadow_js, shadow_same, fallback, lag, stream, dropped, words, ttft, states,
                     moved, moving)
         memory = GaugeMetricFamily("minutia_device_memory_bytes", "memory in use per device", labels=["device"])
         for device, value in device_memory().items():

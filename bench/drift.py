@@ -3,7 +3,8 @@
 For each ``decode_top_k_blocks`` a meeting (QMSum validation) is prefilled into a live MeetingContext with the
 live KV settings (compression at 25%), its specific queries are answered with every decode step sampled
 (``drift_sample_rate`` 1.0), and the Jensen-Shannon divergence and top-1 agreement against a dense read of
-every resident block are reported (app/drift.py, what ``minutia_kv_quality_drift`` shows). Then the same
+every resident block are reported (app/drift.py, what ``minutia_kv_quality_drift`` shows), with the share of
+answers a dense read of the whole question and answer gives word for word (``shadow_question_rate`` 1.0). Then the same
 answers are timed at the default sample rate and with sampling off, side by side in one run.
 
     python bench/drift.py --meetings 2 --tokens 3000 --top-k 4 8 16 32
@@ -43,6 +44,7 @@ def answer_all(context, engine, questions: list[str], max_new: int) -> float:
     started = time.perf_counter()
     for question in questions:
         context.generate(tail.format(question=question), max_new_tokens=max_new, stop=("\n",))
+        context.shadow.wait(300)  # the whole-answer comparison, when this question was sampled
     return time.perf_counter() - started
 
 
@@ -79,16 +81,18 @@ def main(argv: list[str] | None = None) -> int:
         meeting = load_meeting(path)
         questions = [q.question for q in meeting.queries[: args.questions]]
         for top_k in args.top_k:
-            kv = KVSettings(decode_top_k_blocks=top_k, drift_sample_rate=1.0)
+            kv = KVSettings(decode_top_k_blocks=top_k, drift_sample_rate=1.0, shadow_question_rate=1.0)
             engine = LLMEngine(model, llm, kv)
             context = build_context(engine, kv, meeting, args.tokens)
             answer_all(context, engine, questions, args.max_new)
-            report = context.drift.report()
+            report = {**context.drift.report(), **context.shadow.report()}
             rows.append({"meeting": path.stem, "top_k": top_k, "tokens": context.tokens, **report})
             console.print(f"{path.stem} top-k {top_k}: {context.tokens} tokens, JS {report['quality_drift_js']:.4f}, "
-                          f"top-1 agreement {report['shadow_top1_agreement']:.0%} ({report['drift_samples']} steps)")
+                          f"top-1 agreement {report['shadow_top1_agreement']:.0%} ({report['drift_samples']} steps), "
+                          f"same whole answer {report['shadow_answer_agreement']:.0%} of {report['shadow_questions']}")
             if top_k == args.timing_top_k:
                 seconds = {}
+                context.shadow.sample_rate = 0.0  # timed: the per-step sampling only
                 for rate in (0.0, KVSettings().drift_sample_rate, 1.0):
                     context.drift.sample_rate = rate
                     seconds[rate] = answer_all(context, engine, questions, args.max_new)
@@ -96,14 +100,16 @@ def main(argv: list[str] | None = None) -> int:
                 console.print(f"  answer time by sample rate: {seconds}")
             context.close()
     table = Table(title="sparse vs dense decode read (QMSum validation meetings, embedded gemma-3-270m)")
-    for col in ("top-k blocks", "meetings", "mean JS", "top-1 agreement", "sampled steps"):
+    for col in ("top-k blocks", "meetings", "mean JS", "top-1 agreement", "sampled steps", "same whole answer"):
         table.add_column(col)
     for top_k in args.top_k:
         mine = [r for r in rows if r["top_k"] == top_k and r["quality_drift_js"] is not None]
         if mine:
             table.add_row(str(top_k), str(len(mine)), f"{statistics.mean(r['quality_drift_js'] for r in mine):.4f}",
                           f"{statistics.mean(r['shadow_top1_agreement'] for r in mine):.0%}",
-                          str(sum(r["drift_samples"] for r in mine)))
+                          str(sum(r["drift_samples"] for r in mine)),
+                          f"{sum(r['shadow_answer_agreement'] * r['shadow_questions'] for r in mine) / max(1, sum(r['shadow_questions'] for r in mine)):.0%}"
+                          f" of {sum(r['shadow_questions'] for r in mine)}")
     console.print(table)
     for t in timing:
         base = t["seconds_by_rate"][0.0]

@@ -21,10 +21,10 @@ LINES = [
 SUFFIX = "\nQuestion: Who will send the contract?\nAnswer:"
 
 
-def _context(folder, top_k: int | None, rate: float) -> MeetingContext:
+def _context(folder, top_k: int | None, rate: float, shadow: float = 0.0) -> MeetingContext:
     settings = LLMSettings(model=str(folder), dtype="float32", prompts="completion", max_context_tokens=1024)
     kv = KVSettings(enabled=True, compress=False, block_size=8, sink_tokens=4, recent_tokens=8,
-                    decode_top_k_blocks=top_k, drift_sample_rate=rate)
+                    decode_top_k_blocks=top_k, drift_sample_rate=rate, shadow_question_rate=shadow)
     engine = LLMEngine(folder, settings, kv)
     context = MeetingContext(engine, engine.kv, header=engine.live_prompts().header)
     for line in LINES:
@@ -79,3 +79,24 @@ def test_without_a_sparse_read_there_is_nothing_to_measure(tiny_llm_dir):
     context = _context(tiny_llm_dir, top_k=None, rate=1.0)
     context.generate(SUFFIX, max_new_tokens=3, stop=())
     assert context.stats()["drift_samples"] == 0 and context.stats()["quality_drift_js"] is None
+
+
+def test_a_shadowed_question_is_compared_afterwards_and_changes_nothing(tiny_llm_dir):
+    plain, shadowed = _context(tiny_llm_dir, 2, 0.0, shadow=0.0), _context(tiny_llm_dir, 2, 0.0, shadow=1.0)
+    a = plain.generate(SUFFIX, max_new_tokens=6, stop=())
+    b = shadowed.generate(SUFFIX, max_new_tokens=6, stop=())
+    assert shadowed.shadow.wait(60)
+    assert (a.text, a.mean_logprob) == (b.text, b.mean_logprob)
+    assert torch.equal(plain.next_token_logits(SUFFIX), shadowed.next_token_logits(SUFFIX))  # the cache as it was
+    report = shadowed.stats()
+    assert report["shadow_questions"] == 1 and report["shadow_skipped"] == 0
+    assert 0 < report["shadow_answer_js"] <= math.log(2) and report["shadow_answer_agreement"] in (0.0, 1.0)
+    assert plain.stats()["shadow_questions"] == 0 and plain.stats()["shadow_answer_js"] is None
+    # the meeting moves on (a line prefilled) before the shadow runs: skipped, not compared with another prefix
+    with shadowed._lock:
+        shadowed.generate(SUFFIX, max_new_tokens=3, stop=())
+        shadowed.append(ContextLine("audio", 20.0, 22.0, "Bob", "One more thing: the vendor called back."))
+        shadowed.flush()
+    assert shadowed.shadow.wait(60)
+    assert shadowed.stats()["shadow_questions"] == 1 and shadowed.stats()["shadow_skipped"] == 1
+    shadowed.close()

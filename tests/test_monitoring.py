@@ -52,11 +52,13 @@ def test_a_broken_rule_is_refused_by_promtool(tmp_path):
 def exposed(tiny_llm_dir) -> dict[str, set[str]]:
     """Series names on /metrics of a real session (with the bot's counters touched once, and one answer decoded
     with a sparse read, so the drift gauges have samples), each with the label names its samples carry."""
-    sparse = {"decode_top_k_blocks": 1, "block_size": 8, "recent_tokens": 8, "drift_sample_rate": 1.0}
+    sparse = {"decode_top_k_blocks": 1, "block_size": 8, "recent_tokens": 8, "drift_sample_rate": 1.0,
+              "shadow_question_rate": 1.0}
     runtime = Runtime(load_settings(overrides={"llm": {"model": str(tiny_llm_dir)}, "kv": sparse}))
     try:
         session = session_with_kv(runtime, "monitoring")
         session._context.generate("\nQuestion: What was said?\nAnswer:", max_new_tokens=2, stop=())
+        assert session._context.shadow.wait(60)
         metrics = Metrics(lambda: [(s.session_id, s) for s in runtime.sessions()], lambda: {"room-a": 1})
         metrics.record_transfer("L1", "L2", 4096, 0.002)
         metrics.question_ttft.observe(0.4)
@@ -98,7 +100,7 @@ def test_every_query_reads_a_series_that_minutia_exposes(exposed):
     # The signals the issue names are on the dashboard.
     for signal in ("minutia_kv_prefetch_hit_rate", "minutia_kv_fallback", "minutia_asr_commit_lag_seconds",
                    "minutia_kv_budget_bytes", "minutia_question_ttft_seconds_bucket", "minutia_kv_tier_transfer_bytes_total",
-                   "minutia_kv_quality_drift", "minutia_kv_shadow_top1_agreement"):
+                   "minutia_kv_quality_drift", "minutia_kv_shadow_top1_agreement", "minutia_kv_shadow_answer_agreement"):
         assert signal in read
 
 

@@ -113,6 +113,9 @@ def test_kv_history_frames_with_budget_line():
     assert "drift" not in stats  # no sparse read: no drift line
     sparse = render.kv_stats_markdown({**kv, "quality_drift_js": 0.0123, "shadow_top1_agreement": 0.9, "drift_samples": 40})
     assert "sparse-read drift from a dense read: JS 0.012, same next word 90% (40 sampled steps)" in sparse
+    assert "word for word" not in sparse
+    shadowed = render.kv_stats_markdown({**kv, "shadow_answer_agreement": 0.75, "shadow_questions": 4})
+    assert "sampled answers a dense read gives word for word: 75% (4 compared)" in shadowed
 
 
 def test_slides_become_captioned_thumbnails():

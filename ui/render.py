@@ -214,6 +214,10 @@ def kv_stats_markdown(kv: dict, commit_lag: float | None = None) -> str:
         agree = kv.get("shadow_top1_agreement") or 0.0
         items.append(f"sparse-read drift from a dense read: JS {drift:.3f}, same next word {agree:.0%} "
                      f"({kv.get('drift_samples', 0)} sampled steps)")
+    same = kv.get("shadow_answer_agreement")
+    if same is not None:
+        items.append(f"sampled answers a dense read gives word for word: {same:.0%} "
+                     f"({kv.get('shadow_questions', 0)} compared)")
     if commit_lag is not None:
         items.append(f"commit lag (speech to transcript): {commit_lag:.1f} s")
     return "\n".join(f"- {item}" for item in items)
