@@ -13,6 +13,7 @@ import copy
 import math
 import threading
 import time
+from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Iterator
@@ -94,6 +95,7 @@ class MeetingContext:
         self._entities = EntityFinder()  # learns the meeting's lower-case words as lines arrive
         self.drift = DriftMonitor(kv.drift_sample_rate)  # sparse vs dense reads on sampled decode steps
         self.shadow = ShadowQuestions(kv.shadow_question_rate)  # ...and on sampled whole answers, afterwards
+        self._decode_rates: deque[float] = deque(maxlen=32)  # tokens/s after the first token, recent answers
         self._closed = False
         if restored is not None:
             self.cache, self.tokens, self.lines = restored, int(restored.get_seq_length()), restored_lines
@@ -368,6 +370,8 @@ class MeetingContext:
         for s in stop:
             text = text.split(s)[0]
         now = time.perf_counter()
+        if first_token_at is not None and len(generated) > 1 and now > first_token_at:
+            self._decode_rates.append((len(generated) - 1) / (now - first_token_at))
         return Generation(
             text=text.strip(),
             mean_logprob=sum(logprobs) / max(1, len(logprobs)),
@@ -412,7 +416,9 @@ class MeetingContext:
         """KV figures for dashboards and metrics, measured from the cache's tensors."""
         with self._lock, torch.inference_mode():
             stats: dict[str, Any] = {"tokens": self.tokens, "lines": self.lines, "full": self.full,
-                                     **self.drift.report(), **self.shadow.report()}
+                                     **self.drift.report(), **self.shadow.report(),
+                                     "decode_tokens_per_second": (sum(self._decode_rates) / len(self._decode_rates)
+                                                                  if self._decode_rates else None)}
             cache = self.cache
             if self.blocks is not None:
                 report = self.blocks.report().as_dict()

@@ -15,7 +15,7 @@ import time
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 SessionSource = Callable[[], Iterable[tuple[str, Any]]]
@@ -82,6 +82,10 @@ class SessionCollector(Collector):
                                       "against a dense read of the same question and answer", labels=["session"])
         shadow_same = GaugeMetricFamily("minutia_kv_shadow_answer_agreement", "share of sampled answers a dense read "
                                         "would have given word for word", labels=["session"])
+        decode = GaugeMetricFamily("minutia_decode_tokens_per_second", "answer tokens per second after the first, "
+                                   "recent answers", labels=["session"])
+        latency = HistogramMetricFamily("minutia_asr_commit_latency_seconds", "seconds from each word's end to its "
+                                        "commit", labels=["session"])
         lag = GaugeMetricFamily("minutia_asr_commit_lag_seconds", "seconds from a word's end to its commit",
                                 labels=["session"])
         stream = GaugeMetricFamily("minutia_stream_seconds", "audio seconds received", labels=["session"])
@@ -111,7 +115,7 @@ class SessionCollector(Collector):
             for family, key in ((budget, "budget_bytes"), (ratio, "compression_ratio"), (tokens, "tokens"),
                                 (hit, "prefetch_hit_rate"), (drift, "quality_drift_js"),
                                 (agreement, "shadow_top1_agreement"), (shadow_js, "shadow_answer_js"),
-                                (shadow_same, "shadow_answer_agreement")):
+                                (shadow_same, "shadow_answer_agreement"), (decode, "decode_tokens_per_second")):
                 value = _float(kv.get(key))
                 if value is not None:
                     family.add_metric([label], value)
@@ -124,6 +128,10 @@ class SessionCollector(Collector):
             for name, key in (("audio_samples", "audio_dropped_samples"), ("video_frames", "video_dropped_frames")):
                 if key in counters:
                     dropped.add_metric([label, name], float(counters[key]))
+            if "commit_lag_buckets" in counters:
+                buckets = [(str(bound), float(n)) for bound, n in counters["commit_lag_buckets"]]
+                latency.add_metric([label], buckets + [("+Inf", float(counters["commit_lag_count"]))],
+                                   sum_value=float(counters["commit_lag_sum"]))
             if "committed_words" in counters:
                 words.add_metric([label], float(counters["committed_words"]))
             value = _float(kv.get("question_ttft"))
@@ -134,8 +142,8 @@ class SessionCollector(Collector):
                 moving.add_metric([label, source, target], float(seconds))
         for state, count in by_state.items():
             states.add_metric([state], count)
-        yield from (tier, modality, budget, ratio, tokens, hit, drift, agreement, shadow_js, shadow_same, fallback, lag, stream, dropped, words, ttft, states,
-                    moved, moving)
+        yield from (tier, modality, budget, ratio, tokens, hit, drift, agreement, shadow_js, shadow_same, decode,
+                    latency, fallback, lag, stream, dropped, words, ttft, states, moved, moving)
         memory = GaugeMetricFamily("minutia_device_memory_bytes", "memory in use per device", labels=["device"])
         for device, value in device_memory().items():
             memory.add_metric([device], value)

@@ -505,6 +505,9 @@ class MeetingSession:
                 "video_dropped_frames": self._frames.stats.dropped,
                 "committed_words": len(self._words),
                 "slides": len(self._slides),
+                "commit_lag_buckets": self._speech.commit_lag_histogram.cumulative(),
+                "commit_lag_sum": self._speech.commit_lag_histogram.total,
+                "commit_lag_count": self._speech.commit_lag_histogram.count,
             }
             return SessionSnapshot(
                 session_id=self.session_id,

@@ -26,6 +26,33 @@ MAX_LINE_WORDS = 40  # a line the LLM reads is closed at a sentence end, a speak
 RELABEL_WINDOW_SECONDS = 60.0  # a closed line's speaker may still be corrected this long after it ended
 
 
+class LagHistogram:
+    """Seconds from a word's end to its commit, counted into fixed buckets for the whole meeting (the counts only
+    grow, as a Prometheus histogram's must; ``commit_lags`` keeps only the recent values)."""
+
+    BUCKETS = (0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 20.0, 30.0, 60.0)
+
+    def __init__(self) -> None:
+        self.counts = [0] * len(self.BUCKETS)  # per bucket, not cumulative
+        self.total = 0.0
+        self.count = 0
+
+    def observe(self, seconds: float) -> None:
+        i = bisect.bisect_left(self.BUCKETS, seconds)
+        if i < len(self.counts):
+            self.counts[i] += 1
+        self.total += seconds
+        self.count += 1
+
+    def cumulative(self) -> list[tuple[float, int]]:
+        """(upper bound, words committed within it) per bucket, as Prometheus' ``le`` buckets count."""
+        running, out = 0, []
+        for bound, n in zip(self.BUCKETS, self.counts):
+            running += n
+            out.append((bound, running))
+        return out
+
+
 class SpeechRecogniser(Protocol):
     """What the streaming recogniser calls on its model (encoders.asr.Transcriber; a stand-in in tests)."""
 
@@ -67,6 +94,7 @@ class SpeechLines:
         self._closed: list[tuple[int, int, float]] = []  # closed lines of this stream: (first, past-last position, end)
         self.tentative = ""
         self.commit_lags: list[float] = []
+        self.commit_lag_histogram = LagHistogram()
         # A recording fed as fast as it goes is decoded in steps of exactly this much audio, so its words do
         # not depend on how fast or busy the machine is (None: live, steps follow what has arrived).
         self.fixed_step_seconds: float | None = None
@@ -141,8 +169,10 @@ class SpeechLines:
                 self._diarized.extend(range(first, first + len(committed)))
                 self._words.extend(committed)
                 self._bump()  # the lines closed below read the names of this transcript
-                self.commit_lags.extend(max(0.0, now_stream - w.end) for w in committed)
-                self.commit_lags = self.commit_lags[-2000:]
+                lags = [max(0.0, now_stream - w.end) for w in committed]
+                self.commit_lags = (self.commit_lags + lags)[-2000:]
+                for lag in lags:
+                    self.commit_lag_histogram.observe(lag)
             for pos, word in enumerate(committed, first):
                 self._add_to_line(word, pos)
             self._emit(WordsCommitted(tuple(committed)))

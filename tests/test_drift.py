@@ -68,6 +68,8 @@ def test_sampled_dense_reads_leave_the_answer_and_the_cache_bit_identical(tiny_l
     assert (a.text, a.mean_logprob, a.new_tokens) == (b.text, b.mean_logprob, b.new_tokens)
     assert torch.equal(plain.next_token_logits(SUFFIX), watched.next_token_logits(SUFFIX))
     assert plain.stats()["drift_samples"] == 0 and plain.stats()["quality_drift_js"] is None
+    if a.new_tokens > 1:  # a decode rate once an answer has more than its first token
+        assert plain.stats()["decode_tokens_per_second"] > 0
     stats = watched.stats()
     assert stats["drift_samples"] == b.new_tokens + (b.new_tokens < 6)  # every step, the one that ended it too
     # reading 2 of the past blocks (plus sinks and the recent window) moves the distribution; a dense read

@@ -100,7 +100,8 @@ def test_every_query_reads_a_series_that_minutia_exposes(exposed):
     # The signals the issue names are on the dashboard.
     for signal in ("minutia_kv_prefetch_hit_rate", "minutia_kv_fallback", "minutia_asr_commit_lag_seconds",
                    "minutia_kv_budget_bytes", "minutia_question_ttft_seconds_bucket", "minutia_kv_tier_transfer_bytes_total",
-                   "minutia_kv_quality_drift", "minutia_kv_shadow_top1_agreement", "minutia_kv_shadow_answer_agreement"):
+                   "minutia_kv_quality_drift", "minutia_kv_shadow_top1_agreement", "minutia_kv_shadow_answer_agreement",
+                   "minutia_decode_tokens_per_second", "minutia_asr_commit_latency_seconds_bucket"):
         assert signal in read
 
 

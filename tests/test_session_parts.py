@@ -292,3 +292,30 @@ def test_a_speaker_renamed_by_the_user_keeps_the_name_in_answers_and_after_a_res
     resumed = runtime.resume_session("renamed")
     assert resumed.speakers() == {"SPEAKER_00": "Alicia", "SPEAKER_01": "Dana"}
     runtime.close_session("renamed")
+
+
+def test_every_committed_word_lands_in_the_commit_latency_histogram_on_metrics(session_parts):
+    """The histogram counts every word of the meeting (the recent-lags list keeps 2,000), as /metrics shows it."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from app.metrics import Metrics
+    from app.session_speech import LagHistogram
+
+    runtime, meeting = session_parts
+    session = runtime.new_session("latency")
+    _replay(session, meeting.audio)
+    snap = session.snapshot()
+    words, lags = snap.counters["committed_words"], session.commit_lags()
+    assert words > 0 and snap.counters["commit_lag_count"] == words == len(lags)
+    buckets = dict(snap.counters["commit_lag_buckets"])
+    assert buckets[60.0] == sum(lag <= 60.0 for lag in lags) and buckets[1.0] == sum(lag <= 1.0 for lag in lags)
+    text = Metrics(lambda: [("latency", session)]).render()[0].decode()
+    samples = {(s.name, s.labels.get("le")): s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name.startswith("minutia_asr_commit_latency_seconds")}
+    assert samples[("minutia_asr_commit_latency_seconds_count", None)] == words
+    assert samples[("minutia_asr_commit_latency_seconds_bucket", "+Inf")] == words
+    assert samples[("minutia_asr_commit_latency_seconds_sum", None)] == pytest.approx(sum(lags))
+    histogram = LagHistogram()
+    for seconds in (0.2, 0.5, 0.7, 4.0, 100.0):
+        histogram.observe(seconds)
+    assert histogram.cumulative()[:5] == [(0.5, 2), (1.0, 3), (2.0, 3), (3.0, 3), (5.0, 4)] and histogram.count == 5
