@@ -161,15 +161,17 @@ def _votes(turns: list[Turn], known: Sequence[str] = ()) -> _Evidence:
             for match in pattern.finditer(turn.text):
                 vote(turn.speaker, turn, match["name"], _INTRO_WEIGHT, "introduction")
         nxt = next((t for t in turns[i + 1:] if t.speaker != turn.speaker), None)
+        addressed: set[str] = set()
         for pattern in _TO_NEXT:
             for match in pattern.finditer(turn.text):
-                found.addresses[turn.speaker][spelled(match["name"])] += 1
+                addressed.add(spelled(match["name"]))
                 if nxt is not None:
                     vote(nxt.speaker, turn, match["name"], 1.0, "address")
         for match in _TO_PREVIOUS.finditer(turn.text):
-            found.addresses[turn.speaker][spelled(match["name"])] += 1
+            addressed.add(spelled(match["name"]))
             if i > 0 and turns[i - 1].speaker != turn.speaker:
                 vote(turns[i - 1].speaker, turn, match["name"], 1.0, "address")
+        found.addresses[turn.speaker].update(addressed)  # turns in which the label addresses each name
     return found
 
 
