@@ -63,6 +63,11 @@ _NOT_NAMES = {
     "Our", "My", "Your", "Their", "His", "Her", "One", "Two", "Three", "Next", "Last", "First", "Finally",
     "Yeah", "Yep", "Nope", "Alright", "Cool", "Perfect", "Absolutely", "Exactly", "Agreed", "Oh", "Um", "Uh",
     "Hmm", "Wow", "Nice", "Sounds", "Totally", "Indeed", "Anyway", "Actually", "Honestly", "Basically",
+    # languages, nationalities and places: "English speaking", "I'm British", "this is Berlin" are no names
+    "English", "England", "British", "Britain", "American", "America", "Spanish", "Spain", "French", "France",
+    "German", "Germany", "Italian", "Italy", "Chinese", "China", "Japanese", "Japan", "Indian",
+    "Canadian", "Canada", "Irish", "Ireland", "Scottish", "Scotland", "Dutch", "European", "Europe",
+    "Berlin", "Remote", "Online", "Office", "Home",
 }
 # Words an introduction is followed by when the "name" is really an adjective ("I'm Glad to ...").
 _LOWER_NOT_NAMES = {n.lower() for n in _NOT_NAMES}

@@ -162,6 +162,17 @@ def test_a_label_that_addresses_a_name_in_two_turns_is_not_named_so():
     assert speaker_names(cut) == {"SPEAKER_00": "Alice", "SPEAKER_01": "Bob"}
 
 
+def test_a_language_or_a_place_heard_where_a_name_goes_is_not_a_name():
+    """Seen on development seeds: "Ingrid speaking" heard as "English speaking", "This is Ingrid" as "This is
+    England"; a language, nationality or country is no one's name."""
+    t = _turns(
+        ("SPEAKER_00", "Hello everyone, English speaking. I lead the front desk."),
+        ("SPEAKER_01", "This is England from engineering. Hi, I'm British by the way."),
+        ("SPEAKER_02", "Hi all, I'm Sarah from finance."),
+    )
+    assert speaker_names(t) == {"SPEAKER_02": "Sarah"}
+
+
 def test_thanks_in_the_middle_of_a_turn_names_the_previous_speaker():
     t = _turns(
         ("SPEAKER_00", "Let's meet again next Tuesday."),
