@@ -55,6 +55,25 @@ def placement_transfers(session: Any) -> dict[tuple[str, str], tuple[int, float]
             for (a, b), c in list(transfers.items())}
 
 
+# One gauge per session for each of these figures of its KV statistics: (metric, help, key in the statistics).
+_KV_GAUGES = (
+    ("minutia_kv_budget_bytes", "KV byte budget", "budget_bytes"),
+    ("minutia_kv_compression_ratio", "full-precision bytes / stored bytes", "compression_ratio"),
+    ("minutia_kv_tokens", "tokens in the KV cache", "tokens"),
+    ("minutia_kv_prefetch_hit_rate", "share of prefetched blocks found resident", "prefetch_hit_rate"),
+    ("minutia_kv_quality_drift", "Jensen-Shannon divergence of sparse vs dense decode reads on recent sampled steps",
+     "quality_drift_js"),
+    ("minutia_kv_shadow_top1_agreement", "share of recent sampled decode steps whose top token a dense read agrees "
+     "with", "shadow_top1_agreement"),
+    ("minutia_kv_shadow_answer_js", "mean JS divergence of sampled answers' steps against a dense read of the same "
+     "question and answer", "shadow_answer_js"),
+    ("minutia_kv_shadow_answer_agreement", "share of sampled answers a dense read would have given word for word",
+     "shadow_answer_agreement"),
+    ("minutia_decode_tokens_per_second", "answer tokens per second after the first, recent answers",
+     "decode_tokens_per_second"),
+)
+
+
 class SessionCollector(Collector):
     """Reads every live session's snapshot when Prometheus scrapes."""
 
@@ -66,24 +85,9 @@ class SessionCollector(Collector):
         tier = GaugeMetricFamily("minutia_kv_bytes", "KV cache bytes per tier", labels=["session", "tier"])
         modality = GaugeMetricFamily("minutia_kv_modality_bytes", "KV cache bytes per modality",
                                      labels=["session", "modality"])
-        budget = GaugeMetricFamily("minutia_kv_budget_bytes", "KV byte budget", labels=["session"])
-        ratio = GaugeMetricFamily("minutia_kv_compression_ratio", "full-precision bytes / stored bytes",
-                                  labels=["session"])
-        tokens = GaugeMetricFamily("minutia_kv_tokens", "tokens in the KV cache", labels=["session"])
-        hit = GaugeMetricFamily("minutia_kv_prefetch_hit_rate", "share of prefetched blocks found resident",
-                                labels=["session"])
+        per_kv = [(GaugeMetricFamily(name, text, labels=["session"]), key) for name, text, key in _KV_GAUGES]
         fallback = GaugeMetricFamily("minutia_kv_fallback", "1 while the KV store runs in L1/L2-only fallback",
                                      labels=["session"])
-        drift = GaugeMetricFamily("minutia_kv_quality_drift", "Jensen-Shannon divergence of sparse vs dense decode "
-                                  "reads on recent sampled steps", labels=["session"])
-        agreement = GaugeMetricFamily("minutia_kv_shadow_top1_agreement", "share of recent sampled decode steps whose "
-                                      "top token a dense read agrees with", labels=["session"])
-        shadow_js = GaugeMetricFamily("minutia_kv_shadow_answer_js", "mean JS divergence of sampled answers' steps "
-                                      "against a dense read of the same question and answer", labels=["session"])
-        shadow_same = GaugeMetricFamily("minutia_kv_shadow_answer_agreement", "share of sampled answers a dense read "
-                                        "would have given word for word", labels=["session"])
-        decode = GaugeMetricFamily("minutia_decode_tokens_per_second", "answer tokens per second after the first, "
-                                   "recent answers", labels=["session"])
         latency = HistogramMetricFamily("minutia_asr_commit_latency_seconds", "seconds from each word's end to its "
                                         "commit", labels=["session"])
         lag = GaugeMetricFamily("minutia_asr_commit_lag_seconds", "seconds from a word's end to its commit",
@@ -112,10 +116,7 @@ class SessionCollector(Collector):
                 tier.add_metric([label, str(name)], float(value))
             for name, value in (kv.get("bytes_by_modality") or {}).items():
                 modality.add_metric([label, str(name)], float(value))
-            for family, key in ((budget, "budget_bytes"), (ratio, "compression_ratio"), (tokens, "tokens"),
-                                (hit, "prefetch_hit_rate"), (drift, "quality_drift_js"),
-                                (agreement, "shadow_top1_agreement"), (shadow_js, "shadow_answer_js"),
-                                (shadow_same, "shadow_answer_agreement"), (decode, "decode_tokens_per_second")):
+            for family, key in per_kv:  # absent while the session has no figure for it
                 value = _float(kv.get(key))
                 if value is not None:
                     family.add_metric([label], value)
@@ -142,8 +143,8 @@ class SessionCollector(Collector):
                 moving.add_metric([label, source, target], float(seconds))
         for state, count in by_state.items():
             states.add_metric([state], count)
-        yield from (tier, modality, budget, ratio, tokens, hit, drift, agreement, shadow_js, shadow_same, decode,
-                    latency, fallback, lag, stream, dropped, words, ttft, states, moved, moving)
+        yield from (tier, modality, *(family for family, _ in per_kv), latency, fallback, lag, stream, dropped, words,
+                    ttft, states, moved, moving)
         memory = GaugeMetricFamily("minutia_device_memory_bytes", "memory in use per device", labels=["device"])
         for device, value in device_memory().items():
             memory.add_metric([device], value)

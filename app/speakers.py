@@ -51,8 +51,8 @@ _MIN_SHARE = 0.5  # a name must hold at least this share of its label's votes
 # next, so a few of them land on the wrong label, and they should not outvote a speaker's own "I'm Sofia".
 _MIN_SHARE_INTRODUCED = 0.34
 _MIN_ADDRESSES = 2.0  # address votes a name needs when no introduction backs it and no attendee has it...
-_SELF_ADDRESSES = 2  # turns in which a label addresses a name before that name is not its own
 _MIN_HEARD = 0.5  # ...unless the recogniser gave the name's word at least this probability
+_SELF_ADDRESSES = 2  # turns in which a label addresses a name before that name is not its own
 _NOT_NAMES = {
     "I", "We", "You", "The", "This", "That", "Okay", "Right", "Sure", "Yes", "Thanks", "Great", "So", "And", "But",
     "Well", "Good", "Now", "Then", "Here", "There", "Also", "Just", "Not", "Really", "Going", "Happy", "Glad",

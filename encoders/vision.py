@@ -72,8 +72,12 @@ class Keyframe:
     time: float
     frame: np.ndarray  # HxWx3 uint8 RGB, the frame as fed
     score: float  # fraction of downscaled pixels that changed against the previous keyframe (1.0 for the first)
-    minor: bool = False  # a small settled change (one figure or line): a new slide only if its text changed
     region: tuple[int, int, int, int] | None = None  # a minor change's box in frame pixels: left, top, right, bottom
+
+    @property
+    def minor(self) -> bool:
+        """A small settled change (one figure or line): a new slide only if its text changed."""
+        return self.region is not None
 
 
 class BaseKeyframeDetector(ABC):
@@ -192,7 +196,7 @@ class KeyframeDetector(BaseKeyframeDetector):
     def _emit(self, sig: np.ndarray, fine: np.ndarray, t: float, frame: np.ndarray, score: float,
               region: tuple[int, int, int, int] | None = None) -> Keyframe:
         self._reference, self._fine_reference, self._last_time = sig, fine, t
-        return Keyframe(time=t, frame=frame, score=score, minor=region is not None, region=region)
+        return Keyframe(time=t, frame=frame, score=score, region=region)
 
 
 # --------------------------------------------------------------------------- OCR
@@ -467,18 +471,20 @@ class VisionPipeline:
         self.reader = reader
         self.embedder = embedder
         self.options = options or VisionOptions()
-        self._seen: deque[tuple[np.ndarray, str]] = deque(maxlen=max(1, self.options.remember))
+        self._seen: deque[tuple[np.ndarray, set[str]]] = deque(maxlen=max(1, self.options.remember))
         self.keyframes = 0  # counters for metrics and tests
         self.duplicates = 0
 
-    def _duplicate(self, signature: np.ndarray, text: str) -> bool:
-        for seen_sig, seen_text in self._seen:
-            if _changed_fraction(signature, seen_sig, _LOOK.pixel_delta) <= self.options.same_picture:
-                return True
-            words = _content_words(text)
-            if words and not _unexplained(words, _content_words(seen_text)):  # nothing it says is new
-                return True
-        return False
+    def _duplicate(self, signature: np.ndarray, words: set[str]) -> bool:
+        """Looks like a recent slide, or says nothing one did not (``words``: its content words, empty before OCR)."""
+        if any(_changed_fraction(signature, seen_sig, _LOOK.pixel_delta) <= self.options.same_picture
+               for seen_sig, _ in self._seen):
+            return True
+        return bool(words) and self._said_before(words)
+
+    def _said_before(self, words: set[str]) -> bool:
+        """Every word is one a recent slide has, or close to one there (OCR noise)."""
+        return any(not _unexplained(words, seen_words) for _, seen_words in self._seen)
 
     def feed(self, frame: np.ndarray, t: float) -> SlideEvent | None:
         """One frame of the stream: a SlideEvent when it starts a new slide (detector, then ``read``)."""
@@ -492,7 +498,7 @@ class VisionPipeline:
         does not count."""
         inside = [w.text for w in slide_text.words if region is None or _overlaps(w.box, region)]
         words = _content_words(" ".join(inside))
-        return not words or any(not _unexplained(words, _content_words(seen)) for _, seen in self._seen)
+        return not words or self._said_before(words)
 
     def read(self, keyframe: Keyframe) -> SlideEvent | None:
         """A keyframe found by a detector elsewhere (a session finds them as frames arrive, cheaply, so a slow
@@ -500,15 +506,15 @@ class VisionPipeline:
         same layout, a small change) is a new slide only when its text is not one already shown."""
         self.keyframes += 1
         signature = _signature(keyframe.frame, _LOOK.width)
-        if not keyframe.minor and self._duplicate(signature, ""):  # cheap check first: no OCR for a picture seen before
+        if not keyframe.minor and self._duplicate(signature, set()):  # cheap check first: no OCR for a picture seen
             self.duplicates += 1
             return None
         slide_text = self.reader.read(keyframe.frame) if self.reader else SlideText("", 0.0)
-        text = slide_text.text
-        if self._same_text(slide_text, keyframe.region) if keyframe.minor else self._duplicate(signature, text):
+        words = _content_words(slide_text.text)
+        if self._same_text(slide_text, keyframe.region) if keyframe.minor else self._duplicate(signature, words):
             self.duplicates += 1
             return None
-        self._seen.append((signature, text))
+        self._seen.append((signature, words))
         embedding = self.embedder.embed_images([keyframe.frame])[0] if self.embedder else None
         return SlideEvent(time=keyframe.time, text=slide_text.text, confidence=slide_text.confidence,
                           embedding=embedding, thumbnail=thumbnail(keyframe.frame, self.options.thumbnail_size),
