@@ -297,7 +297,8 @@ class MeetingSession:
             self.runtime.transcriber,
             StreamingOptions(language=asr_settings.language, beam_size=asr_settings.stream_beam_size,
                              min_chunk_seconds=asr_settings.stream_min_chunk_seconds,
-                             hotwords=tuple(asr_settings.hotwords)),
+                             hotwords=tuple(asr_settings.hotwords),
+                             window_margin_seconds=asr_settings.stream_window_margin_seconds),
         )
         diarizer = self.runtime.online_diarizer()
         if self.diarizer_for is not None:

@@ -115,8 +115,9 @@ class SpeechLines:
         """Drain ``audio`` into the recogniser and the diarizer until it is exhausted or ``closed`` is set."""
         step = asr.options.min_chunk_seconds
         piece = int(step * SAMPLE_RATE)
-        # A backlog is never skipped over; it is caught up in longer steps, because every decode costs one
-        # whole Whisper window however little new audio it brings.
+        # A backlog is never skipped over; it is caught up in longer steps, because every decode re-reads the
+        # whole buffer (and, unless asr.stream_window_margin_seconds is set, a whole 30 s Whisper window) however
+        # little new audio it brings.
         catch_up = max(piece, int(catch_up_seconds * SAMPLE_RATE))
         pending = 0.0
         inserted = 0  # samples given to the recogniser

@@ -99,6 +99,7 @@ class StreamingOptions:
     prompt_chars: int = 200  # committed text before the buffer, fed as the decoder prompt
     no_speech_threshold: float = 0.6
     hotwords: tuple[str, ...] = ()
+    window_margin_seconds: float | None = None  # encode the buffer plus this much padding, not a 30 s window
 
     def __post_init__(self):
         if self.min_chunk_seconds <= 0:
@@ -118,6 +119,7 @@ class StreamingOptions:
             initial_prompt=prompt or None,
             hotwords=self.hotwords,
             vad_parameters={"min_silence_duration_ms": self.vad_min_silence_ms},
+            window_margin_seconds=self.window_margin_seconds,
         )
 
 

@@ -51,6 +51,28 @@ def test_a_recording_fed_as_fast_as_it_goes_is_decoded_in_the_same_steps_however
     assert texts[0] == texts[1] and texts[0]
 
 
+def test_the_live_recogniser_gets_the_configured_whisper_window(scripted_runtime, tmp_path):
+    """``asr.stream_window_margin_seconds`` reaches every live decode (the encoder sees the buffer plus that much
+    padding instead of a 30 s window); unset, the decodes ask for the whole window."""
+    from tests.scripted_parts import scripted_meeting
+
+    meeting = scripted_meeting([("SPEAKER_00", "Good morning."), ("SPEAKER_01", "The pilot costs twelve.")])
+    for margin in (None, 2.5):
+        runtime = scripted_runtime(meeting, tmp_path / str(margin), asr={"stream_window_margin_seconds": margin})
+        recogniser, margins = runtime.transcriber, []
+
+        def recording(audio, options=None, recogniser=recogniser, margins=margins):
+            margins.append(options.window_margin_seconds)
+            return type(recogniser).transcribe(recogniser, audio, options)
+
+        recogniser.transcribe = recording
+        try:
+            _replay(runtime.new_session("window"), meeting.audio)
+        finally:
+            runtime.close()
+        assert margins and set(margins) == {margin}, margins
+
+
 def test_words_are_committed_with_speakers_and_lines_close(session_parts):
     runtime, meeting = session_parts
     session = runtime.new_session("parts")

@@ -184,7 +184,8 @@ def test_silence_and_noise_commit_nothing(transcriber):
 
 @needs_whisper
 @pytest.mark.slow
-def test_replay_of_the_first_turns_matches_the_reference(transcriber):
+@pytest.mark.parametrize("margin", [None, 4.0], ids=["30s-window", "fitted-window"])
+def test_replay_of_the_first_turns_matches_the_reference(transcriber, margin):
     """The first 31.5 s of the stand-up (5 turns, 3 voices) replayed live: committed words must be the
     reference words (WER <= 10%, as the batch path) with absolute, increasing times. Each step costs a
     fixed 1 s of stream time (about a decode here), so the windows are the same on a fast or a busy
@@ -196,7 +197,7 @@ def test_replay_of_the_first_turns_matches_the_reference(transcriber):
     cut = 31.5  # Bob starts at 31.58
     ref_text = " ".join(t["text"] for t in reference["turns"] if t["end"] <= cut)
     audio = load_audio(STANDUP / "meeting.ogg")[: int(cut * SAMPLE_RATE)]
-    streamer = StreamingTranscriber(transcriber, StreamingOptions(min_chunk_seconds=2.0))
+    streamer = StreamingTranscriber(transcriber, StreamingOptions(min_chunk_seconds=2.0, window_margin_seconds=margin))
     result = simulate(streamer, audio, chunk_seconds=0.5, step_seconds=1.0)
     hyp = [r.word for r in result.words]
     assert jiwer.wer(normalize(ref_text), normalize(texts(hyp))) <= 0.10
@@ -204,3 +205,69 @@ def test_replay_of_the_first_turns_matches_the_reference(transcriber):
     assert hyp[0].start == pytest.approx(0.5, abs=0.5) and hyp[-1].end == pytest.approx(31.0, abs=1.0)
     assert all(0 < w.probability <= 1 for w in hyp)
     assert all(r.latency > 0 for r in result.words) and result.rtf > 0
+
+
+# ---------------------------------------------------------------------------------- fitted encoder window
+
+
+def test_fit_window_cuts_whispers_padding_down_to_the_margin():
+    from encoders.asr import fit_window
+
+    rng = np.random.default_rng(0)
+    window = np.zeros((80, 3000), dtype=np.float32)
+    window[:, :1000] = rng.normal(size=(80, 1000))  # 10 s of audio, 20 s of padding
+    window[:, 500] = 0.0  # a silent frame inside the audio is not padding
+    assert fit_window(window, 400).shape == (80, 1400)
+    assert fit_window(window[None], 401).shape == (1, 80, 1402)  # batched; kept even for the encoder's stride
+    assert fit_window(window, 5000).shape == (80, 3000)  # never longer than the window
+    assert fit_window(np.zeros((80, 3000), np.float32), 0).shape == (80, 100)  # no audio: a minimal window
+    full = rng.normal(size=(80, 3000)).astype(np.float32)
+    assert fit_window(full, 0).shape == (80, 3000)  # a full window has no padding to cut
+    np.testing.assert_array_equal(fit_window(window, 400), window[:, :1400])
+
+
+def test_a_negative_window_margin_is_refused():
+    from encoders.asr import TranscribeOptions
+
+    with pytest.raises(InputError, match="window_margin_seconds"):
+        TranscribeOptions(window_margin_seconds=-1.0)
+
+
+def test_a_decoding_loop_is_told_from_fast_speech():
+    from encoders.asr import Segment, looks_looped
+
+    def segment(text: str, start: float, end: float, ratio: float) -> Segment:
+        return Segment(start, end, text, tuple(words(text, start, (end - start) / len(text.split()))), compression_ratio=ratio)
+
+    assert not looks_looped(segment("We expect the website to cost about twelve thousand dollars.", 0.0, 2.2, 1.3))
+    assert not looks_looped(segment("And so we're going to", 10.4, 10.6, 0.8))  # cut at the window's end: slack
+    assert looks_looped(segment(" ".join(["ok"] * 223), 3.5, 4.1, 39.3))
+    assert looks_looped(segment("Okay, can someone give us the rate? " * 11, 0.0, 6.4, 2.1))  # 77 words in 6.4 s
+    assert looks_looped(segment("the rate is set the rate is set the rate is set", 0.0, 9.0, 2.6))  # gzip sees it
+
+
+def test_a_looped_fitted_decode_is_done_again_on_the_whole_window_without_the_prompt():
+    """A loop once committed sits in the prompt of every later decode and primes it again on any window (seen on
+    development meeting 58: "I will see you next week." twenty times, on the 30 s window too), so the retry drops
+    the prompt, and what loops even then is not given out. Without a margin nothing is checked (the batch path)."""
+    from encoders.asr import Segment, TranscribeOptions, Transcriber
+    from encoders.fair_lock import FairLock
+
+    good = Segment(0.0, 2.0, "See you next week.", tuple(words("See you next week.")), compression_ratio=1.1)
+    loop = Segment(2.0, 2.5, "week " * 40, tuple(words("week " * 40, 2.0, 0.01)), compression_ratio=9.0)
+
+    class Decoder(Transcriber):
+        def __init__(self):  # the decoding is scripted; the retry logic under test is Transcriber's own
+            self._lock, self.full_window_retries, self.calls = FairLock(), 0, []
+
+        def _segments(self, audio, options, margin_frames):
+            self.calls.append((margin_frames, options.initial_prompt))
+            return iter([loop] if margin_frames is not None or options.initial_prompt else [good, loop])
+
+    audio = np.zeros(SAMPLE_RATE, np.float32)
+    decoder = Decoder()
+    out = list(decoder.transcribe(audio, TranscribeOptions(initial_prompt="See you", window_margin_seconds=4.0)))
+    assert out == [good] and decoder.calls == [(400, "See you"), (None, None)] and decoder.full_window_retries == 1
+    decoder.calls.clear()
+    assert list(decoder.transcribe(audio, TranscribeOptions(initial_prompt="See you"))) == [loop]
+    assert decoder.calls == [(None, "See you")] and decoder.full_window_retries == 1
