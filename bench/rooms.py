@@ -25,7 +25,8 @@ sys.path.insert(0, str(ROOT))
 
 from app.config import load_settings  # noqa: E402
 from app.runtime import Runtime  # noqa: E402
-from bench.stream_window import parse_margin, parse_seeds  # noqa: E402
+from bench.stream_window import parse_margin, window_label  # noqa: E402
+from bench.suites.meetings import parse_seeds  # noqa: E402
 from encoders.audio import SAMPLE_RATE, load_audio  # noqa: E402
 
 CHUNK_SECONDS = 0.5
@@ -105,10 +106,9 @@ def main() -> None:
     print(f"\n| Whisper window | rooms | commit latency p50 (worst room) | p95 (worst room) | behind at the end "
           f"(worst room) | rooms with p95 <= {REAL_TIME_P95_SECONDS} s |\n|---|---|---|---|---|---|")
     for margin in margins:
-        label = "30 s (padded)" if margin is None else f"buffer + {margin:g} s"
         for rooms, figures in results[str(margin)].items():
             ok = sum(f["p95_s"] <= REAL_TIME_P95_SECONDS for f in figures)
-            print(f"| {label} | {rooms} | {max(f['p50_s'] for f in figures)} s | {max(f['p95_s'] for f in figures)} s"
+            print(f"| {window_label(margin)} | {rooms} | {max(f['p50_s'] for f in figures)} s | {max(f['p95_s'] for f in figures)} s"
                   f" | {max(f['behind_s'] for f in figures)} s | {ok} / {rooms} |")
     if args.out:
         args.out.write_text(json.dumps(results, indent=1))

@@ -23,22 +23,19 @@ sys.path.insert(0, str(ROOT))
 from textnorm import normalize  # noqa: E402
 
 from app.config import load_settings  # noqa: E402
+from bench.suites.meetings import parse_seeds  # noqa: E402
 from app.models import EMBEDDED_ASR, resolve_model  # noqa: E402
 from encoders.asr import Transcriber  # noqa: E402
 from encoders.audio import SAMPLE_RATE, load_audio  # noqa: E402
 from encoders.streaming import StreamingOptions, StreamingTranscriber, simulate  # noqa: E402
 
 
-def parse_seeds(text: str) -> list[int]:
-    seeds: list[int] = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        seeds += range(int(lo), int(hi or lo) + 1)
-    return seeds
-
-
 def parse_margin(text: str) -> float | None:
     return None if text == "none" else float(text)
+
+
+def window_label(margin: float | None) -> str:
+    return "30 s (padded)" if margin is None else f"buffer + {margin:g} s"
 
 
 def replay(transcriber: Transcriber, meeting: Path, margin: float | None) -> dict:
@@ -101,8 +98,7 @@ def main() -> None:
         worse = sum(r["errors"] / r["words"] > b["errors"] / b["words"] + 0.05 for r, b in zip(arm, base))
         speedup = sum(r["compute_s"] for r in base) / sum(r["compute_s"] for r in arm)
         retried = sum(r["full_window_retries"] for r in arm) / max(1, sum(r["decodes"] for r in arm))
-        label = "30 s (padded)" if margin is None else f"buffer + {margin:g} s"
-        print(f"| {label} | {len(arm)} | {wer:.1%} | {worse} | {retried:.1%} | {rtf:.3f} | {speedup:.2f}x |")
+        print(f"| {window_label(margin)} | {len(arm)} | {wer:.1%} | {worse} | {retried:.1%} | {rtf:.3f} | {speedup:.2f}x |")
         summary[str(margin)] = {"wer": wer, "rtf": rtf, "worse": worse, "retried": retried, "speedup": speedup,
                                 "meetings": arm}
     if args.out:

@@ -71,7 +71,7 @@ def fit_window(features: np.ndarray, margin_frames: int) -> np.ndarray:
     The encoder's cost grows with its input length, and its attention with the square of it, while a live
     buffer holds a few seconds: a 10 s buffer is encoded about 3x faster this way. Some padding is kept because
     Whisper was trained on padded windows and, cut at the last word, ends its text early or repeats it
-    (docs/benchmarks.md, the window margin table). The length is kept even (the encoder's stride is 2)."""
+    (docs/benchmarks.md, "Live rooms per process"). The length is kept even (the encoder's stride is 2)."""
     heard = np.flatnonzero(np.any(features != 0, axis=tuple(range(features.ndim - 1))))
     keep = (int(heard[-1]) + 1 if len(heard) else 0) + margin_frames
     keep = min(features.shape[-1], max(_MIN_WINDOW_FRAMES, keep + keep % 2))
@@ -171,7 +171,8 @@ class Transcriber:
 MAX_WORDS_PER_SECOND = 8.0  # fast speech is 4-6; a loop packs dozens of words into a fraction of a second
 
 
-def looks_looped(segment: Segment, compression_ratio_threshold: float = 2.4) -> bool:
+def looks_looped(segment: Segment,
+                 compression_ratio_threshold: float = TranscribeOptions.compression_ratio_threshold) -> bool:
     """Text that repeats itself (gzip compresses it well, Whisper's own test for a failed decode) or more words
     than anyone says in the time they are given (4 words of slack for a segment cut at the window's end)."""
     seconds = max(0.0, segment.end - segment.start)
