@@ -63,7 +63,16 @@ def _words_to_number(words: list[str]) -> int:
     return total + current
 
 
-def _convert_number_words(tokens: list[str]) -> list[str]:
+_LONE_WORDS = frozenset({"one", "first", "second"})  # alone, these are seldom a figure ("one more week", "a second")
+
+
+def numbers_as_digits(tokens: list[str]) -> list[str]:
+    """Lower-case word tokens with spelled-out numbers as digits (``twelve thousand`` -> ``12000``), so that a
+    question and a line match whichever way each wrote the figure; a lone "one", "first" or "second" stays."""
+    return _convert_number_words(tokens, keep_lone=True)
+
+
+def _convert_number_words(tokens: list[str], keep_lone: bool = False) -> list[str]:
     out: list[str] = []
     i = 0
     while i < len(tokens):
@@ -82,6 +91,10 @@ def _convert_number_words(tokens: list[str]) -> list[str]:
                     j += 1  # "two hundred and five"
                 else:
                     break
+            if keep_lone and len(run) == 1 and run[0] in _LONE_WORDS:
+                out.append(run[0])
+                i = j
+                continue
             # "twenty twenty five" style years are rare here; a unit after a unit
             # (e.g. "one two") splits into separate numbers.
             chunk: list[str] = []

@@ -332,3 +332,19 @@ def test_a_topic_the_recogniser_split_or_misspelled_still_supports_its_answer():
     strict = AnswerFinder(t, options=AnswerOptions(heard_alike=0.0))
     assert strict.answer("What is the current parent turnout?").text == NOT_IN_MEETING
     assert strict.answer("How much is the launch webinar going to be?").text == NOT_IN_MEETING
+
+
+def test_a_figure_asked_in_words_finds_the_line_that_says_it_in_digits_and_back():
+    """The recogniser writes "12,000 dollars"; a user asks about "twelve thousand dollars" (and the other way
+    round): the same figure. Found on the live page: the question was answered with the previous speaker."""
+    from app.retrieval import stems
+
+    t = _turns(("Alice", "And what about the pilot?"),
+               ("Carol", "The pilot will cost 12,000 dollars. It starts on Monday, March 10th."),
+               ("Bob", "We want two hundred users in the pilot."))
+    finder = AnswerFinder(t)
+    assert finder.answer("Who said the pilot will cost twelve thousand dollars?").text == "Carol."
+    assert finder.answer("Who said we want 200 users in the pilot?").text == "Bob."
+    assert stems("twelve thousand") == stems("12,000") == ["12000"]
+    assert "1" not in stems("one more week") and "1" not in stems("the first step")  # a lone "one" is no figure
+    assert stems("wait a second") == ["wait", "second"] and stems("March tenth") == ["march", "10"]

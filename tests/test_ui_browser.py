@@ -103,6 +103,23 @@ def _heard(page) -> int:
     return int(found.group(1)) * 60 + int(found.group(2))
 
 
+def _answer_after(page, question: str, timeout: float) -> str:
+    """The text of the answer shown after ``question`` in the chat, without its "Sources:" line."""
+    deadline = time.monotonic() + timeout
+    while True:
+        after = page.inner_text("#mt-chat").split(question)
+        answer = after[-1].split("Sources:")[0].strip() if len(after) > 1 else ""
+        if answer:
+            return answer
+        assert time.monotonic() < deadline, f"no answer to {question!r} within {timeout} s"
+        page.wait_for_timeout(250)
+
+
+def _committed_words(page) -> list[str]:
+    """Every committed word on the page, in order (the transcript's lines without the tentative tail)."""
+    return " ".join(page.locator("#mt-transcript .mt-line:not(.mt-tentative) .mt-text").all_inner_texts()).split()
+
+
 def _wait_for_text(page, selector: str, pattern: str, timeout: float) -> str:
     deadline = time.monotonic() + timeout
     text = ""
@@ -153,6 +170,7 @@ def test_live_meeting_page(server, browser, tmp_path_factory):
     _wait_for_text(page, "#mt-transcript .mt-line:not(.mt-tentative)", rf"({keywords})[\s\S]*\b(200|two hundred)\b", 150)
     phase("fact spoken and committed")
     assert _heard(page) > heard_first  # the progress line moved
+    committed_early = _committed_words(page)
 
     # a reader who scrolls up is not pulled back to the bottom while lines arrive; "Jump to live" brings it back
     # (a short box, so that a few lines already scroll)
@@ -195,6 +213,24 @@ def test_live_meeting_page(server, browser, tmp_path_factory):
     assert float(flashed.get_attribute("data-start")) <= cited + 0.01
     assert re.search(keywords, answer + flashed.inner_text(), re.IGNORECASE), answer
 
+    # rename the speaker of the line that says the pilot's price: the transcript shows the new name and a "who"
+    # answer gives it
+    priced = lines.filter(has_text=re.compile(keywords, re.IGNORECASE)).first
+    priced_speaker = priced.locator(".mt-speaker").inner_text().strip()
+    page.locator("#mt-speakers").get_by_text("Speakers", exact=True).first.click()
+    page.fill("#mt-rename-speaker textarea", priced_speaker)
+    page.fill("#mt-rename-name textarea", "Dana")
+    page.click("#mt-rename")
+    _wait_for_text(page, "#mt-status", rf"{re.escape(priced_speaker)}( \(SPEAKER_\d+\))? is called Dana from now on", 30)
+    _wait_for_text(page, "#mt-transcript .mt-speaker", r"\bDana\b", 30)
+    assert priced_speaker not in page.locator("#mt-transcript .mt-speaker").all_inner_texts()
+    who_question = "Who said the pilot will cost twelve thousand dollars?"
+    page.fill("#mt-question textarea", who_question)
+    page.click("#mt-ask")
+    who = _answer_after(page, who_question, 120)
+    assert re.search(r"\bDana\b", who), who  # the answer's own words, not its citations' speaker labels
+    phase("a renamed speaker answers 'who'")
+
     # search: the words are marked in the transcript, the matching lines counted and linked; a link scrolls there
     word = re.search(keywords, " ".join(lines.all_inner_texts()), re.IGNORECASE).group(0)
     page.fill("#mt-search textarea", word)
@@ -231,7 +267,11 @@ def test_live_meeting_page(server, browser, tmp_path_factory):
         page.wait_for_selector(f"{plot} canvas, {plot} svg", timeout=60_000)
     engine = page.inner_text("#mt-kv-stats")
     assert re.search(r"mode: (normal|fallback)", engine) and "memory used:" in engine, engine
-    assert re.search(r"compression: (\d+\.\dx smaller than uncompressed|not compressed yet)", engine), engine
+    assert re.search(r"compression: (the meeting's blocks are \d+\.\dx smaller than uncompressed|not compressed)",
+                     engine), engine
+    legends = page.inner_text("#mt-plot-modality")
+    assert all(stream in legends for stream in ("speech", "slides", "instructions", "budget")), legends
+    page.screenshot(path=str(shots / "engine.png"), full_page=True)
     page.get_by_role("tab", name="Meeting").click()
     if VIDEO_SAMPLE:  # keyframes with their OCR text as captions
         titles = [slide["title"] for slide in json.loads((ROOT / "samples/standup-video/slides.json").read_text())["slides"]]
@@ -254,6 +294,7 @@ def test_live_meeting_page(server, browser, tmp_path_factory):
     assert exported["format"] == "minutia.transcript/1"
     assert len(exported["turns"]) >= 3 and len(exported["speakers"]) >= 2
     assert re.search(keywords, " ".join(t["text"] for t in exported["turns"]), re.IGNORECASE)
+    assert "Dana" in {t["speaker"] for t in exported["turns"]}  # the rename reached the export
     for name in ("transcript.md", "transcript.srt", "transcript.vtt"):
         assert page.locator(f"#mt-files a[download='{name}']").count() == 1
     with page.expect_download() as download:
@@ -267,6 +308,12 @@ def test_live_meeting_page(server, browser, tmp_path_factory):
         assert "![slide 1](slide-01.png)" in exported_slides
         assert page.locator("#mt-files a[download='slide-01.png']").count() == 1
     page.screenshot(path=str(shots / "ui.png"), full_page=True)
+    # committed words never change: what was committed early is still there, word for word, in the same order
+    # (speakers may still be corrected and lines grow at the end; the grey tentative tail is not committed)
+    # Compared without spaces: Whisper may time "30,000" as "30" and ",000", and the page joins the second to the first.
+    committed_late = _committed_words(page)
+    assert "".join(committed_late).startswith("".join(committed_early)), (committed_early, committed_late)
+    assert len(committed_late) > len(committed_early)
 
     # bad input in a second tab: a huge upload, a non-media upload and a silent recording get clear messages there;
     # the first tab is untouched
@@ -295,9 +342,10 @@ def test_live_meeting_page(server, browser, tmp_path_factory):
     assert "error" not in _status(page) and lines.count() >= 3
     other.close()
 
-    readme_image = ROOT / "docs" / "img" / "ui.png"
-    if os.environ.get("MINUTIA_UPDATE_SCREENSHOTS") or not readme_image.exists():  # keep the tree clean in CI
-        shutil.copy(shots / "ui.png", readme_image)
+    for image in ("ui.png", "engine.png"):
+        readme_image = ROOT / "docs" / "img" / image
+        if os.environ.get("MINUTIA_UPDATE_SCREENSHOTS") or not readme_image.exists():  # keep the tree clean in CI
+            shutil.copy(shots / image, readme_image)
     # closing the tab ends its meeting (its replay may still be running): the runtime forgets the session
     page.close()
     deadline = time.monotonic() + 20

@@ -47,6 +47,9 @@ def test_a_speaker_is_forgotten_from_the_page_while_the_replay_goes_on(scripted_
         old = tab.session
         assert page.rename("SPEAKER_00", "Alice", tab_request)[2].endswith("SPEAKER_00 is called Alice from now on")
         assert "already names another speaker" in page.rename("SPEAKER_01", "Alice", tab_request)[2]
+        # typed by the name it goes by now: the notice says which label that is
+        assert page.rename(" Alice ", "Alicia", tab_request)[2].endswith("Alice (SPEAKER_00) is called Alicia from now on")
+        page.rename("Alicia", "Alice", tab_request)
 
         chat = [{"role": "user", "content": "Who sends the contract?"}, {"role": "assistant", "content": "Maria."}]
         assert "no speaker 'Zed'" in page.forget("Zed", chat, tab_request)[1]

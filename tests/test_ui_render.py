@@ -91,24 +91,37 @@ def test_summary_and_actions_markdown():
 
 def test_kv_history_frames_with_budget_line():
     history = render.KVHistory(max_points=3)
-    kv = {"bytes_by_tier": {"l1": 2 * render.MIB, "l2": render.MIB}, "bytes_by_modality": {"audio": 3 * render.MIB},
+    kv = {"bytes_by_tier": {"L1": 2 * render.MIB, "L2": render.MIB, "sliding": 5 * render.MIB, "cold_disk": render.MIB,
+                            "cold_redis": 0},
+          "bytes_by_modality": {"audio": 3 * render.MIB, "video": 0, "text": 0}, "tiered_kv_bytes": 3 * render.MIB,
           "budget_bytes": 4 * render.MIB, "compression_ratio": 2.5, "prefetch_hit_rate": 0.75, "mode": "fallback",
           "tokens": 900}
+    assert history.time_range() == [0.0, 1.0]  # nothing yet: a unit axis
     assert history.add(1.0, kv)
     assert not history.add(1.0, kv)  # an unchanged tick adds nothing
     for t in (2.0, 3.0, 4.0):
         history.add(t, {**kv, "tokens": int(t)})
     assert [p.seconds for p in history.points] == [2.0, 3.0, 4.0]  # bounded
+    assert history.time_range() == [0.0, 4.0]  # the axis runs from the meeting's start to now, no further
     tiers = history.bytes_frame("bytes_by_tier")
-    assert set(tiers["series"]) == {"l1", "l2", "budget"}
+    assert set(tiers["series"]) == {"L1 full precision", "L2 quantized", "sliding window (not budgeted)", "cold: disk",
+                                    "budget", "budgeted total"}  # cold: redis never held a block: not plotted
     assert tiers[tiers.series == "budget"]["MiB"].tolist() == [4.0, 4.0, 4.0]
+    assert tiers[tiers.series == render.BUDGETED_SERIES]["MiB"].tolist() == [3.0, 3.0, 3.0]
+    streams = history.bytes_frame("bytes_by_modality")
+    assert set(streams["series"]) == {"speech", "slides", "instructions", "budget"}  # slides plotted before any is read
     assert history.ratio_frame()["ratio"].tolist() == [2.5, 2.5, 2.5]
     stats = render.kv_stats_markdown({**kv, "full_precision_bytes": 7.5 * render.MIB}, commit_lag=1.25)
-    assert "**fallback**" in stats and "3.00 MiB of a 4.00 MiB budget" in stats and "75%" in stats and "1.2 s" in stats
-    assert "2.5x smaller than uncompressed (7.50 MiB)" in stats
-    assert "- prefetch hits" in stats and stats.count("\n- ") == 5
+    assert "**fallback**" in stats and "75%" in stats and "1.2 s" in stats
+    # what the budget counts (the meeting's blocks) is told apart from what it does not (the sliding window)
+    assert "memory used: 8.00 MiB on the device; the meeting's blocks 3.00 MiB of a 4.00 MiB budget" in stats
+    assert "sliding-window layers 5.00 MiB (they keep only the latest tokens, outside the budget)" in stats
+    assert "the meeting's blocks are 2.5x smaller than uncompressed (7.50 MiB)" in stats
+    assert "cold tier (read back when a question needs it): 1.00 MiB" in stats
+    assert "- prefetch hits" in stats and stats.count("\n- ") == 6
     early = render.kv_stats_markdown({**kv, "compression_ratio": 0.5, "prefetch_hit_rate": None})
     assert "not compressed yet (2.0x the uncompressed size" in early and "n/a (nothing read from the cold tier" in early
+    assert "not compressed: the meeting still fits its budget" in render.kv_stats_markdown({**kv, "compression_ratio": 1.02})
     assert "empty" in render.kv_stats_markdown({})
     assert "drift" not in stats  # no sparse read: no drift line
     sparse = render.kv_stats_markdown({**kv, "quality_drift_js": 0.0123, "shadow_top1_agreement": 0.9, "drift_samples": 40})

@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 UPLOAD_TYPES = [".wav", ".mp3", ".m4a", ".mp4", ".webm", ".ogg", ".opus", ".flac", ".mkv", ".mov", ".aac"]
 X_TITLE = "meeting time (s)"
+PLOT_HEIGHT = 260
 GONE_PAGES_KEPT = 10_000  # closed pages remembered, so their late microphone / webcam chunks are dropped
 TAB_OUTPUTS = 10  # status, transcript, tier plot, modality plot, ratio plot, kv stats, slides, actions, summary, player
 
@@ -505,15 +506,21 @@ class LivePage:
         return (
             status,
             render.transcript_html(snapshot.transcript, snapshot.tentative, tab.search),
-            tab.history.bytes_frame("bytes_by_tier"),
-            tab.history.bytes_frame("bytes_by_modality"),
-            tab.history.ratio_frame(),
+            *self._plots(tab.history),
             render.kv_stats_markdown(snapshot.kv, snapshot.commit_lag),
             render.slide_items(snapshot.slides),
             actions,
             summary,
             player,
         )
+
+    @staticmethod
+    def _plots(history: render.KVHistory) -> tuple[Any, Any, Any]:
+        """The Engine tab's three plots, their x axis bounded to the meeting so far."""
+        x_lim = history.time_range()
+        return (gr.LinePlot(history.bytes_frame("bytes_by_tier"), x_lim=x_lim),
+                gr.LinePlot(history.bytes_frame("bytes_by_modality"), x_lim=x_lim),
+                gr.LinePlot(history.ratio_frame(), x_lim=x_lim))
 
     def _maybe_summarize(self, tab: Tab, snapshot: SessionSnapshot) -> None:
         every = self.ui.summary_every_s
@@ -614,7 +621,9 @@ class LivePage:
             label = tab.session.rename_speaker(speaker, name)
         except Exception as exc:
             return speaker, name, self._fail(tab, exc)
-        tab.notice = f"{label} is called {' '.join(name.split())} from now on"
+        typed = " ".join(speaker.split())
+        who = label if typed == label else f"{typed} ({label})"
+        tab.notice = f"{who} is called {' '.join(name.split())} from now on"
         return "", "", render.status_line(tab.session.snapshot(), tab.notice)
 
     def forget(self, speaker: str, chat: list, request: gr.Request) -> tuple[str, str, list]:
@@ -714,7 +723,7 @@ def build_page(runtime: Runtime, ui_settings: UISettings | None = None) -> gr.Bl
                             summary = gr.Markdown("_No summary yet._", elem_id="mt-summary")
                             summary_button = gr.Button("Refresh summary", size="sm", elem_id="mt-summary-refresh")
                             actions = gr.Markdown("_No action items yet._", elem_id="mt-actions")
-                        with gr.Accordion("Speakers", open=False):
+                        with gr.Accordion("Speakers", open=False, elem_id="mt-speakers"):
                             with gr.Row():
                                 rename_from = gr.Textbox(placeholder="speaker, e.g. SPEAKER_01", show_label=False, scale=2,
                                                          elem_id="mt-rename-speaker")
@@ -734,10 +743,11 @@ def build_page(runtime: Runtime, ui_settings: UISettings | None = None) -> gr.Bl
                 gr.Markdown("The model's memory of the meeting (its KV cache): how much it holds, against the budget, "
                             "in which tier, and how well the prefetcher guessed what a question would read.")
                 kv_stats = gr.Markdown(render.kv_stats_markdown({}), elem_id="mt-kv-stats")
-                with gr.Row():
-                    tier_plot = gr.LinePlot(x="t", y="MiB", color="series", title="Bytes per tier vs budget", x_title=X_TITLE, elem_id="mt-plot-tier")
-                    modality_plot = gr.LinePlot(x="t", y="MiB", color="series", title="Bytes per modality vs budget", x_title=X_TITLE, elem_id="mt-plot-modality")
-                    ratio_plot = gr.LinePlot(x="t", y="ratio", title="Times smaller than uncompressed", x_title=X_TITLE, elem_id="mt-plot-ratio")
+                # one plot per row: the legend (up to nine short series names) fits on one line under each
+                plot = dict(x="t", x_title=X_TITLE, height=PLOT_HEIGHT, x_lim=[0, 1])
+                tier_plot = gr.LinePlot(y="MiB", color="series", title="Memory by precision and tier, against the budget", color_title="", elem_id="mt-plot-tier", **plot)
+                modality_plot = gr.LinePlot(y="MiB", color="series", title="Memory by stream (speech, slides, instructions), against the budget", color_title="", elem_id="mt-plot-modality", **plot)
+                ratio_plot = gr.LinePlot(y="ratio", title="How many times smaller the meeting's blocks are than uncompressed", elem_id="mt-plot-ratio", **plot)
                 with gr.Accordion("Settings (apply to the next meeting you start)", open=False):
                     model = gr.Textbox(value=settings.llm.model, label="LLM (embedded name or local HF folder)", elem_id="mt-model")
                     budget = gr.Slider(0.05, 1.0, value=settings.kv.budget_ratio, step=0.05, label="KV budget (share of the full cache)", elem_id="mt-budget")

@@ -148,6 +148,23 @@ def slide_items(slides: Sequence[Any]) -> list[tuple[Any, str]]:
     return items
 
 
+# Plain names for the KV dashboard's series (the store's own keys stay in /metrics and the JSON stats).
+# Short enough that the legend of every series fits on one line under a full-width plot.
+TIER_SERIES = {"L1": "L1 full precision", "L2": "L2 quantized", "L3": "L3 summaries", "metadata": "page tables",
+               "sliding": "sliding window (not budgeted)", "device": "uncompressed cache"}
+MODALITY_SERIES = {"audio": "speech", "video": "slides", "text": "instructions"}
+BUDGET_SERIES = "budget"
+BUDGETED_SERIES = "budgeted total"
+
+
+def series_name(key: str, name: str) -> str:
+    """The legend's words for a store key: ``L2`` -> "L2 quantized", ``video`` -> "slides", ``cold_disk`` ->
+    "cold: disk" (off the device)."""
+    if key == "bytes_by_tier" and name.startswith("cold_"):
+        return f"cold: {name[len('cold_'):]}"
+    return (TIER_SERIES if key == "bytes_by_tier" else MODALITY_SERIES).get(name, name)
+
+
 @dataclass(frozen=True)
 class KVPoint:
     seconds: float
@@ -167,43 +184,64 @@ class KVHistory:
         return True
 
     def bytes_frame(self, key: str) -> pd.DataFrame:
-        """Long table (t, MiB, series) of ``kv[key]`` (bytes_by_tier / bytes_by_modality) plus the budget line."""
+        """Long table (t, MiB, series) of ``kv[key]`` (bytes_by_tier / bytes_by_modality) under plain series names,
+        plus the budget line; the tier table also has the total the budget is compared with (the tiered layers')."""
         rows = []
+        # a cold location that never held a block (redis when none is configured...) is left out of the legend
+        unused = {name for name in (self.points[-1].kv.get(key) or {}) if str(name).startswith("cold_")} - {
+            name for point in self.points for name, value in (point.kv.get(key) or {}).items() if value}
         for point in self.points:
             for name, value in (point.kv.get(key) or {}).items():
-                rows.append((point.seconds, value / MIB, str(name)))
+                if name not in unused:
+                    rows.append((point.seconds, value / MIB, series_name(key, str(name))))
             if point.kv.get("budget_bytes"):
-                rows.append((point.seconds, point.kv["budget_bytes"] / MIB, "budget"))
+                rows.append((point.seconds, point.kv["budget_bytes"] / MIB, BUDGET_SERIES))
+                if key == "bytes_by_tier" and point.kv.get("tiered_kv_bytes") is not None:
+                    rows.append((point.seconds, point.kv["tiered_kv_bytes"] / MIB, BUDGETED_SERIES))
         return pd.DataFrame(rows, columns=["t", "MiB", "series"])
 
     def ratio_frame(self) -> pd.DataFrame:
         rows = [(p.seconds, float(p.kv["compression_ratio"])) for p in self.points if p.kv.get("compression_ratio")]
         return pd.DataFrame(rows, columns=["t", "ratio"])
 
+    def time_range(self) -> list[float]:
+        """The plots' x axis: from the meeting's start to the latest point (never past the meeting)."""
+        return [0.0, max(self.points[-1].seconds, 1.0) if self.points else 1.0]
+
 
 def kv_stats_markdown(kv: dict, commit_lag: float | None = None) -> str:
-    """The model's memory of the meeting (its KV cache) in plain words, one item per line: mode, tokens, bytes held
-    against the budget, how much smaller than uncompressed, the cold tier, prefetch hits, commit lag."""
+    """The model's memory of the meeting (its KV cache) in plain words, one item per line: mode, tokens, memory
+    on the device split into what the budget counts and what it does not, how much smaller than uncompressed,
+    the cold tier, prefetch hits, commit lag."""
     if not kv:
         return "The model's memory of the meeting is empty: nothing has been said yet."
     mode = kv.get("mode", "normal")
     badge = ("**fallback**: the GPU/host tiers only (a slower tier failed or is too slow)" if mode == "fallback"
              else "**normal**")
     by_tier = kv.get("bytes_by_tier") or {}
-    used = sum(v for name, v in by_tier.items() if not str(name).startswith("cold_")) / MIB
+    on_device = sum(v for name, v in by_tier.items() if not str(name).startswith("cold_")) / MIB
     cold = sum(v for name, v in by_tier.items() if str(name).startswith("cold_")) / MIB
+    sliding = by_tier.get("sliding", 0) / MIB
+    budgeted = (kv["tiered_kv_bytes"] / MIB) if kv.get("tiered_kv_bytes") is not None else on_device - sliding
     budget = (kv.get("budget_bytes") or 0) / MIB
     full = (kv.get("full_precision_bytes") or 0) / MIB
     ratio = kv.get("compression_ratio", 1.0) or 1.0
     hit = kv.get("prefetch_hit_rate")
-    if ratio >= 1.0:
-        size = f"{ratio:.1f}x smaller than uncompressed" + (f" ({full:.2f} MiB)" if full else "")
+    if ratio >= 1.05:
+        size = f"the meeting's blocks are {ratio:.1f}x smaller than uncompressed" + (f" ({full:.2f} MiB)" if full else "")
+    elif ratio >= 1.0:
+        size = "not compressed: the meeting still fits its budget at full precision"
     else:  # a short meeting: block headers and scales outweigh what compression saved so far
         size = f"not compressed yet ({1 / ratio:.1f}x the uncompressed size while the meeting is short)"
+    memory = f"memory used: {on_device:.2f} MiB on the device"
+    if budget:
+        memory += f"; the meeting's blocks {budgeted:.2f} MiB of a {budget:.2f} MiB budget"
+    if sliding:
+        memory += f"; sliding-window layers {sliding:.2f} MiB (they keep only the latest tokens, outside the budget)"
     items = [
         f"mode: {badge}",
         f"tokens the model holds: {kv.get('tokens', 0)}",
-        f"memory used: {used:.2f} MiB of a {budget:.2f} MiB budget" if budget else f"memory used: {used:.2f} MiB",
+        memory,
         f"compression: {size}",
         *([f"moved out to the cold tier (read back when a question needs it): {cold:.2f} MiB"] if cold else []),
         (f"prefetch hits (cold blocks already in memory when needed): {hit:.0%}" if hit is not None
