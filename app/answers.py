@@ -450,8 +450,9 @@ def _capitalise(text: str) -> str:
 
 def _heard_alike(stem: str, said: list[str], threshold: float) -> bool:
     """Is ``stem`` close in spelling to a word said, or to two said words run together ("webinar" ~ "where we
-    are")? Short stems never match: "bus" and "mass" are different things."""
-    if not threshold or len(stem) < 4:
+    are")? Short stems never match: "bus" and "mass" are different things; nor do figures ("12000" and "15000"
+    are spelled alike and say different things)."""
+    if not threshold or len(stem) < 4 or any(c.isdigit() for c in stem):
         return False
     from rapidfuzz import fuzz
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from app.questions import STOPWORDS
 from app.sentences import Sentence
-from app.textnorm import numbers_as_digits
+from app.textnorm import numbers_as_digits, plain_figures
 
 log = logging.getLogger(__name__)
 logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
@@ -49,7 +49,7 @@ def stems(text: str) -> list[str]:
     text = text.lower()
     for pattern, replacement in _SAME:
         text = pattern.sub(replacement, text)
-    text = re.sub(r"(\d),(?=\d{3}\b)", r"\1", text)  # 12,000 is one figure, as "twelve thousand" becomes below
+    text = plain_figures(text)  # "12,000" and "10th" read as "twelve thousand" and "tenth" become below
     words = [w for w in numbers_as_digits(re.findall(r"[a-z0-9]+", text)) if w not in STOPWORDS]
     return _stemmer().stemWords(words)
 

@@ -129,6 +129,7 @@ class MeetingSession:
         self._snapshot_cache: tuple[int, Transcript, dict[str, str]] | None = None
 
         self._ledger = LineLedger()  # closed lines on their way into the KV
+        self._notes_lock = threading.Lock()  # notes prefilled after the LLM worker ended: one at a time
         self._speech_done = threading.Event()
         self._vision_done = threading.Event()
         self.timeline = _make_timeline()
@@ -387,6 +388,8 @@ class MeetingSession:
         """Save the meeting (KV blocks, scores, timeline, transcript) to the encrypted session store, incrementally
         (with ``rewrite``: every block again, under this session's source); ``minutia resume`` continues from it."""
         context = self._prefill.ready()
+        if self._finished.is_set():
+            self._drain_notes()  # a note written after the end goes into the KV before it is saved
         report = self._checkpoints.save(context, self.source, lambda: self._state_dict(context), rewrite)
         if self.on_transfer is not None:
             self.on_transfer("device", self.settings.store.backend, report.bytes_written, report.seconds)
@@ -472,7 +475,8 @@ class MeetingSession:
     def rename_speaker(self, speaker: str, name: str) -> str:
         """Call ``speaker`` (a label, or the name it goes by now) ``name`` from now on, in the transcript, answers
         and the saved meeting, whatever the meeting says; returns the label. Lines already in the KV keep the
-        speaker as they were written."""
+        speaker as they were written, so a note line goes into the KV after them: "[mm:ss] Note: The speaker written
+        above as Carol or SPEAKER_04 is Dana." (the model reads the rename where it reads the meeting)."""
         from app.speakers import checked_name
 
         name = checked_name(name)
@@ -485,7 +489,39 @@ class MeetingSession:
             self.kept_names = {**kept, label: name}
             self.forgotten_names = tuple(n for n in self.forgotten_names if n != name)
             self._version += 1
+            at = self._words[-1].end if self._words else 0.0
+        if speakers.get(label) == name:
+            return label  # nothing changed: no note
+        written = [n for n in dict.fromkeys((speakers.get(label), label)) if n and n != name]
+        self._note(ContextLine("text", at, at, "Note", f"The speaker written above as {' or '.join(written)} is {name}."))
         return label
+
+    def _note(self, line: ContextLine) -> None:
+        """Put a line of the app's own (not said in the meeting) into the KV after what it holds, without blocking
+        the caller (a bot's event loop). While input goes on the LLM worker prefills it as any line; once input
+        has ended that worker may be past its last drain, so a thread waits for it to finish and prefills the
+        line then (never two prefills at once; notes one at a time)."""
+        if self._closed.is_set():
+            return
+        self._append_line(line)
+        if self._speech_done.is_set() and self._vision_done.is_set():
+            threading.Thread(target=self._prefill_notes, name=f"note-{self.session_id}", daemon=True).start()
+
+    def _prefill_notes(self) -> None:
+        self._finished.wait()
+        try:
+            self._drain_notes()
+        except Exception:  # closed meanwhile: the note is lost with the meeting's memory, nothing else
+            log.exception("session %s: a note could not be prefilled", self.session_id)
+
+    def _drain_notes(self) -> None:
+        """Prefill the notes left after the LLM worker ended (call once it has: ``_finished``)."""
+        with self._notes_lock:
+            if self._error is not None or self._closed.is_set() or self._prefill.context is None:
+                return  # a failed or closed meeting's KV takes no more lines
+            context = self._prefill.context
+            self._ledger.drain(context)
+            context.flush()
 
     def transcript(self) -> Transcript:
         """Committed turns with the names people call each other (SPEAKER_xx until someone is named)."""

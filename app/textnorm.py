@@ -114,11 +114,16 @@ def _convert_number_words(tokens: list[str], keep_lone: bool = False) -> list[st
     return out
 
 
+def plain_figures(text: str) -> str:
+    """Digit groups joined and ordinal suffixes dropped: "12,000" -> "12000", "10th" -> "10"."""
+    text = re.sub(r"(\d),(?=\d{3}\b)", r"\1", text)
+    return re.sub(r"(\d+)(st|nd|rd|th)\b", r"\1", text)
+
+
 def normalize(text: str) -> str:
     t = text.lower().replace("\u2019", "'")
     t = re.sub(r"\$\s?(\d[\d,]*(?:\.\d+)?)", r"\1 dollars", t)
-    t = re.sub(r"(\d),(?=\d{3}\b)", r"\1", t)
-    t = re.sub(r"(\d+)(st|nd|rd|th)\b", r"\1", t)
+    t = plain_figures(t)
     t = t.replace("%", " percent")
     t = re.sub(r"(\d)-(\d)", r"\1 \2", t)
     t = re.sub(r"[a-z]+'[a-z]+", lambda m: _CONTRACTIONS.get(m.group(0), m.group(0)), t)

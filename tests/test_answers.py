@@ -345,6 +345,9 @@ def test_a_figure_asked_in_words_finds_the_line_that_says_it_in_digits_and_back(
     finder = AnswerFinder(t)
     assert finder.answer("Who said the pilot will cost twelve thousand dollars?").text == "Carol."
     assert finder.answer("Who said we want 200 users in the pilot?").text == "Bob."
+    assert finder.answer("Who said the pilot starts on March tenth?").text == "Carol."  # "March 10th" in the line
+    # a figure spelled alike is another figure: the pilot does not cost 15,000
+    assert finder.answer("Who said the pilot will cost fifteen thousand dollars?").text == NOT_IN_MEETING
     assert stems("twelve thousand") == stems("12,000") == ["12000"]
     assert "1" not in stems("one more week") and "1" not in stems("the first step")  # a lone "one" is no figure
-    assert stems("wait a second") == ["wait", "second"] and stems("March tenth") == ["march", "10"]
+    assert stems("wait a second") == ["wait", "second"] and stems("March tenth") == stems("March 10th") == ["march", "10"]

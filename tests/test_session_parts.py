@@ -305,10 +305,17 @@ def test_a_speaker_renamed_by_the_user_keeps_the_name_in_answers_and_after_a_res
         session.rename_speaker("SPEAKER_01", "  ")
     with pytest.raises(InputError, match="no speaker 'Zed'"):
         session.rename_speaker("Zed", "Dana")
+    lines = session.kv_stats()["lines"]
     assert session.rename_speaker("SPEAKER_01", " Dana ") == "SPEAKER_01"
     assert session.speakers() == {"SPEAKER_00": "Alice", "SPEAKER_01": "Dana"}
     assert "Dana" in session.ask("Who will send the report?").text
     assert session.rename_speaker("Alice", "Alicia") == "SPEAKER_00"  # by the name it goes by now
+    # the KV's lines keep the speaker they were written with: a note after them, in the KV and on its timeline,
+    # tells the model who that is now (the meeting had finished: the note is prefilled by the rename itself)
+    assert session.wait_until_prefilled(60) and session.kv_stats()["lines"] == lines + 2
+    notes = [seg.text for seg in session.timeline.segments() if seg.modality == "text"]
+    assert notes == ["The speaker written above as SPEAKER_01 is Dana.",
+                     "The speaker written above as Alice or SPEAKER_00 is Alicia."], notes
     session.save()
     runtime.close_session("renamed")
     resumed = runtime.resume_session("renamed")

@@ -97,12 +97,16 @@ def test_kv_history_frames_with_budget_line():
           "budget_bytes": 4 * render.MIB, "compression_ratio": 2.5, "prefetch_hit_rate": 0.75, "mode": "fallback",
           "tokens": 900}
     assert history.time_range() == [0.0, 1.0]  # nothing yet: a unit axis
+    assert history.bytes_frame("bytes_by_tier").empty and history.ratio_frame().empty
     assert history.add(1.0, kv)
     assert not history.add(1.0, kv)  # an unchanged tick adds nothing
     for t in (2.0, 3.0, 4.0):
         history.add(t, {**kv, "tokens": int(t)})
     assert [p.seconds for p in history.points] == [2.0, 3.0, 4.0]  # bounded
-    assert history.time_range() == [0.0, 4.0]  # the axis runs from the meeting's start to now, no further
+    assert history.time_range() == [2.0, 4.0]  # the oldest point kept to now (the history is full), no further
+    short = render.KVHistory(max_points=9)
+    short.add(4.0, kv)
+    assert short.time_range() == [0.0, 4.0]  # the meeting's start to now
     tiers = history.bytes_frame("bytes_by_tier")
     assert set(tiers["series"]) == {"L1 full precision", "L2 quantized", "sliding window (not budgeted)", "cold: disk",
                                     "budget", "budgeted total"}  # cold: redis never held a block: not plotted
@@ -121,7 +125,10 @@ def test_kv_history_frames_with_budget_line():
     assert "- prefetch hits" in stats and stats.count("\n- ") == 6
     early = render.kv_stats_markdown({**kv, "compression_ratio": 0.5, "prefetch_hit_rate": None})
     assert "not compressed yet (2.0x the uncompressed size" in early and "n/a (nothing read from the cold tier" in early
-    assert "not compressed: the meeting still fits its budget" in render.kv_stats_markdown({**kv, "compression_ratio": 1.02})
+    fits = {**kv, "compression_ratio": 1.02, "bytes_by_tier": {"L1": 3 * render.MIB}}
+    assert "not compressed: the meeting still fits its budget" in render.kv_stats_markdown(fits)
+    assert "about the uncompressed size (1.02x smaller)" in render.kv_stats_markdown({**kv, "compression_ratio": 1.02})
+    assert "budget" not in render.kv_stats_markdown({**fits, "budget_bytes": 0})  # a plain cache has none
     assert "empty" in render.kv_stats_markdown({})
     assert "drift" not in stats  # no sparse read: no drift line
     sparse = render.kv_stats_markdown({**kv, "quality_drift_js": 0.0123, "shadow_top1_agreement": 0.9, "drift_samples": 40})

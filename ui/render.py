@@ -187,6 +187,8 @@ class KVHistory:
         """Long table (t, MiB, series) of ``kv[key]`` (bytes_by_tier / bytes_by_modality) under plain series names,
         plus the budget line; the tier table also has the total the budget is compared with (the tiered layers')."""
         rows = []
+        if not self.points:
+            return pd.DataFrame(rows, columns=["t", "MiB", "series"])
         # a cold location that never held a block (redis when none is configured...) is left out of the legend
         unused = {name for name in (self.points[-1].kv.get(key) or {}) if str(name).startswith("cold_")} - {
             name for point in self.points for name, value in (point.kv.get(key) or {}).items() if value}
@@ -205,8 +207,12 @@ class KVHistory:
         return pd.DataFrame(rows, columns=["t", "ratio"])
 
     def time_range(self) -> list[float]:
-        """The plots' x axis: from the meeting's start to the latest point (never past the meeting)."""
-        return [0.0, max(self.points[-1].seconds, 1.0) if self.points else 1.0]
+        """The plots' x axis: from the meeting's start (or the oldest point kept, once the history is full) to the
+        latest point, never past the meeting."""
+        if not self.points:
+            return [0.0, 1.0]
+        first = self.points[0].seconds if len(self.points) == self.points.maxlen else 0.0
+        return [first, max(self.points[-1].seconds, first + 1.0)]
 
 
 def kv_stats_markdown(kv: dict, commit_lag: float | None = None) -> str:
@@ -229,8 +235,10 @@ def kv_stats_markdown(kv: dict, commit_lag: float | None = None) -> str:
     hit = kv.get("prefetch_hit_rate")
     if ratio >= 1.05:
         size = f"the meeting's blocks are {ratio:.1f}x smaller than uncompressed" + (f" ({full:.2f} MiB)" if full else "")
-    elif ratio >= 1.0:
+    elif ratio >= 1.0 and budget and not by_tier.get("L2"):
         size = "not compressed: the meeting still fits its budget at full precision"
+    elif ratio >= 1.0:
+        size = f"about the uncompressed size ({ratio:.2f}x smaller)"
     else:  # a short meeting: block headers and scales outweigh what compression saved so far
         size = f"not compressed yet ({1 / ratio:.1f}x the uncompressed size while the meeting is short)"
     memory = f"memory used: {on_device:.2f} MiB on the device"
