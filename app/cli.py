@@ -477,6 +477,47 @@ def forget(
               f"{report.blocks_deleted} block(s) deleted{left}")
 
 
+@app.command()
+def cost(
+    session: Annotated[str, typer.Argument(help="a saved meeting's session id")],
+    backend: Annotated[Optional[str], typer.Option("--store", help="disk or redis (default: the config's store)")] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """What a saved meeting cost at the config's prices (`cost:`): its share of the machine while it ran, what it
+    keeps in the session store, what its KV moved over the network; per meeting-hour (app/cost.py)."""
+    from rich.table import Table
+
+    from app.cost import GIB, meeting_cost, stored_bytes
+    from app.forget import saved_usage
+    from app.store import open_session_store
+
+    settings = _settings(config)
+    store = open_session_store(settings, create_key=False, backend=backend)
+    try:
+        usage = saved_usage(store, session)
+        measured = stored_bytes(store, session)  # in the store, the last save included
+        usage.stored_bytes = usage.stored_bytes if measured is None else measured
+    finally:
+        store.close()
+    report = meeting_cost(usage, settings.cost)
+    prices = settings.cost
+    table = Table(title=f"cost of meeting {escape(session)} (USD)")
+    for column in ("item", "measured", "price", "cost"):
+        table.add_column(column, justify="left" if column == "item" else "right")
+    table.add_row("machine share", f"{usage.machine_seconds / 3600:.3f} h of {report.cores} cores, {report.gpus} GPUs",
+                  f"{prices.cpu_core_hour:g}/core-h, {prices.gpu_hour:g}/GPU-h", f"{report.compute:.4f}")
+    table.add_row("storage (a month)", f"{usage.stored_bytes / GIB * 1024:.2f} MiB", f"{prices.storage_gib_month:g}/GiB-month",
+                  f"{report.storage:.4f}")
+    table.add_row("network", f"{usage.remote_bytes / GIB * 1024:.2f} MiB", f"{prices.network_gib:g}/GiB", f"{report.network:.4f}")
+    table.add_row("total", f"{usage.meeting_seconds / 60:.1f} min of meeting", "", f"{report.total:.4f}")
+    hourly = report.per_meeting_hour
+    table.add_row("per meeting-hour", "", "", "n/a (no meeting time)" if hourly is None else f"{hourly:.4f}")
+    out.print(table)
+    out.print(f"KV on the device: {usage.device_kv_byte_seconds / GIB / 3600:.4f} GiB-hours, peak "
+              f"{usage.peak_device_kv_bytes / GIB * 1024:.2f} MiB; cold tier in host memory: "
+              f"{usage.host_kv_byte_seconds / GIB / 3600:.4f} GiB-hours; wall time {usage.wall_seconds:.0f} s")
+
+
 def _with_store(settings: Settings, **overrides) -> Settings:
     """``settings`` with the store options a command was given (those not None)."""
     given = {k: v for k, v in overrides.items() if v is not None}

@@ -260,6 +260,20 @@ class VisionSettings(BaseModel):
 KVSettings.model_rebuild()
 
 
+class CostSettings(BaseModel):
+    """Prices for the cost per meeting-hour (app/cost.py; source document section 14), in USD. Defaults are
+    on-demand list prices of a typical cloud at the time of writing; put yours here."""
+
+    model_config = ConfigDict(extra="forbid")  # a misspelt key is an error, not ignored
+
+    cpu_core_hour: float = Field(0.048, ge=0, description="per CPU core-hour (instances price memory with cores)")
+    gpu_hour: float = Field(3.5, ge=0, description="per GPU-hour")
+    storage_gib_month: float = Field(0.023, ge=0, description="per GiB of saved meeting kept a month")
+    network_gib: float = Field(0.09, ge=0, description="per GiB of KV moved to or from a remote tier (Redis)")
+    cpu_cores: int | None = Field(None, ge=1, description="cores the machine price counts (None: this process's)")
+    gpus: int | None = Field(None, ge=0, description="GPUs the machine price counts (None: those torch sees)")
+
+
 class Settings(BaseSettings):
     """Everything a run needs. Build it with :func:`load_settings`."""
 
@@ -274,6 +288,7 @@ class Settings(BaseSettings):
     store: StoreSettings = StoreSettings()
     pii: PIISettings = PIISettings()
     vision: VisionSettings = VisionSettings()
+    cost: CostSettings = CostSettings()
 
 
 def preset_path(name_or_path: str) -> Path:

@@ -19,6 +19,7 @@ from app.transcript import Transcript, realign_to_sentences, turns_from_words
 from encoders.errors import InputError
 
 if TYPE_CHECKING:
+    from app.cost import Usage
     from app.runtime import Runtime
     from app.session import MeetingSession
     from kvstore.crypto import ShredReport
@@ -124,6 +125,7 @@ def _rebuilt(runtime: Runtime, session_id: str, saved: SavedState, plan: _Plan, 
     forgotten = plan.names.get(plan.label)
     session.forgotten_names = saved.forgotten_names + ((forgotten,) if forgotten else ())
     session.kept_names = {label: name for label, name in plan.names.items() if label != plan.label}
+    session.add_usage(saved.usage)  # the meeting's cost goes on from what it used before the rebuild
     timeline = saved.timeline  # the slides' image embeddings, so the timeline still finds them by picture
     pictures = {seg.start_s: vec for seg in timeline.segments()
                 if seg.modality == "video" and (vec := timeline.embedding(seg.index)) is not None}
@@ -138,6 +140,13 @@ def saved_speakers(store, session_id: str, hotwords: tuple[str, ...] = ()) -> di
     words = realign_to_sentences(saved.words)
     names = _names(words, hotwords, saved.forgotten_names, saved.kept_names)
     return {label: names.get(label) for label in dict.fromkeys(w.speaker for w in words)}
+
+
+def saved_usage(store, session_id: str) -> Usage:
+    """What a saved meeting used while it ran (app.cost.Usage), as saved with it."""
+    from app.cost import Usage
+
+    return Usage.from_dict(_saved(store, session_id).usage)
 
 
 def _names(words, hotwords, forgotten: tuple[str, ...], kept: dict[str, str]) -> dict[str, str]:

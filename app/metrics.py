@@ -18,6 +18,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from app.cost import Usage, meeting_cost
+
 SessionSource = Callable[[], Iterable[tuple[str, Any]]]
 """Returns (room or label, MeetingSession) pairs for the sessions to report."""
 
@@ -99,6 +101,10 @@ class SessionCollector(Collector):
         ttft = GaugeMetricFamily("minutia_question_last_ttft_seconds", "time to first token of the last answer",
                                  labels=["session"])
         states = GaugeMetricFamily("minutia_sessions", "sessions by state", labels=["state"])
+        cost = GaugeMetricFamily("minutia_session_cost_usd", "what the meeting cost so far at the configured prices "
+                                 "(machine share, storage, network; app/cost.py)", labels=["session"])
+        hourly = GaugeMetricFamily("minutia_session_cost_per_meeting_hour_usd", "the meeting's cost per hour of "
+                                   "meeting", labels=["session"])
         moved = CounterMetricFamily("minutia_kv_placement_transfer_bytes", "bytes the cold-tier placement moved "
                                     "between tiers", labels=["session", "source", "target"])
         moving = CounterMetricFamily("minutia_kv_placement_transfer_seconds", "seconds the cold-tier placement "
@@ -138,13 +144,18 @@ class SessionCollector(Collector):
             value = _float(kv.get("question_ttft"))
             if value is not None:
                 ttft.add_metric([label], value)
+            if "usage" in counters and getattr(session, "settings", None) is not None:
+                priced = meeting_cost(Usage.from_dict(counters["usage"]), session.settings.cost)
+                cost.add_metric([label], priced.total)
+                if priced.per_meeting_hour is not None:
+                    hourly.add_metric([label], priced.per_meeting_hour)
             for (source, target), (nbytes, seconds) in placement_transfers(session).items():
                 moved.add_metric([label, source, target], float(nbytes))
                 moving.add_metric([label, source, target], float(seconds))
         for state, count in by_state.items():
             states.add_metric([state], count)
         yield from (tier, modality, *(family for family, _ in per_kv), latency, fallback, lag, stream, dropped, words,
-                    ttft, states, moved, moving)
+                    ttft, states, moved, moving, cost, hourly)
         memory = GaugeMetricFamily("minutia_device_memory_bytes", "memory in use per device", labels=["device"])
         for device, value in device_memory().items():
             memory.add_metric([device], value)

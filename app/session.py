@@ -32,6 +32,7 @@ from app.actions import ActionItem, extract_action_items
 from app.answers import Answer
 from app.assistant import MeetingSummary
 from app.context import ContextLine, MeetingContext, PlacedLine
+from app.cost import REMOTE_TIERS, Usage, UsageMeter
 from app.events import Answered, Failed, Listeners, SessionEvent, SessionOutput, Slide, StateChanged
 from app.session_answers import MeetingQuestions
 from app.session_prefill import Prefiller
@@ -130,6 +131,7 @@ class MeetingSession:
 
         self._ledger = LineLedger()  # closed lines on their way into the KV
         self._notes_lock = threading.Lock()  # notes prefilled after the LLM worker ended: one at a time
+        self._usage = UsageMeter()  # what the meeting uses, for its cost (app/cost.py)
         self._speech_done = threading.Event()
         self._vision_done = threading.Event()
         self.timeline = _make_timeline()
@@ -335,13 +337,31 @@ class MeetingSession:
         inputs_done = (self._speech_done, self._vision_done)
         self._prefill.run(context, lambda: all(e.is_set() for e in inputs_done) or self._closed.is_set(),
                           self._checkpoint)
+        self._meter(context, force=True)
         if self.autosave and not self._closed.is_set() and self._said_anything():
             self.save()  # an empty meeting is never saved (nor saved over a meeting --replace would replace)
         self._finished.set()
         self._set_state("finished" if not self._closed.is_set() else self._state)
 
+    def _meter(self, context: MeetingContext, force: bool = False) -> None:
+        """Add the time since the last measure to the meeting's use (every few seconds, from the LLM worker)."""
+        if force or self._usage.due():
+            from app.metrics import placement_transfers
+
+            remote = sum(n for (a, b), (n, _) in placement_transfers(self).items() if a in REMOTE_TIERS or b in REMOTE_TIERS)
+            self._usage.tick(context.stats(), len(self.runtime.sessions()), self.stream_seconds, remote)
+
+    def add_usage(self, earlier: dict) -> None:
+        """Count what an earlier run of this meeting used (a rebuilt meeting continues the old one's cost)."""
+        self._usage.add(Usage.from_dict(earlier))
+
+    def usage(self) -> Usage:
+        """What the meeting has used so far (measured every few seconds while it runs)."""
+        return self._usage.snapshot()
+
     def _checkpoint(self, context: MeetingContext) -> None:
-        """Autosave when a checkpoint is due (and the meeting has anything to save)."""
+        """Autosave when a checkpoint is due (and the meeting has anything to save); measure the meeting's use."""
+        self._meter(context)
         if (self.autosave and self._checkpoints.due(self.settings.store.autosave_seconds,
                                                     context.lines + context.pending_lines)
                 and self._said_anything()):
@@ -391,6 +411,7 @@ class MeetingSession:
         if self._finished.is_set():
             self._drain_notes()  # a note written after the end goes into the KV before it is saved
         report = self._checkpoints.save(context, self.source, lambda: self._state_dict(context), rewrite)
+        self._usage.saved(report.bytes_written)
         if self.on_transfer is not None:
             self.on_transfer("device", self.settings.store.backend, report.bytes_written, report.seconds)
         return report
@@ -423,13 +444,14 @@ class MeetingSession:
                 position = max(self._time_offset, words[-1].end if words else 0.0)
             return SavedState(self.source, position, self.stream_seconds, lines, mark.last_speaker, words,
                               self._slides[:mark.slides], self.timeline, self.forgotten_names,
-                              self.kept_names).to_dict()
+                              self.kept_names, self._usage.snapshot().to_dict()).to_dict()
 
     def _restore_state(self, meta: dict) -> str | None:
         """Take the saved words, slides and position over; returns the label of the last line saved."""
         saved = SavedState.from_dict(meta, self.session_id, self.source)
         self.source, self._words, self._slides, self.timeline = saved.source, saved.words, saved.slides, saved.timeline
         self.forgotten_names, self.kept_names = saved.forgotten_names, saved.kept_names
+        self._usage = UsageMeter(Usage.from_dict(saved.usage))  # a resumed meeting adds to what it used before
         self._time_offset = saved.position
         self._received_samples = int(round(self._time_offset * SAMPLE_RATE))
         self._ledger = LineLedger(LineMark(len(self._words), len(self._slides), saved.last_speaker), saved.lines)
@@ -545,6 +567,7 @@ class MeetingSession:
                 "commit_lag_buckets": self._speech.commit_lag_histogram.cumulative(),
                 "commit_lag_sum": self._speech.commit_lag_histogram.total,
                 "commit_lag_count": self._speech.commit_lag_histogram.count,
+                "usage": self._usage.snapshot().to_dict(),
             }
             return SessionSnapshot(
                 session_id=self.session_id,

@@ -34,6 +34,7 @@ class SavedState:
     timeline: TimelineIndex
     forgotten_names: tuple[str, ...] = ()  # names of speakers forgotten (app/forget.py): never given again
     kept_names: dict[str, str] = field(default_factory=dict)  # label -> name known before a forget: kept
+    usage: dict = field(default_factory=dict)  # app.cost.Usage as a dict: what the meeting used so far
 
     def to_dict(self) -> dict:
         return {
@@ -48,6 +49,7 @@ class SavedState:
             "timeline": self.timeline.to_dict(),
             "forgotten_names": list(self.forgotten_names),
             "kept_names": dict(self.kept_names),
+            "usage": dict(self.usage),
         }
 
     @classmethod
@@ -69,6 +71,7 @@ class SavedState:
             timeline=TimelineIndex.from_dict(meta["timeline"]),
             forgotten_names=tuple(meta.get("forgotten_names", ())),
             kept_names={str(k): str(v) for k, v in (meta.get("kept_names") or {}).items()},
+            usage=dict(meta.get("usage") or {}),
         )
 
 

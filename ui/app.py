@@ -507,12 +507,20 @@ class LivePage:
             status,
             render.transcript_html(snapshot.transcript, snapshot.tentative, tab.search),
             *self._plots(tab.history),
-            render.kv_stats_markdown(snapshot.kv, snapshot.commit_lag),
+            render.kv_stats_markdown(snapshot.kv, snapshot.commit_lag, self._cost(session, snapshot)),
             render.slide_items(snapshot.slides),
             actions,
             summary,
             player,
         )
+
+    @staticmethod
+    def _cost(session: MeetingSession, snapshot: SessionSnapshot) -> Any:
+        """The meeting's cost so far at its settings' prices (app/cost.py), or None before it was measured."""
+        from app.cost import Usage, meeting_cost
+
+        usage = (snapshot.counters or {}).get("usage")
+        return meeting_cost(Usage.from_dict(usage), session.settings.cost) if usage else None
 
     @staticmethod
     def _plots(history: render.KVHistory) -> tuple[Any, Any, Any]:

@@ -215,7 +215,7 @@ class KVHistory:
         return [first, max(self.points[-1].seconds, first + 1.0)]
 
 
-def kv_stats_markdown(kv: dict, commit_lag: float | None = None) -> str:
+def kv_stats_markdown(kv: dict, commit_lag: float | None = None, cost: Any = None) -> str:
     """The model's memory of the meeting (its KV cache) in plain words, one item per line: mode, tokens, memory
     on the device split into what the budget counts and what it does not, how much smaller than uncompressed,
     the cold tier, prefetch hits, commit lag."""
@@ -266,6 +266,11 @@ def kv_stats_markdown(kv: dict, commit_lag: float | None = None) -> str:
                      f"({kv.get('shadow_questions', 0)} compared)")
     if commit_lag is not None:
         items.append(f"commit lag (speech to transcript): {commit_lag:.1f} s")
+    if cost is not None:  # an app.cost.CostReport
+        hourly = cost.per_meeting_hour
+        items.append(f"cost so far: ${cost.total:.4f}" + (f", ${hourly:.3f} per meeting-hour" if hourly else "")
+                     + f" (this meeting's share of {cost.cores} cores" + (f" and {cost.gpus} GPUs" if cost.gpus else "")
+                     + ", its saved copy, its network use; prices in the config's `cost:`)")
     return "\n".join(f"- {item}" for item in items)
 
 

@@ -1,0 +1,182 @@
+"""What a meeting costs: its measured use of the machine, priced (source document, section 14).
+
+    cost per meeting-hour = (GPU rate x GPUs + CPU rate x cores) x machine share + storage + network
+                            ------------------------------------------------------------------------
+                                                    meeting hours
+
+"Machine share" is the session's wall time divided by the meetings the process held at the time (the
+document's "concurrent sessions"), summed as the meeting runs: one meeting alone pays the whole machine, four
+rooms in one bot pay a quarter each. Storage is what its saves wrote to the session store, priced for a month
+of keeping; network is what its KV moved to and from a remote tier (Redis). The KV's bytes on the device and in
+the host cold tier are measured too (GiB-hours, and the peak, which says how many meetings fit one device);
+their price is in the machine's (instances are priced by cores with their memory).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Callable
+
+GIB = 1024**3
+REMOTE_TIERS = ("redis",)  # placement tiers reached over the network
+
+
+@dataclass
+class Usage:
+    """One meeting's use, integrated over the wall time it ran (saved with it, so a resume adds to it)."""
+
+    meeting_seconds: float = 0.0  # stream seconds received
+    wall_seconds: float = 0.0
+    machine_seconds: float = 0.0  # sum of wall seconds / meetings open at the time
+    device_kv_byte_seconds: float = 0.0
+    host_kv_byte_seconds: float = 0.0  # the cold tier in host memory
+    peak_device_kv_bytes: int = 0
+    remote_bytes: int = 0  # KV moved to / from a remote tier
+    stored_bytes: int = 0  # written by its saves (a saved copy holds the figure before that save; `minutia cost`
+    # measures the store itself)
+
+    def to_dict(self) -> dict[str, float | int]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> Usage:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in (data or {}).items() if k in known})
+
+
+def kv_bytes(kv: dict) -> tuple[int, int]:
+    """(device, host cold tier) bytes of a session's KV statistics (``TieredCache.stats`` / context stats)."""
+    by_tier = kv.get("bytes_by_tier") or {}
+    device = sum(int(v) for name, v in by_tier.items() if not str(name).startswith("cold_"))
+    return device, int(by_tier.get("cold_host", 0))
+
+
+class UsageMeter:
+    """Integrates a session's use as it runs: :meth:`tick` from its LLM worker (each step; it measures at most
+    every ``every`` seconds, the KV statistics are read only then)."""
+
+    def __init__(self, usage: Usage | None = None, every: float = 5.0, clock: Callable[[], float] = time.monotonic):
+        self.usage = usage or Usage()
+        self.every = every
+        self._clock = clock
+        self._last = clock()  # the meeting runs (and holds its share of the machine) from now
+        self._device = self._host = 0  # KV bytes at the last measure: the integral is by trapezoids
+        self._remote_base = self.usage.remote_bytes  # the tiers' counters start at 0 in this process
+        self._lock = threading.Lock()
+
+    def snapshot(self) -> Usage:
+        with self._lock:
+            return Usage.from_dict(self.usage.to_dict())
+
+    def add(self, earlier: Usage) -> None:
+        """Count what an earlier run of the meeting used (a rebuilt meeting goes on with the old one's cost)."""
+        with self._lock:
+            self._add(earlier)
+
+    def _add(self, earlier: Usage) -> None:
+        u = self.usage
+        for f in fields(Usage):
+            if f.name in ("meeting_seconds", "peak_device_kv_bytes"):
+                setattr(u, f.name, max(getattr(u, f.name), getattr(earlier, f.name)))
+            else:
+                setattr(u, f.name, getattr(u, f.name) + getattr(earlier, f.name))
+        self._remote_base += earlier.remote_bytes
+
+    def due(self) -> bool:
+        return self._clock() - self._last >= self.every
+
+    def tick(self, kv: dict, open_meetings: int, meeting_seconds: float, remote_bytes: int) -> None:
+        """Add the time since the last tick at the use seen now (``kv``: the session's KV statistics)."""
+        device, host = kv_bytes(kv)
+        with self._lock:
+            self._tick(device, host, open_meetings, meeting_seconds, remote_bytes)
+
+    def _tick(self, device: int, host: int, open_meetings: int, meeting_seconds: float, remote_bytes: int) -> None:
+        now = self._clock()
+        dt, self._last = now - self._last, now
+        u = self.usage
+        u.wall_seconds += dt
+        u.machine_seconds += dt / max(1, open_meetings)
+        u.device_kv_byte_seconds += dt * (self._device + device) / 2
+        u.host_kv_byte_seconds += dt * (self._host + host) / 2
+        self._device, self._host = device, host
+        u.peak_device_kv_bytes = max(u.peak_device_kv_bytes, device)
+        u.meeting_seconds = max(u.meeting_seconds, meeting_seconds)
+        u.remote_bytes = self._remote_base + remote_bytes
+
+    def saved(self, bytes_written: int) -> None:
+        with self._lock:
+            self.usage.stored_bytes += int(bytes_written)
+
+
+@dataclass(frozen=True)
+class CostReport:
+    usage: Usage
+    cores: int
+    gpus: int
+    compute: float  # USD
+    storage: float
+    network: float
+
+    @property
+    def total(self) -> float:
+        return self.compute + self.storage + self.network
+
+    @property
+    def per_meeting_hour(self) -> float | None:
+        hours = self.usage.meeting_seconds / 3600
+        return self.total / hours if hours > 0 else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"usage": self.usage.to_dict(), "cores": self.cores, "gpus": self.gpus, "compute_usd": self.compute,
+                "storage_usd": self.storage, "network_usd": self.network, "total_usd": self.total,
+                "per_meeting_hour_usd": self.per_meeting_hour}
+
+
+def machine(prices: Any) -> tuple[int, int]:
+    """(cores, GPUs) the prices apply to: the settings', else this machine's."""
+    import os
+
+    cores = prices.cpu_cores
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    gpus = prices.gpus
+    if gpus is None:
+        try:
+            import torch
+
+            gpus = torch.cuda.device_count()
+        except Exception:  # pragma: no cover - no torch: no GPU
+            gpus = 0
+    return int(cores or 1), int(gpus)
+
+
+def meeting_cost(usage: Usage, prices: Any, cores: int | None = None, gpus: int | None = None) -> CostReport:
+    """Price ``usage`` with ``prices`` (app.config.CostSettings) on a machine of ``cores`` and ``gpus``."""
+    if cores is None or gpus is None:
+        found_cores, found_gpus = machine(prices)
+        cores = found_cores if cores is None else cores
+        gpus = found_gpus if gpus is None else gpus
+    rate = prices.gpu_hour * gpus + prices.cpu_core_hour * cores  # USD per machine-hour
+    return CostReport(usage, cores, gpus,
+                      compute=rate * usage.machine_seconds / 3600,
+                      storage=prices.storage_gib_month * usage.stored_bytes / GIB,
+                      network=prices.network_gib * usage.remote_bytes / GIB)
+
+
+def stored_bytes(store: Any, session: str) -> int | None:
+    """Bytes a saved meeting takes in the session store as stored (sealed): the disk store's index counts each
+    block's payload (no block is read); None for a store that keeps no such count (then what its saves wrote is
+    the figure)."""
+    inner = store
+    while (below := getattr(inner, "inner", None) or getattr(inner, "_inner", None)) is not None:
+        inner = below
+    index = getattr(inner, "_index", None)
+    lock = getattr(inner, "_lock", None)
+    if not isinstance(index, dict) or lock is None:
+        return None
+    with lock:
+        sizes = list((index.get(session) or {}).values())
+    return sum(sizes) if all(isinstance(n, int) for n in sizes) else None

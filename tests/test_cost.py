@@ -1,0 +1,112 @@
+"""The cost of a meeting (issue 19 item 5): its measured use of the machine, priced (app/cost.py)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from app.config import CostSettings
+from app.cost import GIB, Usage, UsageMeter, meeting_cost
+
+RATE = 16000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _kv(device_mib: float, host_mib: float = 0.0) -> dict:
+    mib = 1024 * 1024
+    return {"bytes_by_tier": {"L1": int(device_mib * mib * 0.75), "sliding": int(device_mib * mib * 0.25),
+                              "cold_host": int(host_mib * mib), "cold_disk": 5 * mib}}
+
+
+def test_the_meter_shares_the_machine_between_the_meetings_open_and_integrates_the_kv():
+    clock = Clock()
+    meter = UsageMeter(every=5.0, clock=clock)  # the meeting starts now
+    assert not meter.due()
+    clock.now += 5
+    assert meter.due()
+    meter.tick(_kv(4), open_meetings=1, meeting_seconds=0.0, remote_bytes=0)
+    assert not meter.due() and meter.snapshot().wall_seconds == 5
+    clock.now += 10
+    meter.tick(_kv(8, host_mib=2), open_meetings=1, meeting_seconds=10.0, remote_bytes=1000)
+    clock.now += 10
+    meter.tick(_kv(6), open_meetings=4, meeting_seconds=20.0, remote_bytes=3000)  # three more rooms opened
+    used = meter.snapshot()
+    assert used.wall_seconds == 25 and used.machine_seconds == pytest.approx(5 + 10 + 10 / 4)
+    # by trapezoids: 0 -> 4 MiB over 5 s, 4 -> 8 over 10 s, 8 -> 6 over 10 s
+    assert used.device_kv_byte_seconds == pytest.approx((5 * 2 + 10 * 6 + 10 * 7) * 2**20, rel=1e-6)
+    assert used.host_kv_byte_seconds == pytest.approx((10 * 1 + 10 * 1) * 2**20, rel=1e-6)  # cold_disk is no memory
+    assert used.peak_device_kv_bytes == pytest.approx(8 * 2**20, rel=1e-6) and used.meeting_seconds == 20
+    assert used.remote_bytes == 3000
+    meter.saved(4096)
+    assert Usage.from_dict(meter.snapshot().to_dict()) == meter.snapshot()  # saved with the meeting, read back
+    # a rebuilt or resumed meeting goes on from what it used; its tiers count from 0 again
+    later = UsageMeter(Usage.from_dict(meter.snapshot().to_dict()), clock=clock)
+    later.tick(_kv(1), 1, 25.0, remote_bytes=10)
+    assert later.snapshot().remote_bytes == 3010 and later.snapshot().stored_bytes == 4096
+    assert later.snapshot().peak_device_kv_bytes == used.peak_device_kv_bytes  # a peak is not added up
+
+
+def test_the_price_follows_the_formula_of_the_source_document():
+    """(GPU rate x GPUs + CPU rate x cores) x machine share + storage + network, per meeting-hour."""
+    prices = CostSettings(cpu_core_hour=0.05, gpu_hour=3.0, storage_gib_month=0.02, network_gib=0.1)
+    usage = Usage(meeting_seconds=1800, wall_seconds=1800, machine_seconds=900, stored_bytes=GIB // 2,
+                  remote_bytes=2 * GIB)
+    report = meeting_cost(usage, prices, cores=8, gpus=1)
+    assert report.compute == pytest.approx((3.0 + 8 * 0.05) * 0.25)
+    assert report.storage == pytest.approx(0.01) and report.network == pytest.approx(0.2)
+    assert report.per_meeting_hour == pytest.approx(report.total * 2)
+    assert meeting_cost(Usage(), prices, cores=2, gpus=0).per_meeting_hour is None  # no meeting yet: no rate
+    with pytest.raises(ValueError):
+        CostSettings(cpu_core_hour=-1)
+
+
+def test_a_meeting_measures_its_use_saves_it_and_shows_its_cost(session_parts):
+    """A real session (the stand-in recogniser, the tiny Gemma 3 through the TieredCache): its use is measured
+    while it runs, goes on /metrics as a cost, is saved with the meeting and resumed from, and `minutia cost`
+    prices it."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from app.metrics import Metrics
+
+    runtime, meeting = session_parts
+    session = runtime.new_session("priced")
+    session._usage.every = 0.0  # measure at every step of the LLM worker (a short meeting)
+    audio = meeting.audio
+    for start in range(0, len(audio), RATE // 2):
+        session.feed_audio(audio[start:start + RATE // 2], RATE)
+    session.finish(timeout=120)
+    used = session.usage()
+    assert used.wall_seconds > 0 and used.machine_seconds > 0 and used.device_kv_byte_seconds > 0
+    assert used.peak_device_kv_bytes > 0 and used.meeting_seconds == pytest.approx(len(audio) / RATE, abs=0.6)
+    text = Metrics(lambda: [("priced", session)]).render()[0].decode()
+    gauges = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples
+              if s.name.startswith("minutia_session_cost")}
+    assert gauges["minutia_session_cost_usd"] > 0 and gauges["minutia_session_cost_per_meeting_hour_usd"] > 0
+    session.save()
+    runtime.close_session("priced")
+    resumed = runtime.resume_session("priced")
+    assert resumed.usage().machine_seconds >= used.machine_seconds  # it goes on from what it used
+    assert resumed.usage().device_kv_byte_seconds >= used.device_kv_byte_seconds
+    runtime.close_session("priced")
+
+    env = {**os.environ, "MINUTIA_HOME": str(runtime.settings.home), "COLUMNS": "160"}
+    result = subprocess.run([sys.executable, "-m", "app.cli", "cost", "priced"], capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "machine share" in result.stdout and "per meeting-hour" in result.stdout
+    stored = re.search(r"storage \(a month\)\s*│\s*([\d.]+) MiB", result.stdout)
+    assert stored and float(stored.group(1)) > 0, result.stdout  # measured in the store
+    missing = subprocess.run([sys.executable, "-m", "app.cli", "cost", "no-such-meeting"], capture_output=True,
+                             text=True, env=env, timeout=120)
+    assert missing.returncode == 2 and "no saved session 'no-such-meeting'" in missing.stderr, missing.stderr[-2000:]
