@@ -491,14 +491,22 @@ def cost(
     from app.forget import saved_usage
     from app.store import open_session_store
 
+    from kvstore.stores import StoreError
+
     settings = _settings(config)
     store = open_session_store(settings, create_key=False, backend=backend)
     try:
         usage = saved_usage(store, session)
         measured = stored_bytes(store, session)  # in the store, the last save included
         usage.stored_bytes = usage.stored_bytes if measured is None else measured
+    except StoreError as exc:  # a wrong key, a store that went away
+        raise InputError(f"session {session!r} could not be read: {exc}") from None
+    except (TypeError, ValueError, AttributeError):
+        raise InputError(f"session {session!r} holds a damaged record of what it used") from None
     finally:
         store.close()
+    if not usage.wall_seconds:
+        raise InputError(f"session {session!r} was saved before minutia metered what a meeting uses: no cost to show")
     report = meeting_cost(usage, settings.cost)
     prices = settings.cost
     table = Table(title=f"cost of meeting {escape(session)} (USD)")

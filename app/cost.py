@@ -34,16 +34,19 @@ class Usage:
     host_kv_byte_seconds: float = 0.0  # the cold tier in host memory
     peak_device_kv_bytes: int = 0
     remote_bytes: int = 0  # KV moved to / from a remote tier
-    stored_bytes: int = 0  # written by its saves (a saved copy holds the figure before that save; `minutia cost`
-    # measures the store itself)
+    stored_bytes: int = 0  # what the store holds of it after its last save (a saved copy holds the figure of the
+    # save before; `minutia cost` measures the store itself)
+    cores: int = 0  # the machine it ran on (0: not recorded; priced on the machine that prices it)
+    gpus: int = 0
 
     def to_dict(self) -> dict[str, float | int]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict | None) -> Usage:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in (data or {}).items() if k in known})
+        """Read back; raises ValueError (TypeError) on a figure that is not a number."""
+        types = {f.name: (int if f.type in ("int", int) else float) for f in fields(cls)}
+        return cls(**{k: types[k](v) for k, v in (data or {}).items() if k in types})
 
 
 def kv_bytes(kv: dict) -> tuple[int, int]:
@@ -57,14 +60,21 @@ class UsageMeter:
     """Integrates a session's use as it runs: :meth:`tick` from its LLM worker (each step; it measures at most
     every ``every`` seconds, the KV statistics are read only then)."""
 
-    def __init__(self, usage: Usage | None = None, every: float = 5.0, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, usage: Usage | None = None, every: float = 5.0, clock: Callable[[], float] = time.monotonic,
+                 cores: int = 0, gpus: int = 0):
         self.usage = usage or Usage()
+        self.usage.cores, self.usage.gpus = cores or self.usage.cores, gpus or self.usage.gpus
         self.every = every
         self._clock = clock
         self._last = clock()  # the meeting runs (and holds its share of the machine) from now
         self._device = self._host = 0  # KV bytes at the last measure: the integral is by trapezoids
         self._remote_base = self.usage.remote_bytes  # the tiers' counters start at 0 in this process
         self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """The meeting runs from now (its models are loaded: loading is not meeting time)."""
+        with self._lock:
+            self._last = self._clock()
 
     def snapshot(self) -> Usage:
         with self._lock:
@@ -78,7 +88,9 @@ class UsageMeter:
     def _add(self, earlier: Usage) -> None:
         u = self.usage
         for f in fields(Usage):
-            if f.name in ("meeting_seconds", "peak_device_kv_bytes"):
+            if f.name in ("cores", "gpus"):
+                continue
+            if f.name in ("meeting_seconds", "peak_device_kv_bytes", "stored_bytes"):
                 setattr(u, f.name, max(getattr(u, f.name), getattr(earlier, f.name)))
             else:
                 setattr(u, f.name, getattr(u, f.name) + getattr(earlier, f.name))
@@ -106,9 +118,10 @@ class UsageMeter:
         u.meeting_seconds = max(u.meeting_seconds, meeting_seconds)
         u.remote_bytes = self._remote_base + remote_bytes
 
-    def saved(self, bytes_written: int) -> None:
+    def saved(self, stored: int) -> None:
+        """The store holds ``stored`` bytes of the meeting after a save (not added up: a save replaces blocks)."""
         with self._lock:
-            self.usage.stored_bytes += int(bytes_written)
+            self.usage.stored_bytes = int(stored)
 
 
 @dataclass(frozen=True)
@@ -155,6 +168,8 @@ def machine(prices: Any) -> tuple[int, int]:
 
 def meeting_cost(usage: Usage, prices: Any, cores: int | None = None, gpus: int | None = None) -> CostReport:
     """Price ``usage`` with ``prices`` (app.config.CostSettings) on a machine of ``cores`` and ``gpus``."""
+    cores = cores if cores is not None else (usage.cores or None)  # the machine the meeting ran on
+    gpus = gpus if gpus is not None else (usage.gpus if usage.cores else None)
     if cores is None or gpus is None:
         found_cores, found_gpus = machine(prices)
         cores = found_cores if cores is None else cores

@@ -32,7 +32,7 @@ from app.actions import ActionItem, extract_action_items
 from app.answers import Answer
 from app.assistant import MeetingSummary
 from app.context import ContextLine, MeetingContext, PlacedLine
-from app.cost import REMOTE_TIERS, Usage, UsageMeter
+from app.cost import REMOTE_TIERS, Usage, UsageMeter, machine, stored_bytes
 from app.events import Answered, Failed, Listeners, SessionEvent, SessionOutput, Slide, StateChanged
 from app.session_answers import MeetingQuestions
 from app.session_prefill import Prefiller
@@ -103,6 +103,14 @@ class SharedModels(Protocol):
 
     def session_store(self, create_key: bool = True) -> Any: ...
 
+    def sessions(self) -> list["MeetingSession"]: ...
+
+
+def _machine(settings: Any) -> dict[str, int]:
+    """The cores and GPUs a meeting runs on, recorded with its use (the config's, else this machine's)."""
+    cores, gpus = machine(settings.cost) if getattr(settings, "cost", None) is not None else (0, 0)
+    return {"cores": cores, "gpus": gpus}
+
 
 class MeetingSession:
     def __init__(self, runtime: SharedModels, session_id: str, source: str = "live", autosave: bool = False,
@@ -131,7 +139,7 @@ class MeetingSession:
 
         self._ledger = LineLedger()  # closed lines on their way into the KV
         self._notes_lock = threading.Lock()  # notes prefilled after the LLM worker ended: one at a time
-        self._usage = UsageMeter()  # what the meeting uses, for its cost (app/cost.py)
+        self._usage = UsageMeter(**_machine(self.settings))  # what the meeting uses, for its cost (app/cost.py)
         self._speech_done = threading.Event()
         self._vision_done = threading.Event()
         self.timeline = _make_timeline()
@@ -334,6 +342,7 @@ class MeetingSession:
                                      cold_tier=self.runtime.cold_tier(self.session_id, self.source),
                                      erase_pii=erase_pii)
         context.on_placed(self._place_on_timeline)
+        self._usage.start()  # the models are loaded: the meeting's use of the machine is metered from here
         inputs_done = (self._speech_done, self._vision_done)
         self._prefill.run(context, lambda: all(e.is_set() for e in inputs_done) or self._closed.is_set(),
                           self._checkpoint)
@@ -345,11 +354,16 @@ class MeetingSession:
 
     def _meter(self, context: MeetingContext, force: bool = False) -> None:
         """Add the time since the last measure to the meeting's use (every few seconds, from the LLM worker)."""
-        if force or self._usage.due():
-            from app.metrics import placement_transfers
+        if not (force or self._usage.due()):
+            return
+        from app.metrics import placement_transfers
 
+        try:  # a figure that cannot be read is left out; it never stops the meeting
             remote = sum(n for (a, b), (n, _) in placement_transfers(self).items() if a in REMOTE_TIERS or b in REMOTE_TIERS)
-            self._usage.tick(context.stats(), len(self.runtime.sessions()), self.stream_seconds, remote)
+            running = sum(1 for s in self.runtime.sessions() if s.running) or 1  # finished meetings share no more
+            self._usage.tick(context.stats(), running, self.stream_seconds, remote)
+        except Exception:
+            log.exception("session %s: its use could not be measured", self.session_id)
 
     def add_usage(self, earlier: dict) -> None:
         """Count what an earlier run of this meeting used (a rebuilt meeting continues the old one's cost)."""
@@ -411,7 +425,8 @@ class MeetingSession:
         if self._finished.is_set():
             self._drain_notes()  # a note written after the end goes into the KV before it is saved
         report = self._checkpoints.save(context, self.source, lambda: self._state_dict(context), rewrite)
-        self._usage.saved(report.bytes_written)
+        held = stored_bytes(self._checkpoints.store, self.session_id)  # None: a store that does not count them
+        self._usage.saved(held if held is not None else max(self._usage.snapshot().stored_bytes, report.bytes_written))
         if self.on_transfer is not None:
             self.on_transfer("device", self.settings.store.backend, report.bytes_written, report.seconds)
         return report
@@ -451,7 +466,8 @@ class MeetingSession:
         saved = SavedState.from_dict(meta, self.session_id, self.source)
         self.source, self._words, self._slides, self.timeline = saved.source, saved.words, saved.slides, saved.timeline
         self.forgotten_names, self.kept_names = saved.forgotten_names, saved.kept_names
-        self._usage = UsageMeter(Usage.from_dict(saved.usage))  # a resumed meeting adds to what it used before
+        # a resumed meeting adds to what it used before
+        self._usage = UsageMeter(Usage.from_dict(saved.usage), **_machine(self.settings))
         self._time_offset = saved.position
         self._received_samples = int(round(self._time_offset * SAMPLE_RATE))
         self._ledger = LineLedger(LineMark(len(self._words), len(self._slides), saved.last_speaker), saved.lines)
@@ -619,6 +635,11 @@ class MeetingSession:
     @property
     def state(self) -> str:
         return self._state
+
+    @property
+    def running(self) -> bool:
+        """Its workers still run (it shares the machine with the other meetings that do)."""
+        return not self._finished.is_set()
 
     @property
     def error(self) -> str | None:

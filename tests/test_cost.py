@@ -49,6 +49,9 @@ def test_the_meter_shares_the_machine_between_the_meetings_open_and_integrates_t
     assert used.peak_device_kv_bytes == pytest.approx(8 * 2**20, rel=1e-6) and used.meeting_seconds == 20
     assert used.remote_bytes == 3000
     meter.saved(4096)
+    meter.saved(4000)  # what the store holds after the last save, not a sum
+    assert meter.snapshot().stored_bytes == 4000
+    meter.saved(4096)
     assert Usage.from_dict(meter.snapshot().to_dict()) == meter.snapshot()  # saved with the meeting, read back
     # a rebuilt or resumed meeting goes on from what it used; its tiers count from 0 again
     later = UsageMeter(Usage.from_dict(meter.snapshot().to_dict()), clock=clock)
@@ -69,6 +72,10 @@ def test_the_price_follows_the_formula_of_the_source_document():
     assert meeting_cost(Usage(), prices, cores=2, gpus=0).per_meeting_hour is None  # no meeting yet: no rate
     with pytest.raises(ValueError):
         CostSettings(cpu_core_hour=-1)
+    # priced on the machine the meeting ran on, when it was recorded
+    assert meeting_cost(Usage(meeting_seconds=3600, machine_seconds=3600, cores=4, gpus=0), prices).cores == 4
+    with pytest.raises(ValueError):
+        Usage.from_dict({"wall_seconds": "a lot"})  # a damaged record is refused, not priced
 
 
 def test_a_meeting_measures_its_use_saves_it_and_shows_its_cost(session_parts):
@@ -94,6 +101,9 @@ def test_a_meeting_measures_its_use_saves_it_and_shows_its_cost(session_parts):
               if s.name.startswith("minutia_session_cost")}
     assert gauges["minutia_session_cost_usd"] > 0 and gauges["minutia_session_cost_per_meeting_hour_usd"] > 0
     session.save()
+    stored = session.usage().stored_bytes
+    session.save()  # a save replaces what the one before wrote: the meeting does not take twice the space
+    assert 0 < session.usage().stored_bytes <= stored * 1.2, (stored, session.usage().stored_bytes)
     runtime.close_session("priced")
     resumed = runtime.resume_session("priced")
     assert resumed.usage().machine_seconds >= used.machine_seconds  # it goes on from what it used
