@@ -487,7 +487,7 @@ def cost(
     keeps in the session store, what its KV moved over the network; per meeting-hour (app/cost.py)."""
     from rich.table import Table
 
-    from app.cost import GIB, meeting_cost, stored_bytes
+    from app.cost import GIB, meeting_cost
     from app.forget import saved_usage
     from app.store import open_session_store
 
@@ -497,7 +497,7 @@ def cost(
     store = open_session_store(settings, create_key=False, backend=backend)
     try:
         usage = saved_usage(store, session)
-        measured = stored_bytes(store, session)  # in the store, the last save included
+        measured = store.session_nbytes(session)  # in the store, the last save included
         usage.stored_bytes = usage.stored_bytes if measured is None else measured
     except StoreError as exc:  # a wrong key, a store that went away
         raise InputError(f"session {session!r} could not be read: {exc}") from None

@@ -6,8 +6,8 @@
 
 "Machine share" is the session's wall time divided by the meetings the process held at the time (the
 document's "concurrent sessions"), summed as the meeting runs: one meeting alone pays the whole machine, four
-rooms in one bot pay a quarter each. Storage is what its saves wrote to the session store, priced for a month
-of keeping; network is what its KV moved to and from a remote tier (Redis). The KV's bytes on the device and in
+rooms in one bot pay a quarter each. Storage is what the session store holds of it after its last save, priced
+for a month of keeping; network is what its KV moved to and from a remote tier (Redis). The KV's bytes on the device and in
 the host cold tier are measured too (GiB-hours, and the peak, which says how many meetings fit one device);
 their price is in the machine's (instances are priced by cores with their memory).
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Callable
 
 GIB = 1024**3
@@ -78,7 +78,7 @@ class UsageMeter:
 
     def snapshot(self) -> Usage:
         with self._lock:
-            return Usage.from_dict(self.usage.to_dict())
+            return replace(self.usage)
 
     def add(self, earlier: Usage) -> None:
         """Count what an earlier run of the meeting used (a rebuilt meeting goes on with the old one's cost)."""
@@ -142,11 +142,6 @@ class CostReport:
         hours = self.usage.meeting_seconds / 3600
         return self.total / hours if hours > 0 else None
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"usage": self.usage.to_dict(), "cores": self.cores, "gpus": self.gpus, "compute_usd": self.compute,
-                "storage_usd": self.storage, "network_usd": self.network, "total_usd": self.total,
-                "per_meeting_hour_usd": self.per_meeting_hour}
-
 
 def machine(prices: Any) -> tuple[int, int]:
     """(cores, GPUs) the prices apply to: the settings', else this machine's."""
@@ -168,30 +163,11 @@ def machine(prices: Any) -> tuple[int, int]:
 
 def meeting_cost(usage: Usage, prices: Any, cores: int | None = None, gpus: int | None = None) -> CostReport:
     """Price ``usage`` with ``prices`` (app.config.CostSettings) on a machine of ``cores`` and ``gpus``."""
-    cores = cores if cores is not None else (usage.cores or None)  # the machine the meeting ran on
-    gpus = gpus if gpus is not None else (usage.gpus if usage.cores else None)
-    if cores is None or gpus is None:
-        found_cores, found_gpus = machine(prices)
-        cores = found_cores if cores is None else cores
-        gpus = found_gpus if gpus is None else gpus
+    ran_on = (usage.cores, usage.gpus) if usage.cores else machine(prices)  # recorded with the use, else here
+    cores = ran_on[0] if cores is None else cores
+    gpus = ran_on[1] if gpus is None else gpus
     rate = prices.gpu_hour * gpus + prices.cpu_core_hour * cores  # USD per machine-hour
     return CostReport(usage, cores, gpus,
                       compute=rate * usage.machine_seconds / 3600,
                       storage=prices.storage_gib_month * usage.stored_bytes / GIB,
                       network=prices.network_gib * usage.remote_bytes / GIB)
-
-
-def stored_bytes(store: Any, session: str) -> int | None:
-    """Bytes a saved meeting takes in the session store as stored (sealed): the disk store's index counts each
-    block's payload (no block is read); None for a store that keeps no such count (then what its saves wrote is
-    the figure)."""
-    inner = store
-    while (below := getattr(inner, "inner", None) or getattr(inner, "_inner", None)) is not None:
-        inner = below
-    index = getattr(inner, "_index", None)
-    lock = getattr(inner, "_lock", None)
-    if not isinstance(index, dict) or lock is None:
-        return None
-    with lock:
-        sizes = list((index.get(session) or {}).values())
-    return sum(sizes) if all(isinstance(n, int) for n in sizes) else None

@@ -32,7 +32,7 @@ from app.actions import ActionItem, extract_action_items
 from app.answers import Answer
 from app.assistant import MeetingSummary
 from app.context import ContextLine, MeetingContext, PlacedLine
-from app.cost import REMOTE_TIERS, Usage, UsageMeter, machine, stored_bytes
+from app.cost import REMOTE_TIERS, Usage, UsageMeter, machine
 from app.events import Answered, Failed, Listeners, SessionEvent, SessionOutput, Slide, StateChanged
 from app.session_answers import MeetingQuestions
 from app.session_prefill import Prefiller
@@ -425,7 +425,7 @@ class MeetingSession:
         if self._finished.is_set():
             self._drain_notes()  # a note written after the end goes into the KV before it is saved
         report = self._checkpoints.save(context, self.source, lambda: self._state_dict(context), rewrite)
-        held = stored_bytes(self._checkpoints.store, self.session_id)  # None: a store that does not count them
+        held = self._checkpoints.store.session_nbytes(self.session_id)  # None: a store that does not count them
         self._usage.saved(held if held is not None else max(self._usage.snapshot().stored_bytes, report.bytes_written))
         if self.on_transfer is not None:
             self.on_transfer("device", self.settings.store.backend, report.bytes_written, report.seconds)

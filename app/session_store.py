@@ -123,11 +123,15 @@ class Checkpoints:
         self._open_store = open_store
         self.session_id = session_id
         self._writer = None
-        self.store = None  # the session store, once the first save opened it
         self.saved_at = time.monotonic()  # wall clock of the last checkpoint
         self.saved_lines = saved_lines  # lines the KV held at the last checkpoint
         # stream seconds the last checkpoint covers: after a crash, audio from here on is brought again
         self.saved_seconds = saved_seconds
+
+    @property
+    def store(self) -> Any:
+        """The session store the saves write to (None before the first save opened it)."""
+        return None if self._writer is None else self._writer.store
 
     def save(self, context: MeetingContext, source: str, state: Callable[[], dict], rewrite: bool = False) -> SaveReport:
         """Save ``context``'s cache with ``state()`` (read under the context's lock, so that they agree).
@@ -144,7 +148,6 @@ class Checkpoints:
         with context._lock:
             if self._writer is None or rewrite:
                 self._writer = SessionWriter(self._open_store(), self.session_id, source=source, rewrite=rewrite)
-                self.store = self._writer.store
             metadata = state()
             try:
                 with torch.inference_mode():

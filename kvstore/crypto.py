@@ -351,6 +351,9 @@ class EncryptedStore(BlockStore):
     def nbytes(self) -> int:
         return self.inner.nbytes()
 
+    def session_nbytes(self, session: str) -> int | None:
+        return self.inner.session_nbytes(session)
+
     def flush(self) -> None:
         self.inner.flush()
 

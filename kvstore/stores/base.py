@@ -104,6 +104,10 @@ class BlockStore(abc.ABC):
     def nbytes(self) -> int:
         """Bytes of block data held (what the tier's budget counts)."""
 
+    def session_nbytes(self, session: str) -> int | None:
+        """Bytes of block data one session holds, as stored; None where the store keeps no such count."""
+        return None
+
     def flush(self) -> None:
         """Make every put so far durable (no-op for volatile tiers)."""
 
@@ -275,6 +279,11 @@ class IndexedStore(ListedStore):
     _nbytes: int
     _closed: bool
     quota_bytes: int | None
+
+    def session_nbytes(self, session: str) -> int:
+        """Bytes of the session's blocks, counted in the index (no block is read)."""
+        with self._lock:
+            return sum(self._index.get(session, {}).values())
 
     def put(self, session: str, block_id: str, data: bytes) -> None:
         self.put_owned(session, block_id, data if isinstance(data, bytes) else bytes(data))
