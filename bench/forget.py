@@ -27,7 +27,7 @@ NEEDLE_TYPES = ("how_much", "metric", "when")
 
 
 def needles(folder: Path) -> tuple[list[dict], list[dict]]:
-    """(reference turns, needles: question, keywords, speaker) of one meeting folder."""
+    """(reference turns, needles: question, keywords, answer, speaker) of one meeting folder."""
     from bench.suites.score import keywords_match
 
     facts = json.loads((folder / "facts.json").read_text())
@@ -38,7 +38,8 @@ def needles(folder: Path) -> tuple[list[dict], list[dict]]:
             continue
         speakers = {t["speaker"] for t in turns if keywords_match(t["text"], q["keywords"])}
         if len(speakers) == 1:
-            found.append({"question": q["question"], "keywords": q["keywords"], "speaker": speakers.pop()})
+            found.append({"question": q["question"], "keywords": q["keywords"], "answer": q["answer"],
+                          "speaker": speakers.pop()})
     return turns, found
 
 
