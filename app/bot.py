@@ -1,6 +1,7 @@
 """The WebRTC room bot: joins rooms as an aiortc peer, listens and watches, posts captions, answers.
 
-One :class:`MeetingSession` per room (from the shared :class:`Runtime`), any number of peers per
+One :class:`MeetingSession` per room (from the shared :class:`Runtime`, or in a Ray actor on a cluster with
+``--ray-address``: app/bot_meetings.py), any number of peers per
 room up to a limit. Every peer's audio (48 kHz stereo Opus) is resampled to 16 kHz mono, and the
 room's :class:`AudioMixer` sums the speakers on one clock before the session hears them; video
 frames are fed at a low rate; a data channel opened by the peer carries JSON messages from the bot
@@ -11,7 +12,8 @@ comes back starts a continuation of the meeting. A peer that misbehaves gets an 
 dropped; the room's session, and every other room, carry on.
 
 Parts with a job of their own: the settings (app/bot_settings.py), who may join (app/admission.py), the room's
-mixer (app/mixer.py), and the messages peers get (app/room_messages.py).
+mixer (app/mixer.py), the messages peers get (app/room_messages.py), and where the meetings run
+(app/bot_meetings.py).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSes
 from aiortc.mediastreams import MediaStreamError
 
 from app.admission import Admission
+from app.bot_meetings import LocalMeetings, Meetings
 from app.bot_settings import BotSettings
 from app.events import Failed, LineClosed, SessionEvent, SlideShown, StateChanged, TentativeChanged, WordsCommitted
 from app.metrics import Metrics
@@ -144,8 +147,12 @@ class Room:
 class RoomBot:
     """Rooms, peers and the plumbing between aiortc tracks and meeting sessions."""
 
-    def __init__(self, runtime: "Runtime", settings: BotSettings, metrics: Metrics | None = None) -> None:
-        self.runtime = runtime
+    def __init__(self, runtime: "Runtime | None", settings: BotSettings, metrics: Metrics | None = None,
+                 meetings: Meetings | None = None) -> None:
+        if meetings is None and runtime is None:
+            raise ValueError("the bot needs a runtime for its rooms' meetings, or where else they run")
+        self.runtime = runtime  # None when the meetings run elsewhere (a Ray cluster)
+        self.meetings: Meetings = meetings or LocalMeetings(runtime, settings.autosave)
         self.settings = settings
         self.rooms: dict[str, Room] = {}
         self.metrics = metrics or Metrics(self.sessions, self.peer_counts)
@@ -185,6 +192,9 @@ class RoomBot:
                 name = display_name(name) if name is not None else None
             except InputError as exc:
                 raise JoinRefused(422, str(exc)) from None
+            if name is not None and not self.meetings.hears_tracks:
+                raise JoinRefused(501, "named participants are heard by their own microphones only when the rooms "
+                                       "run in the bot's process (not with --ray-address); join without a name")
             async with self._join_lock:
                 self.admission.check_load(self.rooms, room_name, self.peer_total())
                 room = await self._room(room_name)
@@ -225,7 +235,7 @@ class RoomBot:
             if room is None:
                 loop = asyncio.get_running_loop()
                 try:
-                    session = await loop.run_in_executor(None, self._new_session, name, None)
+                    session = await loop.run_in_executor(None, self._new_session, name)
                 except Exception as exc:
                     log.exception("session for room %s failed", name)
                     raise JoinRefused(503, f"cannot start a meeting session: {exc}") from None
@@ -238,12 +248,9 @@ class RoomBot:
                 self.rooms[name] = room
             return room
 
-    def _new_session(self, room_name: str, earlier: Any = None) -> "MeetingSession":
-        """A room's session; ``earlier`` (a transcript) is the meeting so far when a finished room goes on."""
-        session = self.runtime.new_session(source=f"webrtc:{room_name}", autosave=self.settings.autosave)
+    def _new_session(self, room_name: str) -> "MeetingSession":
+        session = self.meetings.open(room_name)
         session.on_transfer = self.metrics.record_transfer
-        if earlier is not None and earlier.turns:
-            session.add_transcript(earlier)
         return session
 
     def _listen(self, room: Room) -> None:
@@ -412,17 +419,8 @@ class RoomBot:
         log.info("room continues in a new session", extra={"room": room.name, "session": session.session_id})
 
     def _next_session(self, room_name: str, old: "MeetingSession") -> "MeetingSession":
-        """A saved session is resumed from the store (same id, times go on, KV and slides kept); otherwise a new
-        session starts from the old one's transcript (its lines are prefilled again)."""
-        from encoders.errors import InputError
-
-        self.runtime.close_session(old.session_id)
-        if old.autosave and old.state == "finished":
-            try:
-                return self.runtime.resume_session(old.session_id, autosave=True)
-            except InputError as exc:
-                log.warning("cannot resume the room's session", extra={"room": room_name, "error": str(exc)})
-        return self._new_session(room_name, old.transcript())
+        """The room's meeting going on after its end (app/bot_meetings.py: resumed from its save)."""
+        return self.meetings.go_on(room_name, old)
 
     async def _consume_video(self, peer: Peer, track: MediaStreamTrack) -> None:
         """Every frame is received (aiortc queues them unbounded otherwise); a few a second are fed."""
@@ -505,7 +503,6 @@ class RoomBot:
         """Forget one speaker while the meeting goes on (any peer of the room may: each joined with its token).
         The room's meeting is rebuilt without that speaker's words and goes on in the rebuilt session; audio that
         arrives meanwhile waits and is fed to it. Everyone in the room is sent the rebuilt transcript."""
-        from app.forget import forget_in_live_meeting
         from encoders.errors import InputError
 
         room, loop = peer.room, asyncio.get_running_loop()
@@ -516,7 +513,7 @@ class RoomBot:
                 was_finished, room.parked = room.finished, []
                 try:
                     session, report = await loop.run_in_executor(
-                        self._finish_pool, forget_in_live_meeting, self.runtime, room.session, speaker)
+                        self._finish_pool, self.meetings.forget, room.session, speaker)
                     self._swap(room, session)
                     room.held_lines = []  # lines of the old session, the forgotten speaker's among them
                 finally:
@@ -567,7 +564,7 @@ class RoomBot:
         the end of the stream; a room that had finished stays finished."""
         loop = asyncio.get_running_loop()
         session = room.session
-        if session not in self.runtime.sessions() or (parked and session.state == "finished"):
+        if not self.meetings.alive(session) or (parked and session.state == "finished"):
             session = await loop.run_in_executor(None, self._next_session, room.name, session)
             self._swap(room, session)
         if parked:
@@ -641,12 +638,13 @@ class RoomBot:
 class BotServer:
     """The bot's HTTP server on its own thread and event loop (the CLI blocks on it; tests start and stop it)."""
 
-    def __init__(self, runtime: "Runtime", settings: BotSettings, host: str = "127.0.0.1", port: int = 8080) -> None:
+    def __init__(self, runtime: "Runtime | None", settings: BotSettings, host: str = "127.0.0.1", port: int = 8080,
+                 meetings: Meetings | None = None) -> None:
         import socket
 
         import uvicorn
 
-        self.bot = RoomBot(runtime, settings)
+        self.bot = RoomBot(runtime, settings, meetings=meetings)
         self.app = create_app(self.bot)
         self._socket = socket.create_server((host, port), reuse_port=False)
         self.host, self.port = self._socket.getsockname()[:2]
@@ -696,14 +694,19 @@ class BotServer:
         self.stop()
 
 
-def run_bot(runtime: "Runtime", settings: BotSettings, host: str = "127.0.0.1", port: int = 8080,
-            console: Any = None) -> None:
-    """`minutia bot`: serve until interrupted, then hang up and close the sessions."""
-    server = BotServer(runtime, settings, host, port)
+def run_bot(runtime: "Runtime | None", settings: BotSettings, host: str = "127.0.0.1", port: int = 8080,
+            console: Any = None, meetings: Meetings | None = None) -> None:
+    """`minutia bot`: serve until interrupted, then hang up and close the sessions (or the rooms' actors)."""
+    server = BotServer(runtime, settings, host, port, meetings=meetings)
     if console is not None:
         rooms = ", ".join(settings.rooms) or "(none)"
-        console.print(f"[green]minutia bot[/] on {server.url}: rooms {rooms}; POST /rooms/<room>/offer, GET /metrics")
+        where = "" if meetings is None or meetings.hears_tracks else "; meetings on the Ray cluster"
+        console.print(f"[green]minutia bot[/] on {server.url}: rooms {rooms}; POST /rooms/<room>/offer, GET /metrics"
+                      f"{where}")
     try:
         server.serve_forever()
     finally:
-        runtime.close()
+        if meetings is not None:
+            meetings.close()
+        if runtime is not None:
+            runtime.close()

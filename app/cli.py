@@ -410,6 +410,8 @@ def bot(
     room: Annotated[Optional[list[str]], typer.Option("--room", help="NAME=TOKEN, repeatable (also MINUTIA_BOT_ROOMS)")] = None,
     rooms_file: Annotated[Optional[Path], typer.Option("--rooms", help="YAML bot settings: rooms (name: token) and limits")] = None,
     ice_host: Annotated[Optional[list[str]], typer.Option("--ice-host", help="only these ICE host addresses (default: the --host address unless it is 0.0.0.0)")] = None,
+    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="run each room's meeting as an actor on this Ray cluster (auto or HOST:PORT; 'local' starts one here); the store must be redis")] = None,
+    cpus_per_room: Annotated[float, typer.Option("--cpus-per-room", help="CPUs Ray reserves for each room's actor")] = 1.0,
     config: ConfigOpt = None, llm: LLMOpt = None, asr_model: ASROpt = None,
 ) -> None:
     """Serve WebRTC rooms: captions, slides and answers over a data channel; /metrics for Prometheus."""
@@ -429,10 +431,28 @@ def bot(
     if not bot_settings.rooms:
         raise InputError("no rooms: give --room NAME=TOKEN, --rooms FILE or MINUTIA_BOT_ROOMS")
     configure_json_logging()
-    runtime = Runtime(_settings(config, llm, asr_model))
+    settings = _settings(config, llm, asr_model)
+    if ray_address is not None:
+        run_bot(None, bot_settings, host, port, console=err,
+                meetings=_cluster_meetings(settings, ray_address, cpus_per_room))
+        return
+    runtime = Runtime(settings)
     with err.status("loading models"):
         runtime.warm_up()
     run_bot(runtime, bot_settings, host, port, console=err)
+
+
+def _cluster_meetings(settings, ray_address: str, cpus_per_room: float):
+    """The bot's rooms as Ray actors; they survive a lost node only through a store every node reads (Redis)."""
+    from app.bot_meetings import ClusterMeetings
+    from app.room_fleet import FleetOptions
+
+    if settings.store.backend != "redis" and ray_address != "local":
+        raise InputError("rooms on a Ray cluster keep their meetings in Redis: set store.backend: redis and "
+                         "store.redis_url (a disk store is not shared between nodes; --ray-address local may use it)")
+    options = FleetOptions(ray_address=None if ray_address == "local" else ray_address, cpus_per_room=cpus_per_room)
+    with err.status("joining the Ray cluster"):
+        return ClusterMeetings(settings, options)
 
 
 @app.command()

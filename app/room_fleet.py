@@ -54,18 +54,36 @@ class RoomActor(RoomHost):
         return ray.get_runtime_context().get_node_id()
 
 
+_ASIDE = ("ask", "snapshot", "forget")  # calls that run beside the audio, not queued behind it (or it behind them)
+
+
+def _remote_actor_class():
+    """RoomActor for Ray: audio, events and the rest run one at a time and in order (a chunk must never overtake
+    the one before it); questions, snapshots and forgets run in a group of their own, so a question being
+    answered does not hold up the room's audio and captions (the session is thread-safe, as in the bot's own
+    process, where questions run in a thread pool)."""
+    import ray
+
+    def aside(name: str):
+        def call(self, *args):
+            return getattr(RoomActor, name)(self, *args)
+        call.__name__ = name
+        return ray.method(concurrency_group="aside")(call)
+
+    actor = type("RoomActor", (RoomActor,), {name: aside(name) for name in _ASIDE})
+    return ray.remote(concurrency_groups={"aside": 2})(actor)
+
+
 class RoomFleet:
     """Opens rooms as actors on the Ray cluster at ``ray_address`` (or a local runtime)."""
 
     def __init__(self, settings: Settings, options: FleetOptions = FleetOptions(),
                  make_runtime: Callable[[Settings], object] | None = None) -> None:
-        import ray
-
         self.settings, self.options, self._make_runtime = settings, options, make_runtime
         self._started_ray = join_ray(options.ray_address)
         # The actor is restarted without end (each restart resumes from the store); a call in flight when it died
         # fails, and the room sends again what no checkpoint covers.
-        self._actor_class = ray.remote(RoomActor).options(
+        self._actor_class = _remote_actor_class().options(
             num_cpus=options.cpus_per_room, max_restarts=-1, max_task_retries=0, scheduling_strategy="SPREAD")
         self.rooms: dict[str, RemoteRoom] = {}
 
@@ -126,6 +144,14 @@ class RemoteRoom:
             if self._recovered.is_set():
                 self._in_flight.append(self._actor.feed.remote(samples, start / RATE))
                 self._reap()
+
+    def feed_video(self, frame: np.ndarray) -> bool:
+        """Send a video frame without waiting; while a takeover is under way it is dropped (returns False)."""
+        self._raise_if_lost()
+        if not self._recovered.is_set():
+            return False
+        self._actor.feed_video.remote(np.ascontiguousarray(frame))
+        return True
 
     def _keep(self, start: int, samples: np.ndarray) -> None:
         self._chunks.append((start, samples))

@@ -13,17 +13,22 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
+import uuid
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
 from app.config import Settings
+from app.events import Answered, SessionEvent
 from encoders.audio import SAMPLE_RATE as RATE
 
 log = logging.getLogger(__name__)
 
 _SLACK = 0.002  # stream seconds: a chunk's start within this of the host's clock continues it
+_KEPT_EVENTS = 4096  # events a host keeps for its client to collect; older ones are counted as missed
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,20 @@ class Fed:
     gap: bool = False
 
 
+@dataclass(frozen=True)
+class EventBatch:
+    """The answer to :meth:`RoomHost.events_since`: the session's events after the client's position.
+
+    ``epoch`` names the host process's event log: a client that sees a new epoch (the host was restarted and
+    resumed the meeting) starts again from its beginning. ``missed`` counts events dropped before they were
+    collected."""
+
+    epoch: str
+    next_seq: int
+    events: tuple[SessionEvent, ...]
+    missed: int = 0
+
+
 class RoomHost:
     """A room's :class:`MeetingSession` in this process, autosaved; resumed from the store when a save exists."""
 
@@ -68,6 +87,35 @@ class RoomHost:
             self.runtime.close()
             raise
         self.session_id = session_id
+        self.epoch = uuid.uuid4().hex[:12]
+        self._events: deque[SessionEvent] = deque(maxlen=_KEPT_EVENTS)
+        self._first_seq = 0  # sequence number of self._events[0]
+        self._events_lock = threading.Lock()
+        self._unsubscribe = self.session.subscribe(self._keep_event)
+
+    # ------------------------------------------------------------------ events, for a client in another process
+    def _keep_event(self, event: SessionEvent) -> None:
+        if isinstance(event, Answered):  # the asker has the answer already
+            return
+        with self._events_lock:
+            if len(self._events) == self._events.maxlen:
+                self._first_seq += 1
+            self._events.append(event)
+
+    def events_since(self, epoch: str | None, seq: int) -> EventBatch:
+        """The events after ``seq`` of the log ``epoch`` (all of this host's when the epoch is not its own)."""
+        with self._events_lock:
+            start = seq if epoch == self.epoch else 0
+            skip = max(start - self._first_seq, 0)
+            missed = max(self._first_seq - start, 0)
+            events = tuple(list(self._events)[skip:])
+            return EventBatch(self.epoch, self._first_seq + len(self._events), events, missed)
+
+    def _switch(self, session) -> None:
+        """The room goes on in ``session`` (after a forget or a continuation): its events from now on."""
+        self._unsubscribe()
+        self.session = session
+        self._unsubscribe = session.subscribe(self._keep_event)
 
     def feed(self, samples: np.ndarray, start: float, fill_gap: bool = False) -> Fed:
         """Hear 16 kHz mono ``samples`` that begin at ``start`` stream seconds. What this host has heard already is
@@ -96,8 +144,37 @@ class RoomHost:
     def transcript(self):
         return self.session.transcript()
 
+    def snapshot(self):
+        return self.session.snapshot()
+
     def ask(self, question: str):
         return self.session.ask(question)
+
+    def feed_video(self, frame: np.ndarray) -> None:
+        self.session.feed_video(frame)
+
+    def rename_speaker(self, speaker: str, name: str) -> str:
+        return self.session.rename_speaker(speaker, name)
+
+    def keep_names(self, names: dict[str, str]) -> None:
+        self.session.keep_names(names)
+
+    def forget(self, speaker: str):
+        """Forget ``speaker`` while the meeting goes on (app/forget.py): the room goes on in the rebuilt session,
+        saved and resumed under the same id. Returns the report."""
+        from app.forget import forget_in_live_meeting
+
+        session, report = forget_in_live_meeting(self.runtime, self.session, speaker)
+        self._switch(session)
+        return report
+
+    def go_on(self) -> RoomProgress:
+        """New audio after the end of the room's stream: the finished meeting is resumed from its save (same id,
+        times go on), as the bot does for a room in its own process."""
+        if self.session.state == "finished":
+            self.runtime.close_session(self.session_id)
+            self._switch(self.runtime.resume_session(self.session_id, autosave=True))
+        return self.progress()
 
     def finish(self, timeout: float | None = 600.0) -> RoomProgress:
         """End of the room's audio: everything heard is committed, prefilled and saved."""
@@ -105,4 +182,5 @@ class RoomHost:
         return self.progress()
 
     def close(self) -> None:
+        self._unsubscribe()
         self.runtime.close()

@@ -1,0 +1,113 @@
+"""Where the room bot's meetings run: in the bot's own process, or as Ray actors over a cluster.
+
+:class:`LocalMeetings` makes each room's :class:`~app.session.MeetingSession` from the bot's shared
+:class:`~app.runtime.Runtime` (models loaded once in the bot). :class:`ClusterMeetings` opens each room as a
+:class:`~app.room_fleet.RoomActor` on the Ray cluster at ``--ray-address`` (models loaded in the actor, the meeting
+checkpointed to the session store, taken over on another node when its node dies) and gives the bot a
+:class:`~app.remote_session.RemoteSession` for it. The bot itself (WebRTC, the mixer, admission, the data channel)
+is the same either way.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from app.config import Settings
+    from app.room_fleet import FleetOptions, RoomFleet
+    from app.runtime import Runtime
+
+
+class Meetings(Protocol):
+    """What the bot asks of the place its rooms' meetings run."""
+
+    hears_tracks: bool  # named participants' microphones label their words (the frames stay in the bot's process)
+
+    def open(self, room_name: str) -> Any: ...  # a new meeting for a room
+
+    def go_on(self, room_name: str, old: Any) -> Any: ...  # new audio after a room's meeting finished
+
+    def alive(self, session: Any) -> bool: ...  # the session can still take audio
+
+    def forget(self, session: Any, speaker: str) -> tuple[Any, Any]: ...  # (the session going on, the report)
+
+    def close(self) -> None: ...
+
+
+class LocalMeetings:
+    """Rooms' sessions in the bot's process, from the shared runtime."""
+
+    hears_tracks = True
+
+    def __init__(self, runtime: "Runtime", autosave: bool) -> None:
+        self.runtime, self.autosave = runtime, autosave
+
+    def open(self, room_name: str, earlier: Any = None):
+        """A room's session; ``earlier`` (a transcript) is the meeting so far when a finished room goes on."""
+        session = self.runtime.new_session(source=f"webrtc:{room_name}", autosave=self.autosave)
+        if earlier is not None and earlier.turns:
+            session.add_transcript(earlier)
+        return session
+
+    def go_on(self, room_name: str, old: Any):
+        """A saved session is resumed from the store (same id, times go on, KV and slides kept); otherwise a new
+        session starts from the old one's transcript (its lines are prefilled again)."""
+        import logging
+
+        from encoders.errors import InputError
+
+        self.runtime.close_session(old.session_id)
+        if old.autosave and old.state == "finished":
+            try:
+                return self.runtime.resume_session(old.session_id, autosave=True)
+            except InputError as exc:
+                logging.getLogger("minutia.bot").warning("cannot resume the room's session",
+                                                         extra={"room": room_name, "error": str(exc)})
+        return self.open(room_name, old.transcript())
+
+    def alive(self, session: Any) -> bool:
+        return session in self.runtime.sessions()
+
+    def forget(self, session: Any, speaker: str):
+        from app.forget import forget_in_live_meeting
+
+        return forget_in_live_meeting(self.runtime, session, speaker)
+
+    def close(self) -> None:
+        """The sessions stay with the runtime (its owner closes it: nothing transcribed is lost)."""
+
+
+class ClusterMeetings:
+    """Rooms as Ray actors (app/room_fleet.py); each room's meeting lives in one actor for the bot's lifetime."""
+
+    hears_tracks = False
+
+    def __init__(self, settings: "Settings", options: "FleetOptions", fleet: "RoomFleet | None" = None) -> None:
+        from app.room_fleet import RoomFleet
+
+        self.settings = settings
+        self.fleet = fleet if fleet is not None else RoomFleet(settings, options)
+        self.sessions: list = []
+
+    def open(self, room_name: str):
+        from app.remote_session import RemoteSession
+
+        session = RemoteSession(self.fleet.open(room_name), self.settings)
+        self.sessions.append(session)
+        return session
+
+    def go_on(self, room_name: str, old: Any):
+        old.go_on()
+        return old
+
+    def alive(self, session: Any) -> bool:
+        return session.state != "error"
+
+    def forget(self, session: Any, speaker: str):
+        return session, session.forget(speaker)
+
+    def close(self) -> None:
+        """Stop collecting events and hand the actors back; the meetings are saved in the session store."""
+        for session in self.sessions:
+            session.close()
+        self.fleet.close()
