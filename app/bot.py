@@ -192,9 +192,6 @@ class RoomBot:
                 name = display_name(name) if name is not None else None
             except InputError as exc:
                 raise JoinRefused(422, str(exc)) from None
-            if name is not None and not self.meetings.hears_tracks:
-                raise JoinRefused(501, "named participants are heard by their own microphones only when the rooms "
-                                       "run in the bot's process (not with --ray-address); join without a name")
             async with self._join_lock:
                 self.admission.check_load(self.rooms, room_name, self.peer_total())
                 room = await self._room(room_name)
@@ -387,12 +384,10 @@ class RoomBot:
             return True
         if room.finished:  # a speaker after the end: the meeting goes on in a new session
             await self._continue_room(room)
-        room.participants.queue(speakers)  # before the audio: the recogniser's thread may take it at once
         try:
-            room.session.feed_audio(samples, ASR_RATE)
+            self.meetings.feed(room.session, samples, speakers, room.participants)
             return True
         except Exception as exc:
-            room.participants.unqueue(len(speakers))
             self.metrics.dropped_frames.labels(room.name, "audio").inc(len(samples) / MIX_FRAME)
             log.warning("audio refused by session", extra={"room": room.name, "error": str(exc)})
             return False
@@ -568,8 +563,8 @@ class RoomBot:
             session = await loop.run_in_executor(None, self._next_session, room.name, session)
             self._swap(room, session)
         if parked:
-            room.participants.queue([s for _, speakers in parked for s in speakers])
-            session.feed_audio(np.concatenate([samples for samples, _ in parked]), ASR_RATE)
+            self.meetings.feed(session, np.concatenate([samples for samples, _ in parked]),
+                               [s for _, speakers in parked for s in speakers], room.participants)
         elif was_finished or session.state == "finished":
             await loop.run_in_executor(self._finish_pool, session.finish)
             room.finished = True
@@ -583,13 +578,11 @@ class RoomBot:
         self._install(room, session)
         self._listen(room)
 
-    @staticmethod
-    def _install(room: Room, session: "MeetingSession") -> None:
+    def _install(self, room: Room, session: "MeetingSession") -> None:
         """The room's named participants in a session that has heard nothing yet: their microphones label their
         words, their names are kept. Frames still queued were the old session's (it is done): dropped."""
         room.participants.clear()
-        session.diarizer_for = room.participants.diarizer
-        session.keep_names({name: name for name in room.participants.names.values()})
+        self.meetings.install(session, room.participants)
 
     # ------------------------------------------------------------------ session events (from session threads)
     def _on_event(self, room: Room, session: "MeetingSession", event: SessionEvent) -> None:
@@ -700,7 +693,7 @@ def run_bot(runtime: "Runtime | None", settings: BotSettings, host: str = "127.0
     server = BotServer(runtime, settings, host, port, meetings=meetings)
     if console is not None:
         rooms = ", ".join(settings.rooms) or "(none)"
-        where = "" if meetings is None or meetings.hears_tracks else "; meetings on the Ray cluster"
+        where = "" if meetings is None or isinstance(meetings, LocalMeetings) else "; meetings on the Ray cluster"
         console.print(f"[green]minutia bot[/] on {server.url}: rooms {rooms}; POST /rooms/<room>/offer, GET /metrics"
                       f"{where}")
     try:

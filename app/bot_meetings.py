@@ -12,8 +12,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
+
+from app.mixer import ASR_RATE
+
 if TYPE_CHECKING:
     from app.config import Settings
+    from app.participants import Participants
     from app.room_fleet import FleetOptions, RoomFleet
     from app.runtime import Runtime
 
@@ -21,9 +26,14 @@ if TYPE_CHECKING:
 class Meetings(Protocol):
     """What the bot asks of the place its rooms' meetings run."""
 
-    hears_tracks: bool  # named participants' microphones label their words (the frames stay in the bot's process)
-
     def open(self, room_name: str) -> Any: ...  # a new meeting for a room
+
+    # the room's named participants in a session that has heard nothing yet (their names kept, their microphones
+    # labelling their words)
+    def install(self, session: Any, participants: "Participants") -> None: ...
+
+    # 16 kHz audio and who spoke in each 20 ms frame of it (app/participants.py)
+    def feed(self, session: Any, samples: np.ndarray, frames: list, participants: "Participants") -> None: ...
 
     def go_on(self, room_name: str, old: Any) -> Any: ...  # new audio after a room's meeting finished
 
@@ -37,12 +47,10 @@ class Meetings(Protocol):
 class LocalMeetings:
     """Rooms' sessions in the bot's process, from the shared runtime."""
 
-    hears_tracks = True
-
     def __init__(self, runtime: "Runtime", autosave: bool) -> None:
         self.runtime, self.autosave = runtime, autosave
 
-    def open(self, room_name: str, earlier: Any = None):
+    def open(self, room_name: str, earlier: Any = None) -> Any:
         """A room's session; ``earlier`` (a transcript) is the meeting so far when a finished room goes on."""
         session = self.runtime.new_session(source=f"webrtc:{room_name}", autosave=self.autosave)
         if earlier is not None and earlier.turns:
@@ -56,6 +64,7 @@ class LocalMeetings:
 
         from encoders.errors import InputError
 
+        old.save_changes()  # a rename since the end goes on with the meeting
         self.runtime.close_session(old.session_id)
         if old.autosave and old.state == "finished":
             try:
@@ -64,6 +73,18 @@ class LocalMeetings:
                 logging.getLogger("minutia.bot").warning("cannot resume the room's session",
                                                          extra={"room": room_name, "error": str(exc)})
         return self.open(room_name, old.transcript())
+
+    def install(self, session: Any, participants: "Participants") -> None:
+        session.diarizer_for = participants.diarizer
+        session.keep_names({name: name for name in participants.names.values()})
+
+    def feed(self, session: Any, samples: np.ndarray, frames: list, participants: "Participants") -> None:
+        participants.queue(frames)  # before the audio: the recogniser's thread may take it at once
+        try:
+            session.feed_audio(samples, ASR_RATE)
+        except Exception:
+            participants.unqueue(len(frames))
+            raise
 
     def alive(self, session: Any) -> bool:
         return session in self.runtime.sessions()
@@ -78,9 +99,8 @@ class LocalMeetings:
 
 
 class ClusterMeetings:
-    """Rooms as Ray actors (app/room_fleet.py); each room's meeting lives in one actor for the bot's lifetime."""
-
-    hears_tracks = False
+    """Rooms as Ray actors (app/room_fleet.py); each room's meeting lives in one actor for the bot's lifetime. The
+    frames' speakers travel with the audio: the host labels the words of named participants by them."""
 
     def __init__(self, settings: "Settings", options: "FleetOptions", fleet: "RoomFleet | None" = None) -> None:
         from app.room_fleet import RoomFleet
@@ -99,6 +119,12 @@ class ClusterMeetings:
     def go_on(self, room_name: str, old: Any):
         old.go_on()
         return old
+
+    def install(self, session: Any, participants: "Participants") -> None:
+        session.keep_names({name: name for name in participants.names.values()})
+
+    def feed(self, session: Any, samples: np.ndarray, frames: list, participants: "Participants") -> None:
+        session.feed_audio(samples, ASR_RATE, frames)
 
     def alive(self, session: Any) -> bool:
         return session.state != "error"

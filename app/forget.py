@@ -81,6 +81,7 @@ def forget_in_live_meeting(runtime: Runtime, session: MeetingSession, speaker: s
     if session.state != "finished":
         raise InputError(f"the meeting stopped on an error and cannot be rebuilt: {session.snapshot().error}")
     if session.autosave:
+        session.save_changes()  # a rename since the end: the rebuilt meeting starts from all of it
         runtime.close_session(session_id)
         report = forget_speaker(runtime, session_id, speaker, timeout)
         return runtime.resume_session(session_id, autosave=True), report

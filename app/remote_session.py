@@ -7,9 +7,9 @@ another node when one dies); :class:`RemoteSession` is the part of the session's
 to that actor through :class:`~app.room_fleet.RemoteRoom`. The session's events are collected by a thread of
 its own every ``poll_seconds`` (the host keeps them, app/room_host.py) and handed to the subscribers in order.
 
-What is not forwarded: a named participant's microphone labelling its words (the frames' speakers stay in the
-bot's process; the bot refuses named joins on a cluster), and the KV placement's transfer counters on /metrics.
-After a takeover the restarted host hears again the audio its last checkpoint did not cover, so the words of those
+Named participants: the bot sends who spoke in each 20 ms frame with the audio, and the host labels their words
+by it as a session in the bot's process does (app/participants.py). Not forwarded: the KV placement's transfer
+counters on /metrics. After a takeover the restarted host hears again the audio its last checkpoint did not cover, so the words of those
 seconds are sent to the room a second time.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
@@ -39,7 +39,6 @@ class RemoteSession:
         self.room, self.settings, self.poll_seconds = room, settings, poll_seconds
         self.session_id = room.session_id
         self.on_transfer: Callable[[str, str, int, float], None] | None = None  # saves happen in the host
-        self.diarizer_for: Any = None  # named participants are not heard by their microphones on a cluster
         self._state = room.progress().state
         self._listeners: list[Callable[[SessionEvent], None]] = []
         self._lock = threading.Lock()
@@ -104,10 +103,11 @@ class RemoteSession:
     def state(self) -> str:
         return self._state
 
-    def feed_audio(self, samples: np.ndarray, sample_rate: int) -> None:
+    def feed_audio(self, samples: np.ndarray, sample_rate: int, frames: list | None = None) -> None:
+        """``frames``: who spoke in each 20 ms frame (a named participant, "" or None), for the host's labels."""
         if sample_rate != RATE:
             raise InputError(f"a room on the cluster takes {RATE} Hz audio, got {sample_rate} Hz")
-        self.room.feed_audio(samples)
+        self.room.feed_audio(samples, frames)
 
     def feed_video(self, frame: np.ndarray) -> None:
         frame = np.asarray(frame)

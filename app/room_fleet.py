@@ -117,7 +117,8 @@ class RemoteRoom:
     def __init__(self, name: str, session_id: str, actor, options: FleetOptions) -> None:
         self.name, self.session_id, self._actor, self._options = name, session_id, actor, options
         self._lock = threading.RLock()
-        self._chunks: deque[tuple[int, np.ndarray]] = deque()  # (first sample, audio) no checkpoint covers yet
+        # (first sample, audio, its frames' speakers) no checkpoint covers yet
+        self._chunks: deque[tuple[int, np.ndarray, list | None]] = deque()
         self._buffered = 0  # samples in _chunks
         self._sent = 0  # samples received from the room: its stream clock
         self._in_flight: list = []  # feed calls not yet answered
@@ -131,8 +132,9 @@ class RemoteRoom:
         self.dropped_samples = 0  # audio older than replay_seconds that no checkpoint covered when dropped
 
     # ------------------------------------------------------------------ audio
-    def feed_audio(self, samples: np.ndarray) -> None:
-        """Send 16 kHz mono float audio; it never waits for the host."""
+    def feed_audio(self, samples: np.ndarray, frames: list | None = None) -> None:
+        """Send 16 kHz mono float audio; it never waits for the host. ``frames``: who spoke in each 20 ms frame of
+        it (named participants, app/participants.py), or None."""
         samples = np.ascontiguousarray(samples, np.float32).reshape(-1)
         if samples.size == 0:
             return
@@ -140,9 +142,9 @@ class RemoteRoom:
         with self._lock:
             start = self._sent
             self._sent += len(samples)
-            self._keep(start, samples)
+            self._keep(start, samples, frames)
             if self._recovered.is_set():
-                self._in_flight.append(self._actor.feed.remote(samples, start / RATE))
+                self._in_flight.append(self._actor.feed.remote(samples, start / RATE, False, frames))
                 self._reap()
 
     def feed_video(self, frame: np.ndarray) -> bool:
@@ -153,12 +155,12 @@ class RemoteRoom:
         self._actor.feed_video.remote(np.ascontiguousarray(frame))
         return True
 
-    def _keep(self, start: int, samples: np.ndarray) -> None:
-        self._chunks.append((start, samples))
+    def _keep(self, start: int, samples: np.ndarray, frames: list | None) -> None:
+        self._chunks.append((start, samples, frames))
         self._buffered += len(samples)
         limit = int(self._options.replay_seconds * RATE)
         while self._buffered > limit and len(self._chunks) > 1:
-            _, old = self._chunks.popleft()
+            _, old, _ = self._chunks.popleft()
             self._buffered -= len(old)
             self.dropped_samples += len(old)
 
@@ -169,7 +171,7 @@ class RemoteRoom:
         self.saved_seconds = saved_seconds
         covered = int(saved_seconds * RATE)
         while self._chunks and self._chunks[0][0] + len(self._chunks[0][1]) <= covered:
-            _, old = self._chunks.popleft()
+            _, old, _ = self._chunks.popleft()
             self._buffered -= len(old)
 
     def _reap(self) -> None:
@@ -228,11 +230,12 @@ class RemoteRoom:
                 log.warning("room %s: host restarted (%s), resuming at %.1f s; sending %.1f s of audio again",
                             self.name, progress.host, progress.stream_seconds, (self._sent - since) / RATE)
                 first = True
-                for start, samples in list(self._chunks):
+                for start, samples, frames in list(self._chunks):
                     if start + len(samples) <= since:
                         continue
                     # The first chunk may begin after the host's clock when older audio was dropped: silence fills.
-                    self._in_flight.append(self._actor.feed.remote(samples, start / RATE, first and start > since))
+                    self._in_flight.append(self._actor.feed.remote(samples, start / RATE, first and start > since,
+                                                                   frames))
                     first = False
         finally:
             self._recovered.set()

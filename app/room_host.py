@@ -23,6 +23,8 @@ import numpy as np
 
 from app.config import Settings
 from app.events import Answered, SessionEvent
+from app.mixer import MIX_FRAME
+from app.participants import Participants
 from encoders.audio import SAMPLE_RATE as RATE
 
 log = logging.getLogger(__name__)
@@ -87,6 +89,8 @@ class RoomHost:
             self.runtime.close()
             raise
         self.session_id = session_id
+        self._tracks = Participants()  # frames' speakers, queued with the audio: named participants' words
+        self.session.diarizer_for = self._tracks.diarizer
         self.epoch = uuid.uuid4().hex[:12]
         self._events: deque[SessionEvent] = deque(maxlen=_KEPT_EVENTS)
         self._first_seq = 0  # sequence number of self._events[0]
@@ -114,23 +118,35 @@ class RoomHost:
     def _switch(self, session) -> None:
         """The room goes on in ``session`` (after a forget or a continuation): its events from now on."""
         self._unsubscribe()
+        self._tracks.clear()  # frames queued for the old session (it is done)
+        session.diarizer_for = self._tracks.diarizer
         self.session = session
         self._unsubscribe = session.subscribe(self._keep_event)
 
-    def feed(self, samples: np.ndarray, start: float, fill_gap: bool = False) -> Fed:
+    def feed(self, samples: np.ndarray, start: float, fill_gap: bool = False, frames: list | None = None) -> Fed:
         """Hear 16 kHz mono ``samples`` that begin at ``start`` stream seconds. What this host has heard already is
         skipped (a chunk sent again after a takeover); a chunk that begins after the host's clock is refused
-        (``gap``) unless ``fill_gap``, which fills the missing time with silence (audio lost for good)."""
+        (``gap``) unless ``fill_gap``, which fills the missing time with silence (audio lost for good).
+        ``frames``: who spoke in each 20 ms frame (named participants label their words by it)."""
         samples = np.asarray(samples, np.float32)
+        frames = list(frames) if frames is not None else [None] * (len(samples) // MIX_FRAME)
         have = self.session.stream_seconds
         skip = int(round((have - float(start)) * RATE))
         if skip < -int(_SLACK * RATE):
             if not fill_gap:
                 return Fed(have, gap=True)
+            frames = [None] * (-skip // MIX_FRAME) + frames
             samples = np.concatenate([np.zeros(-skip, np.float32), samples])
             skip = 0
-        if max(skip, 0) < len(samples):
-            self.session.feed_audio(samples[max(skip, 0):], RATE)
+        skip = max(skip, 0)
+        if skip < len(samples):
+            kept = frames[int(round(skip / MIX_FRAME)):]
+            self._tracks.queue(kept)  # before the audio: the recogniser's thread may take it at once
+            try:
+                self.session.feed_audio(samples[skip:], RATE)
+            except Exception:
+                self._tracks.unqueue(len(kept))
+                raise
         return Fed(self.session.stream_seconds)
 
     def progress(self) -> RoomProgress:
@@ -172,6 +188,7 @@ class RoomHost:
         """New audio after the end of the room's stream: the finished meeting is resumed from its save (same id,
         times go on), as the bot does for a room in its own process."""
         if self.session.state == "finished":
+            self.session.save_changes()  # a rename since the end goes on with the meeting
             self.runtime.close_session(self.session_id)
             self._switch(self.runtime.resume_session(self.session_id, autosave=True))
         return self.progress()

@@ -549,8 +549,15 @@ class MeetingSession:
         self._finished.wait()
         try:
             self._drain_notes()
+            self.save_changes()  # a rename after the end is in the saved meeting too
         except Exception:  # closed meanwhile: the note is lost with the meeting's memory, nothing else
             log.exception("session %s: a note could not be prefilled", self.session_id)
+
+    def save_changes(self) -> None:
+        """A meeting that saves itself (autosave) and has ended: save what changed since its last save (a rename and
+        its note) before anything reads the save (a resume, a forget's rebuild). Nothing for other meetings."""
+        if self.autosave and self._finished.is_set() and not self._closed.is_set() and self._said_anything():
+            self.save()
 
     def _drain_notes(self) -> None:
         """Prefill the notes left after the LLM worker ended (call once it has: ``_finished``)."""

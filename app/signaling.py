@@ -3,9 +3,7 @@
 FastAPI, so the endpoints have an OpenAPI schema (the tests fuzz it). Errors are JSON
 ``{"detail": "..."}`` with a status that says whose fault it is: 400 bad offer, 401 no token,
 422 a body that is not an offer (or a name that cannot be a participant's), 409 a name another peer in the room has,
-403 unknown room or wrong token (the same answer, so names cannot be probed), 413 offer too large, 429 too many joins,
-501 a named join where the rooms run on a Ray cluster (their microphones cannot label words there), 503 room or bot
-full.
+403 unknown room or wrong token (the same answer, so names cannot be probed), 413 offer too large, 429 too many joins, 503 room or bot full.
 """
 
 from __future__ import annotations
@@ -135,7 +133,7 @@ class Bot(Protocol):
 
 
 _bearer = HTTPBearer(auto_error=False, description="the room's token")
-_ERRORS = {code: {"model": Problem} for code in (400, 401, 403, 404, 409, 413, 429, 501, 503)}
+_ERRORS = {code: {"model": Problem} for code in (400, 401, 403, 404, 409, 413, 429, 503)}
 
 
 def create_app(bot: Bot) -> FastAPI:

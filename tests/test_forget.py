@@ -196,3 +196,24 @@ def test_a_speaker_is_forgotten_while_the_meeting_goes_on(session_parts):
     words = rebuilt.transcript().words
     assert len(words) > len(said.split()) and words[-1].start >= position
     runtime.close_session("live-forget")
+
+
+def test_a_rename_after_the_end_reaches_the_save_so_a_forget_keeps_it(session_parts):
+    """A meeting that saves itself has ended (a bot room whose audio stopped); then a speaker is renamed and
+    another forgotten. The forget rebuilds the meeting from its save: the name given after the end must be in it
+    (it was lost before: no checkpoint runs once a meeting has ended)."""
+    from app.forget import forget_in_live_meeting
+
+    runtime, _ = session_parts
+    session = runtime.new_session("renamed-late", source="mic", autosave=True)
+    session.add_transcript(Transcript([
+        Turn("SPEAKER_00", "Good morning everyone. The pilot starts on Monday.", 0.0, 4.0),
+        Turn("SPEAKER_01", "We spent thirty thousand dollars so far.", 4.5, 8.0),
+        Turn("SPEAKER_00", "Good. The report is due on Friday.", 8.5, 11.0)]))
+    session.finish(timeout=120)
+    assert session.rename_speaker("SPEAKER_00", "Dana") == "SPEAKER_00"
+    rebuilt, report = forget_in_live_meeting(runtime, session, "SPEAKER_01", timeout=120)
+    assert report.speaker == "SPEAKER_01"
+    assert rebuilt.speakers() == {"SPEAKER_00": "Dana"}
+    assert {t.speaker for t in rebuilt.transcript().turns} == {"Dana"}
+    runtime.close_session("renamed-late")
