@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Callable, Sequence
 
 from app.actions import ActionItem, Decision, extract_action_items, extract_decisions
@@ -99,6 +99,11 @@ class AnswerOptions:
     # spelling (RapidFuzz ratio, 0-100), at half weight: the recogniser hears "data storage" as "latest story"
 
 
+# Words of courtesy a meeting says too ("Thank you, Bob."): never what a question is about.
+_COURTESY = frozenset("thanks thank thx please pls sorry hi hey hello morning afternoon evening cheers bye welcome "
+                      "great ok okay".split())
+
+
 class AnswerFinder:
     """One meeting's sentences, indexed once; answers any number of questions about it."""
 
@@ -116,7 +121,7 @@ class AnswerFinder:
 
     # ------------------------------------------------------------------ entry point
     def answer(self, question: str) -> Answer:
-        q = parse_question(question)
+        q = self._with_aside(parse_question(question))
         if q.type is QuestionType.SUMMARY and not q.focus:
             return self._whole_meeting(q)
         hits = [h for h in self.index.search(q.text, self.options.top_k) if self._supports(q, h)]
@@ -144,6 +149,18 @@ class AnswerFinder:
         text, evidence = found
         confidence = round(max(h.score for h in hits), 3)
         return Answer(q.text, _no_repeats(text), [self._cite(s) for s in evidence], 1, confidence, q.type.value)
+
+    def _with_aside(self, q: Question) -> Question:
+        """A question that does not say what it is about ("for the launch, what is the budget?") is about the words
+        around it that the meeting says; the rest ("sorry to bother you", "for my notes") is how it was asked. A
+        question with a topic of its own keeps to it."""
+        if q.focus:
+            return q
+        said = tuple(w for w in q.aside if w not in _COURTESY
+                     and any(self._idf(st) < self._idf("\x00") for st in stems(w)))
+        if not said:
+            return q
+        return replace(q, text=f"{q.text.rstrip('?.! ')} ({', '.join(said)})?", focus=q.focus + said)
 
     # ------------------------------------------------------------------ support
     def _supports(self, q: Question, hit: Hit) -> bool:

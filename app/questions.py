@@ -130,6 +130,7 @@ class Question:
     text: str
     type: QuestionType
     focus: tuple[str, ...]  # content words that say what the question is about (lowercase)
+    aside: tuple[str, ...] = ()  # content words around the question ("for the launch, ..."): topic only if said
 
 
 def content_words(text: str) -> list[str]:
@@ -140,9 +141,57 @@ def content_words(text: str) -> list[str]:
 # A label before the real question ("Recap: who will send the design?"): not part of what is asked.
 _LEAD_IN = re.compile(r"^(?:recap|summary|quick question|question)\s*[:,-]\s*(?=\w)", re.IGNORECASE)
 
+# How people wrap a question when they talk or type it: words before it ("hey, ...", "sorry to bother you, but
+# ...", "for my notes, ..."), after it ("? thanks!", "? need this asap") or around it ("do you know ...", "can u tell me
+# ..."). The question inside starts at the first question word that opens a clause (after the start, punctuation,
+# a conjunction, or a verb that embeds a question) and is not itself a request to the assistant ("do you know");
+# what is before it or after its question mark is an aside: only its words the meeting says count (app/answers.py).
+_QWORD = (r"(?:who|whom|whose|what|what's|whats|when|where|which|why|how|is|are|was|were|do|does|did|will|would|can|"
+          r"could|has|have|had|should)")
+_CLAUSE = re.compile(
+    r"(?:^|(?<=[\s,:;.!?-]))(?P<start>(?:by|on|at|until|till|in|for|from|to|of) (?:when|what|which|whom)\b|if\b|"
+    r"whether\b|" + _QWORD + r"\b)", re.IGNORECASE)
+# The clause openers a mid-sentence question word may follow without punctuation ("... but who", "... know when").
+_EMBEDS = re.compile(r"(?:^|[,:;.!?-]\s*|\b(?:but|so|and|then|know|me|us|out|wondering|wonder|confirm|idea|ask|"
+                     r"asking|remember|recall|sure|see|check)\s+)$", re.IGNORECASE)
+# An auxiliary that opens a request to the assistant, not the question: "do you know ...", "can u tell me ...".
+_REQUEST = re.compile(
+    r"(?:do|does|did|can|could|would|will)\s+(?:you|u|ya|anyone|anybody|someone|somebody|we|the meeting|the "
+    r"transcript)\s+(?:\w+\s+){0,2}?(?:know|remember|recall|idea|tell|remind|find|check|confirm|see|help|mind|say)\b",
+    re.IGNORECASE)
+
+
+def split_question(question: str) -> tuple[str, str]:
+    """(the question inside what was typed or said, the aside around it): "sorry, I missed that. who will send the
+    contract? thanks" -> ("Who will send the contract?", "sorry, I missed that. thanks"); "Any idea whether they
+    hired her?" -> ("Did they hired her?", "Any idea") (asked yes or no)."""
+    q = " ".join(str(question).split())
+    after = ""
+    mark = q.find("?")
+    if 0 <= mark < len(q) - 1 and re.search(r"\w", q[mark + 1:]):
+        q, after = q[: mark + 1], q[mark + 1:].strip(" ?!.")
+    for found in _CLAUSE.finditer(q):
+        at = found.start("start")
+        if at and not _EMBEDS.search(q[:at]):
+            continue  # a question word inside a clause ("the person who ...")
+        if _REQUEST.match(q, at):
+            continue
+        inner = q[at:]
+        inner = re.sub(r"^(?:if|whether)\s+", "did ", inner, flags=re.IGNORECASE)
+        inner = re.sub(r"[\s,.!-]*,\s*(?:thanks?(?: you)?|thx|ty|cheers|please|pls|lmk|asap)[\s.!]*(?=\?|$)", "", inner,
+                       flags=re.IGNORECASE)
+        aside = " ".join(p for p in (q[:at].strip(" ,:;.!-"), after) if p)
+        return inner[:1].upper() + inner[1:], aside
+    return q, after
+
+
+def plain_question(question: str) -> str:
+    """The question inside what was typed or said (see :func:`split_question`)."""
+    return split_question(question)[0]
+
 
 def classify(question: str) -> QuestionType:
-    q = " ".join(question.lower().split())
+    q = " ".join(plain_question(question).lower().split())
     q = _LEAD_IN.sub("", q)
     for qtype, pattern in _PATTERNS:
         if pattern.search(q):
@@ -157,11 +206,14 @@ def classify(question: str) -> QuestionType:
 
 
 def parse_question(question: str) -> Question:
+    question, aside = split_question(question)
     qtype = classify(question)
     frame = FRAME_WORDS[qtype]
     asked = _LEAD_IN.sub("", question.lower().strip())
     focus = tuple(dict.fromkeys(w for w in content_words(_PHRASES.sub(" ", asked)) if w not in frame))
-    return Question(" ".join(question.split()), qtype, focus)
+    extra = tuple(dict.fromkeys(w for w in content_words(_PHRASES.sub(" ", aside.lower())) if w not in frame
+                                and w not in focus))
+    return Question(" ".join(question.split()), qtype, focus, extra)
 
 
 def topic_words(question: str) -> list[str]:

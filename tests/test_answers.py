@@ -8,7 +8,7 @@ import pytest
 
 from app.answers import NOT_IN_MEETING, AnswerFinder
 from app.entities import find_entities, merge_date_time
-from app.questions import QuestionType, classify, parse_question
+from app.questions import QuestionType, classify, parse_question, plain_question
 from app.speakers import named_speakers, speaker_names
 from app.transcript import load_transcript
 from test_app_actions import _diarized as _turns  # a diarized transcript from (label, text) pairs
@@ -50,6 +50,31 @@ STANDUP = Path(__file__).resolve().parent.parent / "samples" / "standup"
 ])
 def test_question_types(question, qtype):
     assert classify(question) is qtype
+
+
+@pytest.mark.parametrize("asked, plain, qtype", [
+    ("hey, who gave the conversion rate?", "Who gave the conversion rate?", QuestionType.WHO_SAID),
+    ("um so who will label the equipment", "Who will label the equipment", QuestionType.WHO_WILL),
+    ("What error rate was reported this time? Thanks!", "What error rate was reported this time?", QuestionType.METRIC),
+    ("Who will test the backups, please?", "Who will test the backups?", QuestionType.WHO_WILL),
+    ("Do you know how much the webinar will cost?", "How much the webinar will cost?", QuestionType.HOW_MUCH),
+    ("Do you know by when the team needs the slides?", "By when the team needs the slides?", QuestionType.WHEN),
+    ("Any idea whether they agreed to hire an auditor?", "Did they agreed to hire an auditor?", QuestionType.YES_NO),
+    ("Remind me: who will send the contract?", "Who will send the contract?", QuestionType.WHO_WILL),
+    ("Hey, quick question: do you know who took on testing?", "Who took on testing?", QuestionType.WHO_WILL),
+    # what is not a wrapper stays ("the person who ..." is no question inside)
+    ("So far, how much was spent?", "How much was spent?", QuestionType.HOW_MUCH),  # "so far" adds no topic
+    ("Can you tell me about the budget?", "Can you tell me about the budget?", QuestionType.SUMMARY),
+    ("Recap: who will send the design?", "Who will send the design?", QuestionType.WHO_WILL),
+    ("sorry to bother you, but who will send it? need this asap", "Who will send it?", QuestionType.WHO_WILL),
+    ("Did we agree to hire an auditor?", "Did we agree to hire an auditor?", QuestionType.YES_NO),
+    ("Thanks", "Thanks", QuestionType.OTHER),
+])
+def test_a_question_is_answered_as_the_question_inside_its_wrapping(asked, plain, qtype):
+    """People wrap questions ("hey, ...", "... thanks!", "do you know ..."): "Do you know who gave the rate?" was
+    answered "Yes." and "hey, who gave the rate?" with the rate (bench/suite_phrasing.py)."""
+    assert plain_question(asked) == plain
+    assert classify(asked) is qtype
 
 
 def test_focus_words_drop_the_frame():
@@ -201,6 +226,11 @@ def finder():
     ("Who said the company wants a lower price?", "carol"),
     ("What was decided about the payment company?", "keep the payment company"),
     ("How many users will be in the pilot?", "two hundred"),
+    # the way people ask: wrapped, the question inside is answered (was "Yes." and the price, not the person)
+    ("Do you know who will send the new contract?", "bob"),
+    ("hey, who said the company wants a lower price?", "carol"),
+    ("Can you tell me when the pilot starts? thanks!", "monday, march tenth"),
+    ("For the pilot, how much will it cost?", "twelve thousand dollars"),  # the topic before the question
 ])
 def test_answers_on_the_sample(finder, question, expected):
     answer = finder.answer(question)
