@@ -7,7 +7,8 @@
 "Machine share" is the session's wall time divided by the meetings the process held at the time (the
 document's "concurrent sessions"), summed as the meeting runs: one meeting alone pays the whole machine, four
 rooms in one bot pay a quarter each. Storage is what the session store holds of it after its last save, priced
-for a month of keeping; network is what its KV moved to and from a remote tier (Redis). The KV's bytes on the device and in
+for a month of keeping; network is what its KV moved to and from a remote tier (Redis) and what its saves sent to a
+remote session store (Redis). The KV's bytes on the device and in
 the host cold tier are measured too (GiB-hours, and the peak, which says how many meetings fit one device);
 their price is in the machine's (instances are priced by cores with their memory).
 """
@@ -118,10 +119,13 @@ class UsageMeter:
         u.meeting_seconds = max(u.meeting_seconds, meeting_seconds)
         u.remote_bytes = self._remote_base + remote_bytes
 
-    def saved(self, stored: int) -> None:
-        """The store holds ``stored`` bytes of the meeting after a save (not added up: a save replaces blocks)."""
+    def saved(self, stored: int, sent: int = 0) -> None:
+        """The store holds ``stored`` bytes of the meeting after a save (not added up: a save replaces blocks);
+        ``sent``: bytes the save moved over the network (a remote session store such as Redis), added up."""
         with self._lock:
             self.usage.stored_bytes = int(stored)
+            self._remote_base += int(sent)
+            self.usage.remote_bytes += int(sent)
 
 
 @dataclass(frozen=True)

@@ -426,7 +426,9 @@ class MeetingSession:
             self._drain_notes()  # a note written after the end goes into the KV before it is saved
         report = self._checkpoints.save(context, self.source, lambda: self._state_dict(context), rewrite)
         held = self._checkpoints.store.session_nbytes(self.session_id)  # None: a store that does not count them
-        self._usage.saved(held if held is not None else max(self._usage.snapshot().stored_bytes, report.bytes_written))
+        sent = report.bytes_written if self.settings.store.backend in REMOTE_TIERS else 0  # Redis: over the network
+        self._usage.saved(held if held is not None else max(self._usage.snapshot().stored_bytes, report.bytes_written),
+                          sent)
         if self.on_transfer is not None:
             self.on_transfer("device", self.settings.store.backend, report.bytes_written, report.seconds)
         return report

@@ -58,6 +58,10 @@ def test_the_meter_shares_the_machine_between_the_meetings_open_and_integrates_t
     later.tick(_kv(1), 1, 25.0, remote_bytes=10)
     assert later.snapshot().remote_bytes == 3010 and later.snapshot().stored_bytes == 4096
     assert later.snapshot().peak_device_kv_bytes == used.peak_device_kv_bytes  # a peak is not added up
+    # a save to a remote session store (Redis) moves its bytes over the network: counted, and kept by later ticks
+    later.saved(8192, sent=5000)
+    later.tick(_kv(1), 1, 26.0, remote_bytes=20)
+    assert later.snapshot().remote_bytes == 3000 + 5000 + 20
 
 
 def test_the_price_follows_the_formula_of_the_source_document():
@@ -120,3 +124,32 @@ def test_a_meeting_measures_its_use_saves_it_and_shows_its_cost(session_parts):
     missing = subprocess.run([sys.executable, "-m", "app.cli", "cost", "no-such-meeting"], capture_output=True,
                              text=True, env=env, timeout=120)
     assert missing.returncode == 2 and "no saved session 'no-such-meeting'" in missing.stderr, missing.stderr[-2000:]
+
+
+def test_saves_to_a_redis_session_store_count_as_network(scripted_runtime, tmp_path, redis_server):
+    """A meeting kept in Redis (rooms on a cluster) sends every save over the network: its bytes are priced as
+    network; on a disk store they are not."""
+    from scripted_parts import scripted_meeting
+
+    from kvstore.crypto import MasterKey
+
+    meeting = scripted_meeting([("SPEAKER_00", "Good morning. The pilot will cost twelve thousand dollars."),
+                                ("SPEAKER_01", "Fine. Maria will send the contract on Friday.")])
+    MasterKey.generate(tmp_path / "master.key")
+    for backend in ("redis", "disk"):
+        runtime = scripted_runtime(meeting, tmp_path / backend, store={
+            "backend": backend, "redis_url": redis_server, "key_file": str(tmp_path / "master.key"),
+            "path": str(tmp_path / backend / "sessions")})
+        try:
+            session = runtime.new_session(f"net-{backend}")
+            session.feed_audio(meeting.audio, RATE)
+            session.finish(timeout=120)
+            before = session.usage().remote_bytes
+            report = session.save()
+            sent = session.usage().remote_bytes - before
+            assert report.bytes_written > 0
+            assert sent == (report.bytes_written if backend == "redis" else 0), (backend, sent, report.bytes_written)
+            if backend == "redis":
+                assert meeting_cost(session.usage(), CostSettings()).network > 0
+        finally:
+            runtime.close()
