@@ -153,3 +153,37 @@ def test_saves_to_a_redis_session_store_count_as_network(scripted_runtime, tmp_p
                 assert meeting_cost(session.usage(), CostSettings()).network > 0
         finally:
             runtime.close()
+
+
+def test_the_engine_figures_move_while_nothing_is_said(scripted_runtime, tmp_path):
+    """The Engine tab's cost goes up as the meeting holds the machine, whether or not anything is committed: the
+    timer sends the Engine figures when they changed, not only with new words (it did only with new words)."""
+    import time
+
+    import gradio as gr
+    from scripted_parts import scripted_meeting
+
+    from ui.app import TAB_OUTPUTS, LivePage
+    from ui.settings import UISettings
+
+    meeting = scripted_meeting([("SPEAKER_00", "Good morning. The pilot will cost twelve thousand dollars.")])
+    runtime = scripted_runtime(meeting, tmp_path)
+    page = LivePage(runtime, UISettings(export_dir=tmp_path / "exports"))
+    tab_request = gr.Request(session_hash="tab")
+    try:
+        page.start_replay(None, str(meeting.write_wav(tmp_path / "meeting.wav")), 0.0, tab_request)
+        tab = page.tab(tab_request)
+        deadline = time.monotonic() + 120
+        while tab.session is None or tab.session.state != "finished":
+            assert time.monotonic() < deadline, "the replay did not finish"
+            time.sleep(0.1)
+        page.refresh(tab_request)
+        assert page.refresh(tab_request)[5] == gr.skip()  # nothing new
+        tab.session._usage.saved(10 * 2**30)  # the meeting now holds 10 GiB in the store: its cost moved
+        engine = page.refresh(tab_request)
+        assert len(engine) == TAB_OUTPUTS and engine[1] == gr.skip()  # the transcript did not change...
+        assert "cost so far" in engine[5]  # ...the Engine figures did, and are sent
+        assert page.refresh(tab_request)[5] == gr.skip()
+    finally:
+        page.close()
+        runtime.close()

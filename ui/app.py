@@ -179,6 +179,7 @@ class Tab:
     notice: str | None = None
     shown_notice: str | None = None
     shown_status: str | None = None
+    shown_engine: str | None = None  # the Engine tab's figures as last sent (the cost moves while nothing is said)
     summary_md: str = "_No summary yet._"  # shown: without action items, which have a panel of their own
     summary_export: str = "_No summary yet._"  # exported: with them
     summary_version: int = 0
@@ -201,7 +202,7 @@ class Tab:
     def reset_views(self) -> None:
         self.history = render.KVHistory(self.history_points)
         self.last_version = -1
-        self.notice = self.shown_notice = self.shown_status = None
+        self.notice = self.shown_notice = self.shown_status = self.shown_engine = None
         self.summary_md, self.summary_version, self.shown_summary, self.summary_at = "_No summary yet._", 0, -1, 0.0
         self.summary_export = self.summary_md
 
@@ -493,11 +494,13 @@ class LivePage:
         player = tab.player if tab.player != tab.shown_player else gr.skip()
         tab.shown_player = tab.player
         status = render.status_line(snapshot, tab.notice)
-        if not changed:  # the progress line still moves while nothing is committed (silence, a backlog)
-            moved = status != tab.shown_status
-            tab.shown_status = status
-            return (status if moved else gr.skip(),) + (gr.skip(),) * (TAB_OUTPUTS - 3) + (summary, player)
-        tab.last_version, tab.shown_notice, tab.shown_status = snapshot.version, tab.notice, status
+        engine = render.kv_stats_markdown(snapshot.kv, snapshot.commit_lag, self._cost(session, snapshot))
+        if not changed:  # the progress line and the Engine figures (its cost) still move while nothing is committed
+            moved, engine_moved = status != tab.shown_status, engine != tab.shown_engine
+            tab.shown_status, tab.shown_engine = status, engine
+            return ((status if moved else gr.skip(),) + (gr.skip(),) * 4 + (engine if engine_moved else gr.skip(),)
+                    + (gr.skip(),) * (TAB_OUTPUTS - 8) + (summary, player))
+        tab.last_version, tab.shown_notice, tab.shown_status, tab.shown_engine = snapshot.version, tab.notice, status, engine
         tab.history.add(round(snapshot.stream_seconds, 1), snapshot.kv)  # meeting time: the axis ends with the meeting
         try:
             actions = render.action_items_markdown(session.action_items())
@@ -507,7 +510,7 @@ class LivePage:
             status,
             render.transcript_html(snapshot.transcript, snapshot.tentative, tab.search),
             *self._plots(tab.history),
-            render.kv_stats_markdown(snapshot.kv, snapshot.commit_lag, self._cost(session, snapshot)),
+            engine,
             render.slide_items(snapshot.slides),
             actions,
             summary,
