@@ -161,6 +161,12 @@ _REQUEST = re.compile(
     re.IGNORECASE)
 
 
+# A question word that asks for something (not an auxiliary): where an unpunctuated question starts.
+_WH = re.compile(r"\b(?:who|whom|whose|what|what's|when|where|which|why|how)\b", re.IGNORECASE)
+# An auxiliary addressed to the assistant ("can you ...", "could u ..."): a request, when a question word follows.
+_TO_YOU = re.compile(r"(?:do|does|did|can|could|would|will)\s+(?:you|u|ya)\b", re.IGNORECASE)
+
+
 def split_question(question: str) -> tuple[str, str]:
     """(the question inside what was typed or said, the aside around it): "sorry, I missed that. who will send the
     contract? thanks" -> ("Who will send the contract?", "sorry, I missed that. thanks"); "Any idea whether they
@@ -170,19 +176,30 @@ def split_question(question: str) -> tuple[str, str]:
     mark = q.find("?")
     if 0 <= mark < len(q) - 1 and re.search(r"\w", q[mark + 1:]):
         q, after = q[: mark + 1], q[mark + 1:].strip(" ?!.")
+    starts = []
     for found in _CLAUSE.finditer(q):
         at = found.start("start")
         if at and not _EMBEDS.search(q[:at]):
             continue  # a question word inside a clause ("the person who ...")
-        if _REQUEST.match(q, at):
-            continue
-        inner = q[at:]
-        inner = re.sub(r"^(?:if|whether)\s+", "did ", inner, flags=re.IGNORECASE)
-        inner = re.sub(r"[\s,.!-]*,\s*(?:thanks?(?: you)?|thx|ty|cheers|please|pls|lmk|asap)[\s.!]*(?=\?|$)", "", inner,
-                       flags=re.IGNORECASE)
-        aside = " ".join(p for p in (q[:at].strip(" ,:;.!-"), after) if p)
-        return inner[:1].upper() + inner[1:], aside
+        starts.append(at)
+    wh = [m.start() for m in _WH.finditer(q)]
+    later_wh = [at for at in wh if at > 0]
+    for at in starts:
+        if _REQUEST.match(q, at) or (_TO_YOU.match(q, at) and any(w > at for w in later_wh)):
+            continue  # "do you know ...", "can you look this up for me: who ..." ask the assistant, not the meeting
+        return _inner(q, at, after)
+    if later_wh:  # said without punctuation ("right so basically who will ..."): from its first question word
+        return _inner(q, later_wh[0], after)
     return q, after
+
+
+def _inner(q: str, at: int, after: str) -> tuple[str, str]:
+    inner = q[at:]
+    inner = re.sub(r"^(?:if|whether)\s+", "did ", inner, flags=re.IGNORECASE)
+    inner = re.sub(r"[\s,.!-]*,\s*(?:thanks?(?: you)?|thx|ty|cheers|please|pls|lmk|asap)[\s.!]*(?=\?|$)", "", inner,
+                   flags=re.IGNORECASE)
+    aside = " ".join(p for p in (q[:at].strip(" ,:;.!-"), after) if p)
+    return inner[:1].upper() + inner[1:], aside
 
 
 def plain_question(question: str) -> str:
