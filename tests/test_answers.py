@@ -68,6 +68,10 @@ def test_question_types(question, qtype):
     ("Recap: who will send the design?", "Who will send the design?", QuestionType.WHO_WILL),
     ("sorry to bother you, but who will send it? need this asap", "Who will send it?", QuestionType.WHO_WILL),
     ("Did we agree to hire an auditor?", "Did we agree to hire an auditor?", QuestionType.YES_NO),
+    ("right so basically who will send the contract", "Who will send the contract", QuestionType.WHO_WILL),
+    ("Can you look this up for me: when is the launch?", "When is the launch?", QuestionType.WHEN),
+    ("Can you give me a quick recap?", "Can you give me a quick recap?", QuestionType.SUMMARY),
+    ("Is the person who sends the contract Maria?", "Is the person who sends the contract Maria?", QuestionType.YES_NO),
     ("Thanks", "Thanks", QuestionType.OTHER),
 ])
 def test_a_question_is_answered_as_the_question_inside_its_wrapping(asked, plain, qtype):
