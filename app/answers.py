@@ -99,6 +99,8 @@ class AnswerOptions:
     # spelling (RapidFuzz ratio, 0-100), at half weight: the recogniser hears "data storage" as "latest story"
 
 
+# A pronoun that points back at a topic said before the question ("the vendor contract, is it signed?").
+_POINTS_BACK = re.compile(r"\b(?:it|its|that|this|those|these|them)\b", re.IGNORECASE)
 # Words of courtesy a meeting says too ("Thank you, Bob."): never what a question is about.
 _COURTESY = frozenset("thanks thank thx please pls sorry hi hey hello morning afternoon evening cheers bye welcome "
                       "great ok okay".split())
@@ -151,10 +153,11 @@ class AnswerFinder:
         return Answer(q.text, _no_repeats(text), [self._cite(s) for s in evidence], 1, confidence, q.type.value)
 
     def _with_aside(self, q: Question) -> Question:
-        """A question that does not say what it is about ("for the launch, what is the budget?") is about the words
-        around it that the meeting says; the rest ("sorry to bother you", "for my notes") is how it was asked. A
-        question with a topic of its own keeps to it."""
-        if q.focus:
+        """A question that does not say what it is about ("for the launch, what is the budget?") or points back at
+        it ("the vendor contract, is it signed?") is about the words around it that the meeting says; the rest
+        ("sorry to bother you", "for my notes") is how it was asked. A question with a topic of its own keeps to
+        it."""
+        if q.focus and not _POINTS_BACK.search(q.text):
             return q
         said = tuple(w for w in q.aside if w not in _COURTESY
                      and any(self._idf(st) < self._idf("\x00") for st in stems(w)))

@@ -570,13 +570,16 @@ class RoomBot:
             room.finished = True
 
     def _swap(self, room: Room, session: "MeetingSession") -> None:
-        """The room goes on in ``session`` (call with the room's session lock held)."""
-        if room.unsubscribe is not None:
+        """The room goes on in ``session`` (call with the room's session lock held); the same session (a meeting
+        on Ray goes on in its actor) keeps its listener, so no event falls between two subscriptions."""
+        same = session is room.session
+        if room.unsubscribe is not None and not same:
             room.unsubscribe()
         session.on_transfer = self.metrics.record_transfer
         room.session, room.finished = session, False
         self._install(room, session)
-        self._listen(room)
+        if not same:
+            self._listen(room)
 
     def _install(self, room: Room, session: "MeetingSession") -> None:
         """The room's named participants in a session that has heard nothing yet: their microphones label their

@@ -10,6 +10,7 @@ is the same either way.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
     from app.participants import Participants
     from app.room_fleet import FleetOptions, RoomFleet
     from app.runtime import Runtime
+
+log = logging.getLogger("minutia.bot")
 
 
 class Meetings(Protocol):
@@ -60,18 +63,18 @@ class LocalMeetings:
     def go_on(self, room_name: str, old: Any):
         """A saved session is resumed from the store (same id, times go on, KV and slides kept); otherwise a new
         session starts from the old one's transcript (its lines are prefilled again)."""
-        import logging
-
         from encoders.errors import InputError
 
-        old.save_changes()  # a rename since the end goes on with the meeting
+        try:
+            old.save_changes()  # a rename since the end goes on with the meeting
+        except Exception:  # the store failed: the meeting goes on without that rename rather than not at all
+            log.exception("saving the room's session before it goes on failed", extra={"room": room_name})
         self.runtime.close_session(old.session_id)
         if old.autosave and old.state == "finished":
             try:
                 return self.runtime.resume_session(old.session_id, autosave=True)
             except InputError as exc:
-                logging.getLogger("minutia.bot").warning("cannot resume the room's session",
-                                                         extra={"room": room_name, "error": str(exc)})
+                log.warning("cannot resume the room's session", extra={"room": room_name, "error": str(exc)})
         return self.open(room_name, old.transcript())
 
     def install(self, session: Any, participants: "Participants") -> None:

@@ -176,11 +176,15 @@ def split_question(question: str) -> tuple[str, str]:
     mark = q.find("?")
     if 0 <= mark < len(q) - 1 and re.search(r"\w", q[mark + 1:]):
         q, after = q[: mark + 1], q[mark + 1:].strip(" ?!.")
+    if _PATTERNS[0][1].search(q.lower()):  # a request for a summary is itself the question
+        return q, after
     starts = []
     for found in _CLAUSE.finditer(q):
         at = found.start("start")
         if at and not _EMBEDS.search(q[:at]):
             continue  # a question word inside a clause ("the person who ...")
+        if not at and found.group("start").lower() in ("if", "whether"):
+            continue  # "If Dana is away, who will run the demo?": a condition, not a yes/no question
         starts.append(at)
     wh = [m.start() for m in _WH.finditer(q)]
     later_wh = [at for at in wh if at > 0]

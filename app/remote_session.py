@@ -124,8 +124,11 @@ class RemoteSession:
         self._state = self.room.call("go_on").state
 
     def forget(self, speaker: str):
+        """The host rebuilds the meeting without ``speaker`` and goes on in the rebuilt session (resumed: it says
+        no state of its own until it hears something, so its state is read here)."""
         report = self.room.call("forget", speaker)
         self.collect()
+        self._state = self.room.progress().state
         return report
 
     def ask(self, question: str):

@@ -54,14 +54,16 @@ class RoomActor(RoomHost):
         return ray.get_runtime_context().get_node_id()
 
 
-_ASIDE = ("ask", "snapshot", "forget")  # calls that run beside the audio, not queued behind it (or it behind them)
+# Calls that only read the session or change its names: they run beside the audio, not queued behind it (nor it
+# behind a question). A forget stays in line with the audio and video (it finishes and replaces the session).
+_ASIDE = ("ask", "snapshot", "transcript", "rename_speaker", "keep_names")
 
 
 def _remote_actor_class():
     """RoomActor for Ray: audio, events and the rest run one at a time and in order (a chunk must never overtake
-    the one before it); questions, snapshots and forgets run in a group of their own, so a question being
-    answered does not hold up the room's audio and captions (the session is thread-safe, as in the bot's own
-    process, where questions run in a thread pool)."""
+    the one before it); questions, snapshots, the transcript and names run in a group of their own, so a question
+    being answered does not hold up the room's audio and captions, nor a join wait for a finish (the session is
+    thread-safe, as in the bot's own process, where questions run in a thread pool)."""
     import ray
 
     def aside(name: str):

@@ -55,6 +55,14 @@ class Fed:
     gap: bool = False
 
 
+def _save_changes(session) -> None:
+    """A rename since the end goes on with the meeting; a store that fails now loses only that (logged)."""
+    try:
+        session.save_changes()
+    except Exception:
+        log.exception("session %s: the changes since its end could not be saved", session.session_id)
+
+
 @dataclass(frozen=True)
 class EventBatch:
     """The answer to :meth:`RoomHost.events_since`: the session's events after the client's position.
@@ -166,8 +174,16 @@ class RoomHost:
     def ask(self, question: str):
         return self.session.ask(question)
 
-    def feed_video(self, frame: np.ndarray) -> None:
-        self.session.feed_video(frame)
+    def feed_video(self, frame: np.ndarray) -> bool:
+        """A frame, sent without waiting for an answer: one the session refuses (it just finished) is dropped."""
+        from encoders.errors import InputError
+
+        try:
+            self.session.feed_video(frame)
+            return True
+        except InputError as exc:
+            log.debug("room %s: video frame dropped: %s", self.session_id, exc)
+            return False
 
     def rename_speaker(self, speaker: str, name: str) -> str:
         return self.session.rename_speaker(speaker, name)
@@ -188,7 +204,7 @@ class RoomHost:
         """New audio after the end of the room's stream: the finished meeting is resumed from its save (same id,
         times go on), as the bot does for a room in its own process."""
         if self.session.state == "finished":
-            self.session.save_changes()  # a rename since the end goes on with the meeting
+            _save_changes(self.session)
             self.runtime.close_session(self.session_id)
             self._switch(self.runtime.resume_session(self.session_id, autosave=True))
         return self.progress()

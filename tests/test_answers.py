@@ -72,6 +72,8 @@ def test_question_types(question, qtype):
     ("Can you look this up for me: when is the launch?", "When is the launch?", QuestionType.WHEN),
     ("Can you give me a quick recap?", "Can you give me a quick recap?", QuestionType.SUMMARY),
     ("Is the person who sends the contract Maria?", "Is the person who sends the contract Maria?", QuestionType.YES_NO),
+    ("If Dana is away, who will run the demo?", "Who will run the demo?", QuestionType.WHO_WILL),  # a condition
+    ("Recap the discussion on when to launch", "Recap the discussion on when to launch", QuestionType.SUMMARY),
     ("Thanks", "Thanks", QuestionType.OTHER),
 ])
 def test_a_question_is_answered_as_the_question_inside_its_wrapping(asked, plain, qtype):
@@ -235,6 +237,7 @@ def finder():
     ("hey, who said the company wants a lower price?", "carol"),
     ("Can you tell me when the pilot starts? thanks!", "monday, march tenth"),
     ("For the pilot, how much will it cost?", "twelve thousand dollars"),  # the topic before the question
+    ("The new contract, who will send it?", "bob"),  # "it" points back at the topic before the question
 ])
 def test_answers_on_the_sample(finder, question, expected):
     answer = finder.answer(question)
