@@ -37,8 +37,9 @@ def join_ray(address: str | None) -> bool:
     try:
         if address:
             ray.init(address=address, **quiet)
-        else:  # a small object store: only paths, audio chunks and short reports travel through it
-            ray.init(num_cpus=os.cpu_count() or 1, object_store_memory=128 * 1024 * 1024, **quiet)
+        else:  # a new runtime of our own (never a stale one another process left in /tmp/ray); a small object
+            # store: only paths, audio chunks and short reports travel through it
+            ray.init(address="local", num_cpus=os.cpu_count() or 1, object_store_memory=128 * 1024 * 1024, **quiet)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = address or "a local runtime"
         raise InputError(f"cannot start Ray ({where}): {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
