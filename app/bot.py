@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("minutia.bot")
 
 ASK_PREFIX = "ask:"
-FORGET_PREFIX = "forget:"  # "forget: <speaker>": the meeting goes on without that speaker's words (app/forget.py)
+FORGET_PREFIX = "forget:"  # "forget: <speaker>" or "forget: screen": the meeting goes on without them (app/forget.py)
 RENAME_PREFIX = "rename:"  # "rename: <speaker> = <name>": the name people know that speaker by
 
 
@@ -452,7 +452,7 @@ class RoomBot:
         lowered = message.lower()
         if not lowered.startswith((ASK_PREFIX, FORGET_PREFIX, RENAME_PREFIX)):
             peer.send({"type": "error", "message": "unknown message; send 'ask: <question>', "
-                                                   "'rename: <speaker> = <name>' or 'forget: <speaker>'"})
+                                                   "'rename: <speaker> = <name>' or 'forget: <speaker or screen>'"})
             return
         if peer.asking:
             peer.send({"type": "error", "message": "one request at a time, please"})
@@ -503,7 +503,8 @@ class RoomBot:
         room, loop = peer.room, asyncio.get_running_loop()
         try:
             if not speaker:
-                raise InputError("say whom to forget: 'forget: <speaker>' (a name or a label such as SPEAKER_01)")
+                raise InputError("say what to forget: 'forget: <speaker>' (a name or a label such as SPEAKER_01) "
+                                 "or 'forget: screen'")
             async with room.session_lock:
                 was_finished, room.parked = room.finished, []
                 try:
@@ -525,11 +526,11 @@ class RoomBot:
             return
         finally:
             peer.asking = False
-        log.info("speaker forgotten", extra={"room": room.name, "speaker": report.speaker,
-                                             "words_removed": report.words_removed})
+        log.info("source forgotten", extra={"room": room.name, "source": report.forgotten,
+                                            "words_removed": report.words_removed, "blocks": report.blocks})
         room.recent_words.clear()
-        room.broadcast({"type": "forgot", "speaker": report.speaker, "name": report.name,
-                        "words_removed": report.words_removed,
+        room.broadcast({"type": "forgot", "source": report.forgotten, "speaker": report.speaker, "name": report.name,
+                        "words_removed": report.words_removed, "slides_removed": report.slides_removed,
                         "lines": [line_message(turn, None) for turn in transcript.turns]})
 
     async def _rename(self, peer: Peer, request: str) -> None:

@@ -458,40 +458,44 @@ def _cluster_meetings(settings, ray_address: str, cpus_per_room: float):
 @app.command()
 def forget(
     session: Annotated[str, typer.Option("--session", help="a saved meeting's session id")],
-    source: Annotated[Optional[str], typer.Option("--source", help="what to forget: a source of that meeting "
-                                                  "(without it, the sources are listed)")] = None,
-    speaker: Annotated[Optional[str], typer.Option("--speaker", help="forget one speaker instead: a label "
-                                                   "(SPEAKER_01) or the name the transcript gives them")] = None,
+    source: Annotated[Optional[str], typer.Option("--source", help="what to forget: a key source of that meeting, "
+                                                  "the screen ('screen'), or a speaker (without it, the sources are "
+                                                  "listed)")] = None,
+    speaker: Annotated[Optional[str], typer.Option("--speaker", help="forget one speaker: a label (SPEAKER_01) or "
+                                                   "the name the transcript gives them")] = None,
     backend: Annotated[Optional[str], typer.Option("--store", help="disk or redis (default: the config's store)")] = None,
     config: ConfigOpt = None, llm: LLMOpt = None,
 ) -> None:
-    """Crypto-shred one source of a saved meeting: its data keys are destroyed and its blocks deleted, so no copy
-    of them (a backup included) can be decrypted again; the audit log records it. With --speaker, the meeting
-    is rebuilt without that speaker's words (the KV prefilled again), saved, and its old sources shredded."""
+    """Forget one source of a saved meeting. A key source is crypto-shredded: its data keys are destroyed and its
+    blocks deleted, so no copy of them (a backup included) can be decrypted again. A speaker, or the screen, is
+    taken out of the meeting: it is rebuilt without their words or slides (the KV prefilled again), saved, and its
+    old key sources shredded. The audit log records either."""
+    from app.lineage import is_screen
     from app.store import open_session_store
 
     settings = _settings(config, llm)
-    if speaker is not None:
-        if source is not None:
-            raise InputError("give --source or --speaker, not both")
-        _forget_speaker(settings, session, speaker, backend)
-        return
+    if speaker is not None and source is not None:
+        raise InputError("give --source or --speaker, not both")
     store = open_session_store(settings, create_key=False, backend=backend)
     try:
         sources = store.sources(session)
         if not sources:
             raise InputError(f"no saved session {session!r} in the {backend or settings.store.backend} store")
-        if source is None:
+        if source is None and speaker is None:
             out.print("\n".join(sources))
-            speakers = _saved_speakers(store, session)
-            if speakers:
-                out.print(f"speakers (for --speaker): {escape(speakers)}")
+            _print_lineage(store, session, settings.kv.block_size)
             return
-        if source not in sources:
-            raise InputError(f"session {session!r} has no source {source!r}; its sources: {', '.join(sources)}")
-        report = store.shred(source, session)
+        content = speaker if speaker is not None else None if source in sources else source
+        if content is None:
+            report = store.shred(source, session)
+        elif not is_screen(content) and speaker is None and not _is_speaker(store, session, content):
+            raise InputError(f"session {session!r} has no source {source!r}; its sources: "
+                             f"{', '.join(sources + _content_sources(store, session, settings.kv.block_size))}")
     finally:
         store.close()
+    if content is not None:
+        _forget_content(settings, session, content, backend)
+        return
     left = "" if sources != [source] else "; nothing is left of the meeting"
     out.print(f"forgot {escape(source)} in session {escape(session)}: {report.keys_destroyed} key(s) destroyed, "
               f"{report.blocks_deleted} block(s) deleted{left}")
@@ -552,33 +556,65 @@ def _with_store(settings: Settings, **overrides) -> Settings:
     return settings.model_copy(update={"store": settings.store.model_copy(update=given)}) if given else settings
 
 
-def _saved_speakers(store, session: str) -> str:
-    """A saved meeting's speaker labels with the names the transcript gives them ("" if it holds no words)."""
+def _lineage(store, session: str, block_size: int):
+    """A saved meeting's content sources with their KV blocks (app/lineage.py); [] if it holds no meeting."""
+    from app.forget import saved_lineage
+    from kvstore.stores import StoreError
+
+    try:
+        return saved_lineage(store, session, block_size)
+    except (InputError, StoreError):
+        return []
+
+
+def _content_sources(store, session: str, block_size: int) -> list[str]:
+    return [s.source for s in _lineage(store, session, block_size)]
+
+
+def _is_speaker(store, session: str, speaker: str) -> bool:
+    """Whether ``speaker`` is a label, or the name of one, in the saved meeting's transcript."""
     from app.forget import saved_speakers
     from kvstore.stores import StoreError
 
     try:
         named = saved_speakers(store, session)
     except (InputError, StoreError):
-        return ""
-    return ", ".join(f"{label} ({name})" if name else label for label, name in named.items())
+        return False
+    return speaker in named or any((name or "").lower() == speaker.strip().lower() for name in named.values())
 
 
-def _forget_speaker(settings: Settings, session: str, speaker: str, backend: str | None) -> None:
-    from app.forget import forget_speaker
+def _print_lineage(store, session: str, block_size: int) -> None:
+    """The meeting's content sources: what each has in the KV and how many blocks it shares with another."""
+    from rich.table import Table
+
+    found = _lineage(store, session, block_size)
+    if not found:
+        return
+    table = Table(title=f"what the KV of {escape(session)} holds, by source (--source SOURCE or --speaker NAME)")
+    for column in ("source", "lines", "tokens", "KV blocks", "shared with another source"):
+        table.add_column(column, justify="left" if column == "source" else "right")
+    for held in found:
+        table.add_row(escape(held.shown()), str(held.segments), str(held.tokens), str(len(held.blocks)),
+                      str(held.shared))
+    out.print(table)
+
+
+def _forget_content(settings: Settings, session: str, source: str, backend: str | None) -> None:
+    """Rebuild a saved meeting without a speaker or the screen (app/forget.py) and say what went."""
+    from app.forget import forget_source
     from app.runtime import Runtime
 
     runtime = Runtime(_with_store(settings, backend=backend))
     try:
-        with out.status(f"rebuilding {escape(session)} without {escape(speaker)}..."):
-            report = forget_speaker(runtime, session, speaker)
+        with out.status(f"rebuilding {escape(session)} without {escape(source)}..."):
+            report = forget_source(runtime, session, source)
     finally:
         runtime.close()
-    named = f" ({escape(report.name)})" if report.name else ""
     keys = sum(r.keys_destroyed for r in report.shredded)
-    out.print(f"forgot {escape(report.speaker)}{named} in session {escape(session)}: {report.words_removed} word(s) "
-              f"removed, {report.words_kept} kept, {report.tokens} token(s) prefilled again as source "
-              f"{escape(report.source)}; {keys} old key(s) destroyed")
+    out.print(f"forgot {escape(report.shown())} in session {escape(session)}: {report.removed()} removed "
+              f"(held in {report.blocks} KV block(s), {report.shared_blocks} shared with another source), "
+              f"{report.words_kept} word(s) and {report.slides} slide(s) kept, {report.tokens} token(s) prefilled "
+              f"again as source {escape(report.source)}; {keys} old key(s) destroyed")
 
 
 @audit_app.command("verify")

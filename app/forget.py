@@ -1,11 +1,11 @@
-"""Forget one speaker of a saved meeting, in the transcript and in the KV cache.
+"""Forget one content source of a saved meeting (a speaker, or the shared screen), in the transcript and the KV.
 
-A KV block mixes the tokens of every speaker whose lines it holds, and every later token attended to the
-forgotten ones, so no set of blocks can be shredded to forget one speaker. The meeting is rebuilt instead:
-the saved words and slides without that speaker's words are prefilled into a new cache, saved under a new
-source (every block written again under its own data key), and then every old source of the meeting is
-crypto-shredded, so the old blocks, and any copy of them (a backup), can no longer be decrypted. The new
-cache is the one a meeting without that speaker would have: the model cannot read what was never prefilled.
+A KV block mixes the tokens of every source whose lines it holds (app/lineage.py says which), and every later
+token attended to the forgotten ones, so no set of blocks can be shredded to forget one source. The meeting is
+rebuilt instead: the saved words and slides without that source's are prefilled into a new cache, saved under a
+new key source (every block written again under its own data key), and then every old key source of the meeting
+is crypto-shredded, so the old blocks, and any copy of them (a backup), can no longer be decrypted. The new cache
+is the one a meeting without that source would have: the model cannot read what was never prefilled.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from app.lineage import SCREEN, SourceBlocks, is_screen, lineage
 from app.session_store import SavedState
 from app.speakers import speaker_label, speaker_names
 from app.transcript import Transcript, realign_to_sentences, turns_from_words
@@ -28,19 +29,34 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class ForgetReport:
     session: str
-    speaker: str  # the label forgotten
-    name: str | None  # the name it went by in the transcript, if any
+    forgotten: str  # the speaker label forgotten, or SCREEN
+    name: str | None  # the name the speaker went by in the transcript, if any
     words_removed: int
     words_kept: int
-    slides: int
+    slides: int  # kept
+    slides_removed: int
+    blocks: int  # KV blocks that held the forgotten source's tokens (its lineage)
+    shared_blocks: int  # of those, blocks that held another source's tokens too
     tokens: int  # in the rebuilt KV cache
-    source: str  # the rebuilt meeting's source
-    shredded: tuple[ShredReport, ...]  # one per old source
+    source: str  # the rebuilt meeting's key source
+    shredded: tuple[ShredReport, ...]  # one per old key source
+
+    @property
+    def speaker(self) -> str | None:
+        """The speaker label forgotten (None when the screen was)."""
+        return None if self.forgotten == SCREEN else self.forgotten
+
+    def shown(self) -> str:
+        return f"{self.name} ({self.forgotten})" if self.name else self.forgotten
+
+    def removed(self) -> str:
+        """What went, in words: "8 word(s)", "2 slide(s)"."""
+        return f"{self.slides_removed} slide(s)" if self.speaker is None else f"{self.words_removed} word(s)"
 
 
-def forget_speaker(runtime: Runtime, session_id: str, speaker: str, timeout: float | None = None) -> ForgetReport:
-    """Rebuild saved meeting ``session_id`` without ``speaker`` (a label or the name it goes by), save it and
-    shred the old sources. Holds the session's name against other processes while it works; a crash before the
+def forget_source(runtime: Runtime, session_id: str, source: str, timeout: float | None = None) -> ForgetReport:
+    """Rebuild saved meeting ``session_id`` without ``source`` (a speaker's label or the name it goes by, or the
+    screen: ``screen``, ``slides``, ``video``, ``camera``), save it and shred the old key sources. Holds the session's name against other processes while it works; a crash before the
     new save leaves the old meeting as it was, and one after it leaves the rebuilt meeting."""
     from app.store import SessionClaim
 
@@ -49,7 +65,7 @@ def forget_speaker(runtime: Runtime, session_id: str, speaker: str, timeout: flo
         store = runtime.session_store(create_key=False)
         saved = _saved(store, session_id)
         old_sources = store.sources(session_id)
-        plan = _Plan.of(saved, speaker, runtime.settings.asr.hotwords, old_sources)
+        plan = _Plan.of(saved, source, runtime.settings.asr.hotwords, old_sources, runtime.settings.kv.block_size)
         session = _rebuilt(runtime, session_id, saved, plan, autosave=False)  # only the finished rebuild is saved
         try:
             session.finish(timeout)
@@ -61,32 +77,36 @@ def forget_speaker(runtime: Runtime, session_id: str, speaker: str, timeout: flo
         shredded = tuple(store.shred(old, session_id) for old in old_sources if old != plan.source)
         log = getattr(store, "log", None)
         if log is not None:  # what was forgotten, beside the shreds' own records
-            log.record(session_id, "delete", [], plan.label, forgot_speaker=plan.label, words_removed=plan.removed,
-                       rebuilt_as=plan.source, shredded_sources=[r.source for r in shredded])
+            log.record(session_id, "delete", [], plan.label, forgot=plan.label, kind=plan.kind,
+                       words_removed=plan.removed, slides_removed=plan.slides_removed, blocks=plan.blocks,
+                       shared_blocks=plan.shared_blocks, rebuilt_as=plan.source,
+                       shredded_sources=[r.source for r in shredded])
         return plan.report(session_id, report.seq_length, shredded)
     finally:
         claim.release()
 
 
-def forget_in_live_meeting(runtime: Runtime, session: MeetingSession, speaker: str,
+def forget_in_live_meeting(runtime: Runtime, session: MeetingSession, source: str,
                            timeout: float | None = None) -> tuple[MeetingSession, ForgetReport]:
-    """Forget ``speaker`` while the meeting goes on; returns the session that continues it (new audio goes there).
+    """Forget ``source`` (a speaker or the screen) while the meeting goes on; returns the session that continues it
+    (new audio and frames go there: the screen forgotten is what it showed so far).
 
-    What was heard so far is transcribed first (the session is finished), so nothing the speaker said before the
-    forget escapes it. A session that saves itself (autosave) is saved, rebuilt and shredded as
-    :func:`forget_speaker` does, and resumed; any other one is rebuilt in memory, and its old cache is closed."""
+    What was heard so far is transcribed first (the session is finished), so nothing said before the forget
+    escapes it. A session that saves itself (autosave) is saved, rebuilt and shredded as :func:`forget_source`
+    does, and resumed; any other one is rebuilt in memory, and its old cache is closed."""
     session_id = session.session_id
-    session.speaker_label(speaker)  # an unknown speaker is refused before anything changes
+    if not is_screen(source):
+        session.speaker_label(source)  # an unknown speaker is refused before anything changes
     session.finish(timeout)
     if session.state != "finished":
         raise InputError(f"the meeting stopped on an error and cannot be rebuilt: {session.snapshot().error}")
     if session.autosave:
         session.save_changes()  # a rename since the end: the rebuilt meeting starts from all of it
         runtime.close_session(session_id)
-        report = forget_speaker(runtime, session_id, speaker, timeout)
+        report = forget_source(runtime, session_id, source, timeout)
         return runtime.resume_session(session_id, autosave=True), report
     saved = session.saved_state()
-    plan = _Plan.of(saved, speaker, runtime.settings.asr.hotwords, [saved.source])
+    plan = _Plan.of(saved, source, runtime.settings.asr.hotwords, [saved.source], runtime.settings.kv.block_size)
     runtime.close_session(session_id)
     rebuilt = _rebuilt(runtime, session_id, saved, plan, autosave=False)
     rebuilt.wait_until_prefilled(timeout)
@@ -95,31 +115,48 @@ def forget_in_live_meeting(runtime: Runtime, session: MeetingSession, speaker: s
 
 @dataclass(frozen=True)
 class _Plan:
-    """Which label goes, which words stay, and the names and source the rebuilt meeting gets."""
+    """Which source goes (a speaker label or SCREEN), which words and slides stay, the blocks it held, and the
+    names and key source the rebuilt meeting gets."""
 
     label: str
     names: dict[str, str]  # label -> name before the forget
     kept: list  # the words that stay
     removed: int
-    slides: int
+    slides: list  # the slides that stay
+    slides_removed: int
+    blocks: int
+    shared_blocks: int
     source: str
 
+    @property
+    def kind(self) -> str:
+        return "screen" if self.label == SCREEN else "speaker"
+
     @classmethod
-    def of(cls, saved: SavedState, speaker: str, hotwords: tuple[str, ...], taken: list[str]) -> _Plan:
+    def of(cls, saved: SavedState, source: str, hotwords: tuple[str, ...], taken: list[str],
+           block_size: int) -> _Plan:
         words = realign_to_sentences(saved.words)
         names = _names(words, hotwords, saved.forgotten_names, saved.kept_names)
-        label = speaker_label(speaker, [w.speaker for w in words], names)
-        kept = [w for w in words if w.speaker != label]
-        return cls(label, names, kept, len(words) - len(kept), len(saved.slides),
+        if is_screen(source):
+            if not saved.slides:
+                raise InputError("the meeting holds nothing from the screen: no slide was read")
+            label, kept, slides = SCREEN, words, []
+        else:
+            label = speaker_label(source, [w.speaker for w in words], names)
+            kept, slides = [w for w in words if w.speaker != label], list(saved.slides)
+        held = next((s for s in lineage(saved.timeline, block_size) if s.source == label), None)
+        return cls(label, names, kept, len(words) - len(kept), slides, len(saved.slides) - len(slides),
+                   len(held.blocks) if held else 0, held.shared if held else 0,
                    _new_source(saved.source or "meeting", label, taken))
 
     def report(self, session_id: str, tokens: int, shredded: tuple) -> ForgetReport:
         return ForgetReport(session_id, self.label, self.names.get(self.label), self.removed, len(self.kept),
-                            self.slides, tokens, self.source, shredded)
+                            len(self.slides), self.slides_removed, self.blocks, self.shared_blocks, tokens,
+                            self.source, shredded)
 
 
 def _rebuilt(runtime: Runtime, session_id: str, saved: SavedState, plan: _Plan, autosave: bool) -> MeetingSession:
-    """A new session holding ``saved`` without the plan's speaker (still open: finish it or feed it on)."""
+    """A new session holding ``saved`` without the plan's source (still open: finish it or feed it on)."""
     session = runtime.new_session(session_id, source=plan.source, autosave=autosave)
     # Others still address the forgotten speaker ("Bob, can you...?"): that name must not pass to whoever now
     # speaks next; and those who stay keep the names they had, even where the evidence was the forgotten turns.
@@ -128,9 +165,10 @@ def _rebuilt(runtime: Runtime, session_id: str, saved: SavedState, plan: _Plan, 
     session.kept_names = {label: name for label, name in plan.names.items() if label != plan.label}
     session.add_usage(saved.usage)  # the meeting's cost goes on from what it used before the rebuild
     timeline = saved.timeline  # the slides' image embeddings, so the timeline still finds them by picture
+    shown = {slide.time for slide in plan.slides}
     pictures = {seg.start_s: vec for seg in timeline.segments()
-                if seg.modality == "video" and (vec := timeline.embedding(seg.index)) is not None}
-    session.add_transcript(Transcript(turns_from_words(plan.kept), source=plan.source), slides=saved.slides,
+                if seg.modality == "video" and seg.start_s in shown and (vec := timeline.embedding(seg.index)) is not None}
+    session.add_transcript(Transcript(turns_from_words(plan.kept), source=plan.source), slides=plan.slides,
                            until=saved.position, slide_embeddings=pictures)
     return session
 
@@ -141,6 +179,13 @@ def saved_speakers(store, session_id: str, hotwords: tuple[str, ...] = ()) -> di
     words = realign_to_sentences(saved.words)
     names = _names(words, hotwords, saved.forgotten_names, saved.kept_names)
     return {label: names.get(label) for label in dict.fromkeys(w.speaker for w in words)}
+
+
+def saved_lineage(store, session_id: str, block_size: int, hotwords: tuple[str, ...] = ()) -> list[SourceBlocks]:
+    """A saved meeting's content sources with the KV blocks their tokens sit in (app/lineage.py)."""
+    saved = _saved(store, session_id)
+    names = _names(realign_to_sentences(saved.words), hotwords, saved.forgotten_names, saved.kept_names)
+    return lineage(saved.timeline, block_size, names)
 
 
 def saved_usage(store, session_id: str) -> Usage:

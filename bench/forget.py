@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.progress import Progress
 
     from app.config import load_settings
-    from app.forget import forget_speaker
+    from app.forget import forget_source
     from app.runtime import Runtime
     from app.transcript import Transcript, Turn
     from kvstore.crypto import MasterKey
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             session.save()
             before = [score(session, n) for n in found]
             runtime.close_session(session_id)
-            report = forget_speaker(runtime, session_id, target)
+            report = forget_source(runtime, session_id, target)
             resumed = runtime.resume_session(session_id)
             after = [score(resumed, n) for n in found]
             runtime.close_session(session_id)

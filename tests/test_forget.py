@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from app.forget import forget_speaker
+from app.forget import forget_source
 from app.transcript import Transcript, Turn, turns_from_words
 from encoders.errors import InputError
 
@@ -40,7 +40,7 @@ def test_a_forgotten_speaker_is_gone_from_the_transcript_the_kv_and_every_old_ci
     copies = [("met", b, encrypted.inner.get("met", b)) for b in encrypted.list("met")]  # a backup taken before
     assert not encrypted.verify_shredded("mic", copies)
 
-    report = forget_speaker(runtime, "met", "SPEAKER_01")
+    report = forget_source(runtime, "met", "SPEAKER_01")
     assert (report.speaker, report.words_removed, report.slides) == ("SPEAKER_01", 8, 2)
     assert report.source == "mic-without-SPEAKER_01" and store.sources("met") == [report.source]
     assert [s.source for s in report.shredded] == ["mic"] and report.shredded[0].keys_destroyed == 1
@@ -72,7 +72,7 @@ def test_a_forgotten_speaker_is_gone_from_the_transcript_the_kv_and_every_old_ci
     log = [json.loads(line) for line in (runtime.settings.home / "audit.log").read_text().splitlines()]
     shreds = [r for r in log if r["op"] == "delete" and r["details"].get("shredded") and r["session"] == "met"]
     assert [r["source"] for r in shreds] == ["mic"] and shreds[0]["details"]["keys_destroyed"] == 1
-    forgot = [r for r in log if r["details"].get("forgot_speaker")]
+    forgot = [r for r in log if r["details"].get("forgot")]
     assert len(forgot) == 1 and forgot[0]["details"]["words_removed"] == 8 and forgot[0]["source"] == "SPEAKER_01"
 
 
@@ -83,9 +83,9 @@ def test_forgetting_an_unknown_speaker_or_meeting_changes_nothing(session_parts)
     store = runtime.session_store()
     before = sorted(store.list("kept"))
     with pytest.raises(InputError, match=r"no speaker 'Zed'; its speakers: SPEAKER_00, SPEAKER_01"):
-        forget_speaker(runtime, "kept", "Zed")
+        forget_source(runtime, "kept", "Zed")
     with pytest.raises(InputError, match="no saved session 'gone'"):
-        forget_speaker(runtime, "gone", "SPEAKER_00")
+        forget_source(runtime, "gone", "SPEAKER_00")
     assert sorted(store.list("kept")) == before and store.sources("kept") == ["mic"]
 
 
@@ -119,7 +119,19 @@ def test_minutia_forget_speaker_on_the_command_line(session_parts, tiny_llm_dir)
     assert "forgot SPEAKER_01 in session cli: 8 word(s) removed" in done.stdout and "1 old key(s) destroyed" in done.stdout
     listed = cli()
     assert listed.returncode == 0, listed.stderr
-    assert listed.stdout.splitlines() == ["mic-without-SPEAKER_01", "speakers (for --speaker): SPEAKER_00"], listed.stdout
+    lines = listed.stdout.splitlines()
+    assert lines[0] == "mic-without-SPEAKER_01", listed.stdout
+    rows = {line.split()[1] for line in lines[1:] if line.startswith("│")}
+    assert {"SPEAKER_00", "screen"} <= rows and "SPEAKER_01" not in rows, listed.stdout  # the lineage table
+    unknown = cli("--source", "SPEAKER_07")
+    assert unknown.returncode == 2 and "no source 'SPEAKER_07'" in unknown.stderr, unknown.stderr
+    named = unknown.stderr.split("its sources: ")[-1].strip().split(", ")
+    assert sorted(named) == ["SPEAKER_00", "mic-without-SPEAKER_01", "screen"], unknown.stderr  # key and content
+    screen = cli("--source", "screen")
+    assert screen.returncode == 0, screen.stderr[-3000:]
+    assert "forgot screen in session cli: 2 slide(s) removed (held in " in screen.stdout, screen.stdout
+    again = cli("--source", "slides")
+    assert again.returncode == 2 and "nothing from the screen" in again.stderr, again.stderr
 
 
 def test_a_forgotten_speakers_name_passes_to_no_one(session_parts):
@@ -138,7 +150,7 @@ def test_a_forgotten_speakers_name_passes_to_no_one(session_parts):
     session.save()
     runtime.close_session("named")
 
-    report = forget_speaker(runtime, "named", "Bob")
+    report = forget_source(runtime, "named", "Bob")
     assert report.speaker == "SPEAKER_01" and report.name == "Bob"
     resumed = runtime.resume_session("named")
     assert "Bob" not in resumed.transcript().speakers, resumed.transcript().speakers
@@ -159,7 +171,7 @@ def test_the_speakers_who_stay_keep_their_names(session_parts):
     session.save()
     runtime.close_session("kept-names")
 
-    forget_speaker(runtime, "kept-names", "SPEAKER_01")
+    forget_source(runtime, "kept-names", "SPEAKER_01")
     resumed = runtime.resume_session("kept-names")
     assert resumed.speakers() == {"SPEAKER_00": "Alice"}
     assert {t.speaker for t in resumed.transcript().turns} == {"Alice"}
@@ -217,3 +229,98 @@ def test_a_rename_after_the_end_reaches_the_save_so_a_forget_keeps_it(session_pa
     assert rebuilt.speakers() == {"SPEAKER_00": "Dana"}
     assert {t.speaker for t in rebuilt.transcript().turns} == {"Dana"}
     runtime.close_session("renamed-late")
+
+
+def test_the_lineage_of_a_saved_meeting_is_what_its_timeline_says(session_parts):
+    """Each speaker and the screen with the KV blocks their tokens sit in: every token of the timeline's lines is
+    counted once, and a block is shared exactly when lines of two sources fall in it."""
+    from app.forget import saved_lineage
+    from app.lineage import SCREEN, source_of
+
+    runtime, meeting = session_parts
+    session = _meeting(runtime, meeting, "lin")
+    session.save()
+    timeline = session.timeline
+    runtime.close_session("lin")
+    found = {s.source: s for s in saved_lineage(runtime.session_store(), "lin", block_size=16)}
+    assert set(found) == {"SPEAKER_00", "SPEAKER_01", SCREEN}
+    assert found[SCREEN].segments == 2 and found[SCREEN].kind == "screen" and found["SPEAKER_01"].kind == "speaker"
+    for source, held in found.items():
+        lines = [seg for seg in timeline.segments() if source_of(seg) == source]
+        assert held.tokens == sum(seg.token_end - seg.token_start for seg in lines) > 0
+        for block in held.blocks:
+            inside = {source_of(seg) for seg in timeline.segments_for_tokens(block * 16, (block + 1) * 16)} - {None}
+            assert source in inside
+        shared = [b for b in held.blocks
+                  if len({source_of(seg) for seg in timeline.segments_for_tokens(b * 16, (b + 1) * 16)} - {None}) > 1]
+        assert held.shared == len(shared)
+    assert sum(s.shared for s in found.values()) > 0  # a turn ends mid-block: lineage is per source, not per block
+
+
+def test_the_screen_is_forgotten_with_every_slide_it_showed(scripted_runtime, tmp_path):
+    """`forget --source screen`: the slides leave the meeting, the timeline and the KV (which is then the one of
+    a meeting nobody shared a screen in), a figure only the screen showed is no longer answered, the words stay,
+    the old key is shredded (a backup of its blocks cannot be read) and the audit log says what went."""
+    from app.forget import saved_lineage
+    from app.lineage import SCREEN
+    from tests.scripted_parts import scripted_meeting
+
+    meeting = scripted_meeting([
+        ("SPEAKER_00", "Good morning. The pilot will cost twelve thousand dollars."),
+        ("SPEAKER_01", "Fine. Maria will send the contract on Friday."),
+    ], slides=["Venue\nDeposit: $4,500", "Next steps\nContract by Friday"])
+    runtime = scripted_runtime(meeting, tmp_path / "home")
+    try:
+        session = _meeting(runtime, meeting, "shared")
+        assert "4,500" in session.ask("How much is the deposit?").text
+        session.save()
+        words, position = session.transcript().words, session.stream_seconds
+        runtime.close_session("shared")
+        store = runtime.session_store()
+        encrypted = store._inner
+        copies = [("shared", b, encrypted.inner.get("shared", b)) for b in encrypted.list("shared")]
+        held = {s.source: s for s in saved_lineage(store, "shared", runtime.settings.kv.block_size)}[SCREEN]
+
+        report = forget_source(runtime, "shared", "Slides")
+        assert (report.forgotten, report.speaker, report.slides_removed, report.slides) == (SCREEN, None, 2, 0)
+        assert (report.words_removed, report.words_kept) == (0, len(words))
+        assert (report.blocks, report.shared_blocks) == (len(held.blocks), held.shared) and report.blocks > 0
+        assert report.source == "mic-without-screen" and store.sources("shared") == [report.source]
+        assert encrypted.verify_shredded("mic", copies)
+
+        resumed = runtime.resume_session("shared")
+        assert resumed.snapshot().slides == [] and not resumed.timeline.segments_in(0, 1e9, modality="video")
+        assert [(w.text, w.start) for w in resumed.transcript().words] == [(w.text, w.start) for w in words]
+        assert SCREEN not in {s.source for s in saved_lineage(store, "shared", runtime.settings.kv.block_size)}
+        answer = resumed.ask("How much is the deposit?")
+        assert "4,500" not in answer.text and "twelve" in resumed.ask("How much will the pilot cost?").text.lower()
+        probe = "\nQuestion: How much is the deposit?\nAnswer:"
+        after, tokens = resumed._context.next_token_logits(probe), resumed.kv_stats()["tokens"]
+        runtime.close_session("shared")
+
+        never = runtime.new_session("never", source="mic")  # the same words, no screen shared
+        never.add_transcript(Transcript(turns_from_words(words)), until=position)
+        never.finish(timeout=120)
+        assert never.kv_stats()["tokens"] == tokens and torch.equal(never._context.next_token_logits(probe), after)
+        runtime.close_session("never")
+
+        log = [json.loads(line) for line in (runtime.settings.home / "audit.log").read_text().splitlines()]
+        forgot = [r for r in log if r["details"].get("forgot")]
+        assert len(forgot) == 1 and forgot[0]["source"] == SCREEN
+        assert forgot[0]["details"]["kind"] == "screen" and forgot[0]["details"]["slides_removed"] == 2
+        assert forgot[0]["details"]["blocks"] == report.blocks
+    finally:
+        runtime.close()
+
+
+def test_the_screen_is_forgotten_while_the_meeting_goes_on(session_parts):
+    """In a live meeting ("forget: screen" in a bot room, the page's Forget box): what the screen showed so far
+    goes; the speakers' words stay; later frames are read again (the screen is still shared)."""
+    from app.forget import forget_in_live_meeting
+
+    runtime, meeting = session_parts
+    session = _meeting(runtime, meeting, "live-screen")
+    rebuilt, report = forget_in_live_meeting(runtime, session, "screen", timeout=120)
+    assert (report.forgotten, report.slides_removed, report.words_removed) == ("screen", 2, 0)
+    assert rebuilt.snapshot().slides == [] and "contract" in " ".join(w.text for w in rebuilt.transcript().words)
+    runtime.close_session("live-screen")

@@ -39,7 +39,7 @@ def test_a_speaker_is_forgotten_from_the_page_while_the_replay_goes_on(scripted_
         assert (media / "recording.wav").read_bytes() == wav.read_bytes() and media.parent == page.media_root
         assert f"gradio_api/file={media.resolve()}/recording.wav" in tab.player
         assert page.refresh(tab_request)[-1] == tab.player and page.refresh(tab_request)[-1] == gr.skip()  # sent once
-        assert page.forget("  ", [], tab_request)[1].endswith("type the name or label (e.g. SPEAKER_01) of the speaker to forget")
+        assert page.forget("  ", [], tab_request)[1].endswith("type the name or label (e.g. SPEAKER_01) of the speaker to forget, or 'screen'")
         _until(lambda: "friday" in " ".join(w.text for w in tab.session.transcript().words).lower())
         page.export(tab_request)
         exported = tmp_path / "exports" / tab.session.session_id

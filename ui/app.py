@@ -638,15 +638,15 @@ class LivePage:
         return "", "", render.status_line(tab.session.snapshot(), tab.notice)
 
     def forget(self, speaker: str, chat: list, request: gr.Request) -> tuple[str, str, list]:
-        """Forget one speaker of the tab's meeting, live or finished: the meeting is rebuilt without what they said
-        so far (transcript and the model's memory); answers, the summary and exported files that could quote them
-        are cleared. Returns (speaker box, status line, chat)."""
+        """Forget one speaker of the tab's meeting, or the screen, live or finished: the meeting is rebuilt without
+        what they said or showed so far (transcript, slides and the model's memory); answers, the summary and
+        exported files that could quote them are cleared. Returns (speaker box, status line, chat)."""
         from app.forget import forget_in_live_meeting
 
         tab = self.tab(request)
         try:
             if not (speaker or "").strip():
-                raise InputError("type the name or label (e.g. SPEAKER_01) of the speaker to forget")
+                raise InputError("type the name or label (e.g. SPEAKER_01) of the speaker to forget, or 'screen'")
             with tab.lock, tab.feed_lock:  # the replay and the microphone wait while the meeting is rebuilt
                 old = tab.session
                 if old is None or tab.runtime is None:
@@ -663,9 +663,9 @@ class LivePage:
                 tab.drop_player()  # the recording holds their voice
         except Exception as exc:
             return speaker, self._fail(tab, exc), chat
-        who = f"{report.name} ({report.speaker})" if report.name else report.speaker
-        tab.notice = (f"forgot {who}: {report.words_removed} word(s) removed from the transcript and the model's "
-                      "memory; earlier answers, the summary, exports and the recording's player were cleared")
+        tab.notice = (f"forgot {report.shown()}: {report.removed()} removed from the meeting and the model's memory "
+                      f"({report.blocks} KV block(s) held them); earlier answers, the summary, exports and the "
+                      "recording's player were cleared")
         return "", render.status_line(tab.session.snapshot(), tab.notice), []
 
     def apply_settings(self, model: str, budget_ratio: float, request: gr.Request) -> str:
@@ -741,11 +741,12 @@ def build_page(runtime: Runtime, ui_settings: UISettings | None = None) -> gr.Bl
                                 rename_to = gr.Textbox(placeholder="their name", show_label=False, scale=2,
                                                        elem_id="mt-rename-name")
                                 rename_button = gr.Button("Rename", scale=1, elem_id="mt-rename")
-                            gr.Markdown("**Forget** removes everything one person has said so far from the transcript and "
-                                        "from the model's memory (the meeting goes on without it).")
+                            gr.Markdown("**Forget** removes everything one person has said so far (or, with *screen*, "
+                                        "every slide shown so far) from the meeting and from the model's memory "
+                                        "(the meeting goes on without it).")
                             with gr.Row():
-                                forget_box = gr.Textbox(placeholder="name or label, e.g. Bob or SPEAKER_01", show_label=False,
-                                                        scale=3, elem_id="mt-forget-speaker")
+                                forget_box = gr.Textbox(placeholder="name or label, e.g. Bob or SPEAKER_01, or screen",
+                                                        show_label=False, scale=3, elem_id="mt-forget-speaker")
                                 forget_button = gr.Button("Forget", scale=1, variant="stop", elem_id="mt-forget")
                         with gr.Accordion("Export", open=True):
                             export_button = gr.Button("Export transcript + summary", size="sm", elem_id="mt-export")

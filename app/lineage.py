@@ -1,0 +1,85 @@
+"""Lineage: which content source each KV block of a meeting holds, read from its Global Timeline Index.
+
+A meeting's tokens come from content sources: each speaker's voice (a participant's audio stream, or a diarized
+voice of a recording) and the shared screen or camera (the slides read from its frames). The timeline maps every
+line the KV holds to its token range, so the blocks a source's tokens sit in follow from it; the timeline is the
+one record of it (it is saved with the meeting and rebuilt with it), so no second tag can disagree with it. A cold
+block keeps its logical block index in its id, so the same map covers blocks spilled to host memory, disk or Redis.
+
+A block of 64 tokens often holds two sources (one turn ends, the next begins), and every later token attended to
+earlier ones, so a source is forgotten by rebuilding the meeting without it and shredding every old key
+(app/forget.py); the lineage says which blocks held it, for the forget's audit record and for the user.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kvstore.timeline import Segment, TimelineIndex
+
+SCREEN = "screen"  # the slides and frames read from the shared screen or camera
+_SCREEN_NAMES = frozenset({SCREEN, "slides", "video", "camera"})
+
+
+def is_screen(source: str) -> bool:
+    """Whether a user's word for a source means the screen (``screen``, ``slides``, ``video``, ``camera``)."""
+    return source.strip().lower() in _SCREEN_NAMES
+
+
+def source_of(segment: Segment) -> str | None:
+    """The content source of a timeline segment: its speaker's label, SCREEN for a slide, None for the app's own
+    text (a prompt; no person's)."""
+    if segment.modality == "video":
+        return SCREEN
+    if segment.modality == "audio":
+        return segment.speaker or "unknown speaker"
+    return None
+
+
+@dataclass(frozen=True)
+class SourceBlocks:
+    """What one content source has in a meeting's KV cache."""
+
+    source: str  # a speaker label, or SCREEN
+    name: str | None  # the name the transcript gives the speaker
+    segments: int
+    tokens: int
+    blocks: tuple[int, ...]  # logical KV blocks holding any of its tokens, in order
+    shared: int  # of those, blocks that hold another source's tokens too
+
+    @property
+    def kind(self) -> str:
+        return "screen" if self.source == SCREEN else "speaker"
+
+    def shown(self) -> str:
+        return f"{self.source} ({self.name})" if self.name else self.source
+
+
+def lineage(timeline: TimelineIndex, block_size: int, names: dict[str, str] | None = None) -> list[SourceBlocks]:
+    """Every content source of the meeting with the KV blocks its tokens sit in, most tokens first."""
+    names = names or {}
+    tokens: dict[str, int] = defaultdict(int)
+    segments: dict[str, int] = defaultdict(int)
+    blocks: dict[str, set[int]] = defaultdict(set)
+    holders: dict[int, set[str]] = defaultdict(set)
+    for segment in timeline.segments():
+        source = source_of(segment)
+        if source is None or segment.token_end <= segment.token_start:
+            continue
+        segments[source] += 1
+        tokens[source] += segment.token_end - segment.token_start
+        for block in range(segment.token_start // block_size, (segment.token_end - 1) // block_size + 1):
+            blocks[source].add(block)
+            holders[block].add(source)
+    found = [SourceBlocks(source, names.get(source), segments[source], tokens[source], tuple(sorted(held)),
+                          sum(1 for block in held if len(holders[block]) > 1))
+             for source, held in blocks.items()]
+    return sorted(found, key=lambda s: (-s.tokens, s.source))
+
+
+def blocks_of(timeline: TimelineIndex, block_size: int, source: str) -> SourceBlocks | None:
+    """The lineage of one source (None when the meeting holds none of its tokens)."""
+    return next((s for s in lineage(timeline, block_size) if s.source == source), None)
