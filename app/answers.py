@@ -19,13 +19,13 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Sequence
 
 from app.actions import ActionItem, Decision, extract_action_items, extract_decisions
 from app.entities import Entity, find_entities, merge_date_time
 from app.focused import FocusedSummarizer, FocusedSummary
-from app.questions import Question, QuestionType, content_words, parse_question, topic_words
+from app.questions import Question, QuestionType, content_words, parse_question, split_questions, topic_words
 from app.retrieval import Embedder, Hit, SentenceIndex, stems
 from app.sentences import Sentence, split_sentences
 from app.textnorm import NUMBER_WORDS, normalize
@@ -78,9 +78,11 @@ class Answer:
     parts: int  # how many transcript parts were read (1 = the whole transcript in one pass)
     confidence: float
     kind: str = "other"  # the question's type, as understood
+    asked: list["Answer"] = field(default_factory=list)  # one per question when a message asked several
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "citations": [{**asdict(c), "label": c.label} for c in self.citations]}
+        return {**asdict(self), "citations": [{**asdict(c), "label": c.label} for c in self.citations],
+                "asked": [a.to_dict() for a in self.asked]}
 
 
 # (question, evidence sentences) -> (the model's answer text, confidence 0-1), or None if it has none.
@@ -123,6 +125,19 @@ class AnswerFinder:
 
     # ------------------------------------------------------------------ entry point
     def answer(self, question: str) -> Answer:
+        """The answer to ``question``; a message that asks two things ("How much will it cost, and when does it
+        start?") gets each answered in turn, after the question it answers."""
+        asked = split_questions(question)
+        if len(asked) == 1:
+            return self._answer_one(question)
+        answers = [self._answer_one(part) for part in asked]
+        text = " ".join(f"{a.question.rstrip('?.! ')}? {a.text.rstrip()}{'' if a.text.rstrip()[-1:] in '.!?' else '.'}"
+                        for a in answers)
+        citations = list({(c.turn_index, c.text): c for a in answers for c in a.citations}.values())
+        return Answer(" ".join(a.question for a in answers), text, citations, 1,
+                      min(a.confidence for a in answers), answers[0].kind, answers)
+
+    def _answer_one(self, question: str) -> Answer:
         q = self._with_aside(parse_question(question))
         if q.type is QuestionType.SUMMARY and not q.focus:
             return self._whole_meeting(q)

@@ -206,6 +206,51 @@ def _inner(q: str, at: int, after: str) -> tuple[str, str]:
     return inner[:1].upper() + inner[1:], aside
 
 
+# Where a second question starts inside the first: ", and when ...", "; who ...", " and how much ...".
+_SECOND = re.compile(r"(?:,?\s+and\s+(?:also\s+)?|\s*;\s*(?:and\s+)?|,\s+(?:also|plus)\s+)"
+                     r"(?=(?:who|whom|what|when|where|which|why|how)\b)", re.IGNORECASE)
+_FIRST_WH = re.compile(r"^(?:(?:by|on|until) )?(?:who|whom|whose|what|when|where|which|why|how(?: much| many| long)?)\b|"
+                       r"^" + _QWORD + r"\b", re.IGNORECASE)
+
+
+def split_questions(question: str) -> list[str]:
+    """The questions asked in one message: "How much will the pilot cost? And who signs?", "Did they hire her, and
+    when does she start?" and "How much will it cost and who pays?" are two each; "Who will send the contract and
+    when?" asks when of the same thing ("When will send the contract?"). One question comes back as it was asked."""
+    text = " ".join(str(question).split())
+    pieces = [p for p in re.split(r"(?<=\?)\s+", text) if p]
+    asked: list[str] = []
+    for piece in pieces:
+        if asked and not (_asks(piece) and "?" in piece):
+            asked[-1] = f"{asked[-1]} {piece}"  # "... ? thanks" stays an aside of the question before it
+        elif asked and not _asks(asked[-1]):
+            asked[-1] = f"{asked[-1]} {piece}"  # "Sorry? Who ..." : the first piece was no question
+        else:
+            asked.append(piece)
+    questions: list[str] = []
+    for piece in asked:
+        inner, aside = split_question(piece)
+        found = _SECOND.search(inner) if _asks(inner) and not _PATTERNS[0][1].search(inner.lower()) else None
+        first = inner[: found.start()].rstrip(" ,;") if found else ""
+        if found is None or len(_WH.findall(first)) > 1 or not _asks(first):
+            questions.append(piece)  # one question ("who said what and when" asks it loosely)
+            continue
+        second = inner[found.end():]
+        if not re.search(r"\w", re.sub(r"^\w+", "", second)):  # "... and when?": when of the same thing
+            if not _WH.match(first):
+                questions.append(piece)  # "Did they decide who will send it and when?": no second question to make
+                continue
+            second = f"{second.rstrip(' ?.!')} {_FIRST_WH.sub('', first).strip()}"
+        tail = f" {aside}" if aside else ""
+        questions += [f"{first.rstrip('?')}?{tail}", f"{second[:1].upper()}{second[1:].rstrip('?')}?"]
+    return questions if len(questions) > 1 else [text]
+
+
+def _asks(piece: str) -> bool:
+    """Whether a piece of a message holds a question (a question word opening a clause, or a summary request)."""
+    return bool(_PATTERNS[0][1].search(piece.lower())) or bool(_CLAUSE.search(piece))
+
+
 def plain_question(question: str) -> str:
     """The question inside what was typed or said (see :func:`split_question`)."""
     return split_question(question)[0]

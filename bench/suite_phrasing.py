@@ -3,10 +3,14 @@ as written and wrapped the ways people wrap questions ("hey, ...", "... thanks!"
 me ...", no capitals or question mark), answered from the reference transcript (answering alone, no recogniser)
 and scored on the answer text (bench/suites/score.py).
 
-    .venv/bin/python bench/suite_phrasing.py SUITE_DIR [--limit N] [--templates FILE] [--show-wrong]
+    .venv/bin/python bench/suite_phrasing.py SUITE_DIR [--limit N] [--templates FILE | --pairs] [--show-wrong]
 
 ``--templates FILE``: a JSON list of other wrappers, each with ``{q}`` where the question goes (lower case, no
 question mark): ways of asking that the built-in list (and the rules in app/questions.py) were not made from.
+
+``--pairs``: two questions of a meeting asked in one message ("Q1? Q2?", "Q1, and q2?", "q1 and q2"; the "and" forms
+where the second starts with a question word); each part is scored on its own answer where the message was answered
+part by part, else both on the whole answer (what a user reads).
 
 Only development seeds may be read with --show-wrong; on evaluation seeds the table alone is looked at.
 """
@@ -51,6 +55,56 @@ def variants(question: str, templates: list[str] | None = None) -> dict[str, str
     }
 
 
+_WH_START = ("who ", "whom ", "what ", "what's ", "when ", "where ", "which ", "why ", "how ")
+
+
+def pair_variants(first: str, second: str) -> dict[str, str]:
+    """Two questions asked in one message, the ways people join them."""
+    bare, low = first.rstrip("?").strip(), _lower_first(second.rstrip("?").strip())
+    joined = {"Q1? Q2?": f"{first} {second}"}
+    if low.lower().startswith(_WH_START):
+        joined["Q1, and q2?"] = f"{bare}, and {low}?"
+        joined["q1 and q2"] = f"{bare} and {low}".lower()
+    return joined
+
+
+def _pairs(folders: list[Path], embedder, show_wrong: bool) -> None:
+    """Score two questions asked in one message (see --pairs)."""
+    import json as _json
+
+    from app.answers import AnswerFinder
+    from app.transcript import load_transcript
+    from bench.suites.score import answer_correct
+
+    parts: dict[str, list[bool]] = {}
+    both: dict[str, list[bool]] = {}
+    wrong: list[str] = []
+    for folder in folders:
+        facts = _json.loads((folder / "facts.json").read_text())
+        finder = AnswerFinder(load_transcript(folder / "reference.json"), embedder)
+        questions = facts["questions"]
+        for q1, q2 in zip(questions, questions[1:]):
+            for name, text in {"each alone": None, **pair_variants(q1["question"], q2["question"])}.items():
+                if text is None:
+                    oks = [answer_correct(finder.answer(q["question"]).text, q) for q in (q1, q2)]
+                else:
+                    answer = finder.answer(text)
+                    texts = [a.text for a in answer.asked] if len(getattr(answer, "asked", ())) == 2 else [answer.text] * 2
+                    oks = [answer_correct(t, q) for t, q in zip(texts, (q1, q2))]
+                    if not all(oks):
+                        wrong.append(f"- {folder.name} [{q1['type']} + {q2['type']}] {text} -> {answer.text[:120]!r}")
+                parts.setdefault(name, []).extend(oks)
+                both.setdefault(name, []).append(all(oks))
+    print("| asked as | pairs | both parts right | parts right |")
+    print("|---|---:|---:|---:|")
+    for name in parts:
+        print(f"| {name} | {len(both[name])} | {sum(both[name]) / len(both[name]):.1%} | "
+              f"{sum(parts[name]) / len(parts[name]):.1%} |")
+    if show_wrong:
+        print("\nwrong (pairs):")
+        print("\n".join(wrong[:80]))
+
+
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.progress import Progress
@@ -65,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--templates", type=Path, default=None, help="a JSON list of wrappers with {q} (instead of the "
                     "built-in ones)")
+    ap.add_argument("--pairs", action="store_true", help="two questions in one message instead of wrappers")
     ap.add_argument("--show-wrong", action="store_true", help="list wrong answers (development seeds only)")
     args = ap.parse_args(argv)
     templates = None
@@ -79,6 +134,13 @@ def main(argv: list[str] | None = None) -> int:
     if not folders:
         ap.error(f"no generated meetings (*/facts.json) under {args.suite}")
     embedder = default_embedder()
+    if args.pairs:
+        started = time.perf_counter()
+        print(f"`python bench/suite_phrasing.py {args.suite} --pairs{f' --limit {args.limit}' if args.limit else ''}` "
+              f"-- {len(folders)} meetings\n")
+        _pairs(folders, embedder, args.show_wrong)
+        print(f"\n{time.perf_counter() - started:.0f} s")
+        return 0
     right: dict[str, int] = {}
     asked: dict[str, int] = {}
     by_type: dict[tuple[str, str], list[bool]] = {}
