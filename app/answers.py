@@ -102,10 +102,11 @@ class AnswerOptions:
 
 
 # A pronoun that points back at a topic said before the question ("the vendor contract, is it signed?").
-_POINTS_BACK = re.compile(r"\b(?:it|its|that|this|those|these|them)\b", re.IGNORECASE)
+_POINTS_BACK = re.compile(r"\b(?:it|its|that|this|those|these|them)\b"
+                          r"(?!\s+(?:time|week|month|year|quarter|morning|afternoon|evening|round)\b)", re.IGNORECASE)
 # Words of courtesy a meeting says too ("Thank you, Bob."): never what a question is about.
 _COURTESY = frozenset("thanks thank thx please pls sorry hi hey hello morning afternoon evening cheers bye welcome "
-                      "great ok okay".split())
+                      "great ok okay first second third things thing questions question quick".split())
 
 
 class AnswerFinder:

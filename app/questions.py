@@ -139,7 +139,8 @@ def content_words(text: str) -> list[str]:
 
 
 # A label before the real question ("Recap: who will send the design?"): not part of what is asked.
-_LEAD_IN = re.compile(r"^(?:recap|summary|quick question|question)\s*[:,-]\s*(?=\w)", re.IGNORECASE)
+_LEAD_IN = re.compile(r"^(?:(?:recap|summary|quick|follow[- ]up|one more|another|last)\s+)?(?:question|q|one)\s*[:,-]+\s*(?=\w)|"
+                      r"^(?:recap|summary)\s*[:,-]+\s*(?=\w)", re.IGNORECASE)
 
 # How people wrap a question when they talk or type it: words before it ("hey, ...", "sorry to bother you, but
 # ...", "for my notes, ..."), after it ("? thanks!", "? need this asap") or around it ("do you know ...", "can u tell me
@@ -156,8 +157,10 @@ _EMBEDS = re.compile(r"(?:^|[,:;.!?-]\s*|\b(?:but|so|and|then|know|me|us|out|won
                      r"asking|remember|recall|sure|see|check)\s+)$", re.IGNORECASE)
 # An auxiliary that opens a request to the assistant, not the question: "do you know ...", "can u tell me ...".
 _REQUEST = re.compile(
-    r"(?:do|does|did|can|could|would|will)\s+(?:you|u|ya|anyone|anybody|someone|somebody|we|the meeting|the "
-    r"transcript)\s+(?:\w+\s+){0,2}?(?:know|remember|recall|idea|tell|remind|find|check|confirm|see|help|mind|say)\b",
+    r"(?:do|does|did|can|could|would|will)\s+(?:you|u|ya|anyone|anybody|someone|somebody|we|the (?:meeting|transcript|"
+    r"notes|minutes|recording|record|summary|call))\s+(?:\w+\s+){0,2}?(?:know|remember|recall|idea|tell|remind|find|"
+    r"check|confirm|see|help|mind|say|show|mention)\b|"
+    r"what\s+(?:i|we)\s+(?:\w+\s+){0,3}?(?:know|ask|find out|understand|hear)\s+is\b|(?:my|the|our)\s+question\s+is\b",
     re.IGNORECASE)
 
 
@@ -165,6 +168,29 @@ _REQUEST = re.compile(
 _WH = re.compile(r"\b(?:who|whom|whose|what|what's|when|where|which|why|how)\b", re.IGNORECASE)
 # An auxiliary addressed to the assistant ("can you ...", "could u ..."): a request, when a question word follows.
 _TO_YOU = re.compile(r"(?:do|does|did|can|could|would|will)\s+(?:you|u|ya)\b", re.IGNORECASE)
+
+
+# A request whose subject is not "you": "Would it be possible to check ...", "is possible you check ...", "Is there any
+# way to find out ...": the question is what follows it.
+_POSSIBLE = re.compile(r"(?:would|will|could|can|is|was)\s+(?:it\s+)?(?:be\s+)?possible\b|"
+                       r"(?:is|would|could)\s+there\s+(?:any\s+)?(?:way|chance)\b", re.IGNORECASE)
+# A yes/no question said after other words without punctuation ("ok listen did they agree to ..."): an auxiliary
+# and its subject.
+_AUX_SUBJECT = re.compile(
+    r"\b(?:did|does|do|was|were|is|are|will|would|has|have|had|can|could|should)\s+(?:they|we|it|he|she|i|you|the|a|"
+    r"an|our|their|someone|anyone|everyone|somebody|anybody|there|that|this|these|those)\b", re.IGNORECASE)
+# What people say after a question they do not punctuate: which meeting they mean, a hedge, a sign-off ("... from the
+# meeting we just had", "... i think someone brought it up", "... and then im done").
+_TRAILING = re.compile(
+    r"\s+(?:(?:from|in|during|at|on|of)\s+(?:the|this|that|today'?s|todays|our|yesterday'?s|yesterdays|last|earlier)"
+    r"\s+(?:\w+\s+){0,2}?(?:meeting|call|session|sync|standup|stand-up)\b|(?:and\s+)?then\s+(?:i'?m|im|i am|we'?re)\s+"
+    r"(?:done|good|set)\b|i\s+(?:think|guess|believe|remember|recall|didn'?t|did not|don'?t|do not|can'?t|cannot|"
+    r"couldn'?t|missed|forgot|wasn'?t|was not)\b|(?:i'?m|im)\s+(?:pretty\s+)?sure\b|"
+    r"(?:because|cause|cuz|bc)\b|[-\u2013\u2014]+\s|"
+    r"(?:you know|or something|or what)\s*[.!?]*$|(?:please|pls|plz|thx|thanks|thank you|ty)\b[\s.!:)(]*$|"
+    r"[:;]-?[)(dp]\s*$)"
+    r".*$|\s*,\s*(?:i\s+)?(?:need|needed|want|have to|gotta)\b.*$",
+    re.IGNORECASE)
 
 
 def split_question(question: str) -> tuple[str, str]:
@@ -176,6 +202,9 @@ def split_question(question: str) -> tuple[str, str]:
     mark = q.find("?")
     if 0 <= mark < len(q) - 1 and re.search(r"\w", q[mark + 1:]):
         q, after = q[: mark + 1], q[mark + 1:].strip(" ?!.")
+    label = _LEAD_IN.match(q)  # "recap question: who ...": a label, not a request for a recap
+    if label is not None:
+        q = q[label.end():]
     if _PATTERNS[0][1].search(q.lower()):  # a request for a summary is itself the question
         return q, after
     starts = []
@@ -185,20 +214,32 @@ def split_question(question: str) -> tuple[str, str]:
             continue  # a question word inside a clause ("the person who ...")
         if not at and found.group("start").lower() in ("if", "whether"):
             continue  # "If Dana is away, who will run the demo?": a condition, not a yes/no question
+        if found.group("start").lower() in ("if", "whether") and re.search(r"\b(?:but|so)\b|[,:;]", q[found.end():]) \
+                and re.search(r"\b(?:but|so)\s+" + _QWORD + r"\b|[,:;]\s*" + _QWORD + r"\b", q[found.end():], re.I):
+            continue  # "Not sure if this came up, but who ...": a hedge before the question
         starts.append(at)
     wh = [m.start() for m in _WH.finditer(q)]
     later_wh = [at for at in wh if at > 0]
     for at in starts:
-        if _REQUEST.match(q, at) or (_TO_YOU.match(q, at) and any(w > at for w in later_wh)):
+        if re.match(r"(?:is|was|are)\s+" + _WH.pattern, q[at:], re.IGNORECASE):
+            continue  # "what I need to know is who ...": "is" before a question word asks nothing itself
+        if _REQUEST.match(q, at) or _POSSIBLE.match(q, at) or (_TO_YOU.match(q, at) and any(w > at for w in later_wh)):
             continue  # "do you know ...", "can you look this up for me: who ..." ask the assistant, not the meeting
         return _inner(q, at, after)
     if later_wh:  # said without punctuation ("right so basically who will ..."): from its first question word
         return _inner(q, later_wh[0], after)
+    for found in _AUX_SUBJECT.finditer(q):  # "ok listen did they agree ...": from its auxiliary
+        if found.start() and not _POSSIBLE.match(q, found.start()) and not _REQUEST.match(q, found.start()):
+            return _inner(q, found.start(), after)
     return q, after
 
 
 def _inner(q: str, at: int, after: str) -> tuple[str, str]:
     inner = q[at:]
+    if "?" not in inner:  # unpunctuated: what is said after the question is an aside
+        tail = _TRAILING.search(inner, 1)
+        if tail is not None:
+            inner, after = inner[: tail.start()], " ".join(p for p in (inner[tail.start():].strip(), after) if p)
     inner = re.sub(r"^(?:if|whether)\s+", "did ", inner, flags=re.IGNORECASE)
     inner = re.sub(r"[\s,.!-]*,\s*(?:thanks?(?: you)?|thx|ty|cheers|please|pls|lmk|asap)[\s.!]*(?=\?|$)", "", inner,
                    flags=re.IGNORECASE)
@@ -206,25 +247,32 @@ def _inner(q: str, at: int, after: str) -> tuple[str, str]:
     return inner[:1].upper() + inner[1:], aside
 
 
-# Where a second question starts inside the first: ", and when ...", "; who ...", " and how much ...".
-_SECOND = re.compile(r"(?:,?\s+and\s+(?:also\s+)?|\s*;\s*(?:and\s+)?|,\s+(?:also|plus)\s+)"
-                     r"(?=(?:who|whom|what|when|where|which|why|how)\b)", re.IGNORECASE)
+# Where a second question starts inside the first: ", and when ...", "; did they ...", " also who ...", " / how much".
+_SECOND = re.compile(
+    r"(?:,?\s+(?:and|oh and|plus|also|and also|btw)\s+(?:also\s+)?|\s*;\s*(?:and\s+)?|,\s+(?:also|plus|btw)\s+)"
+    r"(?=(?:who|whom|what|when|where|which|why|how)\b|(?:did|does|was|were|is|are|will|would|can|could|should|has|have|"
+    r"had|do)\s+(?:they|we|it|he|she|i|you|there|anyone|someone|everyone|anybody|somebody)\b|(?:did|does|was|were|is|"
+    r"are|will|would|can|could|should)\s+(?:the|a|an|our|their|this|that)\b)", re.IGNORECASE)
 _FIRST_WH = re.compile(r"^(?:(?:by|on|until) )?(?:who|whom|whose|what|when|where|which|why|how(?: much| many| long)?)\b|"
                        r"^" + _QWORD + r"\b", re.IGNORECASE)
+# Items of a list ("1. ...", "a) ...", "- ...") and " / ": each may be a question of its own.
+_ITEM = re.compile(r"(?:^|\s)(?:\d{1,2}[.)]|[a-e]\))\s+|(?:^|\n)\s*[-*\u2022]\s+|\s+/\s+", re.IGNORECASE)
+# Words that open a later question in a message ("oh and ...", "second, ...", "btw ...").
+_THEN = re.compile(r"^(?:(?:and|oh|also|btw|plus|so|then|first|firstly|second|secondly|next|lastly|finally|one more|"
+                   r"another one)[\s,:;-]+){0,3}", re.IGNORECASE)
 
 
 def split_questions(question: str) -> list[str]:
     """The questions asked in one message: "How much will the pilot cost? And who signs?", "Did they hire her, and
-    when does she start?" and "How much will it cost and who pays?" are two each; "Who will send the contract and
-    when?" asks when of the same thing ("When will send the contract?"). One question comes back as it was asked."""
-    text = " ".join(str(question).split())
-    pieces = [p for p in re.split(r"(?<=\?)\s+", text) if p]
+    when does she start?", "first, who ... second, did ...", "1. ... 2. ..." and "How much will it cost and who
+    pays?" are two each; "Who will send the contract and when?" asks when of the same thing ("When will send the
+    contract?"). One question comes back as it was asked."""
+    text = _ITEM.sub("\n", str(question))
+    pieces = [" ".join(p.split()) for p in re.split(r"\n+|(?<=[?.!])\s+", text)]
     asked: list[str] = []
-    for piece in pieces:
-        if asked and not (_asks(piece) and "?" in piece):
-            asked[-1] = f"{asked[-1]} {piece}"  # "... ? thanks" stays an aside of the question before it
-        elif asked and not _asks(asked[-1]):
-            asked[-1] = f"{asked[-1]} {piece}"  # "Sorry? Who ..." : the first piece was no question
+    for piece in filter(None, pieces):
+        if asked and (not _is_question(piece) or not _is_question(asked[-1])):
+            asked[-1] = f"{asked[-1]} {piece}"  # "... ? thanks", "Sorry? Who ...": not a question of its own
         else:
             asked.append(piece)
     questions: list[str] = []
@@ -243,11 +291,22 @@ def split_questions(question: str) -> list[str]:
             second = f"{second.rstrip(' ?.!')} {_FIRST_WH.sub('', first).strip()}"
         tail = f" {aside}" if aside else ""
         questions += [f"{first.rstrip('?')}?{tail}", f"{second[:1].upper()}{second[1:].rstrip('?')}?"]
-    return questions if len(questions) > 1 else [text]
+    if len(questions) == 1:
+        return [" ".join(str(question).split())]
+    return questions
+
+
+def _is_question(piece: str) -> bool:
+    """Whether a piece of a message is a question of its own: asked with a question mark, or opening with a question
+    word ("The client needs it by noon." is not; "oh and who ..." is)."""
+    if "?" in piece:
+        return _asks(piece)
+    rest = piece[_THEN.match(piece).end():]
+    return bool(_FIRST_WH.match(rest) or _AUX_SUBJECT.match(rest) or _PATTERNS[0][1].match(rest.lower()))
 
 
 def _asks(piece: str) -> bool:
-    """Whether a piece of a message holds a question (a question word opening a clause, or a summary request)."""
+    """Whether a piece of a message holds a question (a question word, or a summary request)."""
     return bool(_PATTERNS[0][1].search(piece.lower())) or bool(_CLAUSE.search(piece))
 
 

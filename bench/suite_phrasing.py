@@ -9,7 +9,7 @@ and scored on the answer text (bench/suites/score.py).
 question mark): ways of asking that the built-in list (and the rules in app/questions.py) were not made from.
 
 ``--pairs``: two questions of a meeting asked in one message ("Q1? Q2?", "Q1, and q2?", "q1 and q2"; the "and" forms
-where the second starts with a question word); each part is scored on its own answer where the message was answered
+where the second starts with a question word; or, with --templates, each a string with {q1} and {q2}); each part is scored on its own answer where the message was answered
 part by part, else both on the whole answer (what a user reads).
 
 Only development seeds may be read with --show-wrong; on evaluation seeds the table alone is looked at.
@@ -58,9 +58,12 @@ def variants(question: str, templates: list[str] | None = None) -> dict[str, str
 _WH_START = ("who ", "whom ", "what ", "what's ", "when ", "where ", "which ", "why ", "how ")
 
 
-def pair_variants(first: str, second: str) -> dict[str, str]:
-    """Two questions asked in one message, the ways people join them."""
+def pair_variants(first: str, second: str, templates: list[str] | None = None) -> dict[str, str]:
+    """Two questions asked in one message, the ways people join them (or as each of ``templates``, with {q1} and
+    {q2} where the questions go: lower case, no question mark)."""
     bare, low = first.rstrip("?").strip(), _lower_first(second.rstrip("?").strip())
+    if templates is not None:
+        return {t: t.replace("{q1}", _lower_first(bare)).replace("{q2}", low) for t in templates}
     joined = {"Q1? Q2?": f"{first} {second}"}
     if low.lower().startswith(_WH_START):
         joined["Q1, and q2?"] = f"{bare}, and {low}?"
@@ -68,7 +71,7 @@ def pair_variants(first: str, second: str) -> dict[str, str]:
     return joined
 
 
-def _pairs(folders: list[Path], embedder, show_wrong: bool) -> None:
+def _pairs(folders: list[Path], embedder, show_wrong: bool, templates: list[str] | None = None) -> None:
     """Score two questions asked in one message (see --pairs)."""
     import json as _json
 
@@ -84,7 +87,7 @@ def _pairs(folders: list[Path], embedder, show_wrong: bool) -> None:
         finder = AnswerFinder(load_transcript(folder / "reference.json"), embedder)
         questions = facts["questions"]
         for q1, q2 in zip(questions, questions[1:]):
-            for name, text in {"each alone": None, **pair_variants(q1["question"], q2["question"])}.items():
+            for name, text in {"each alone": None, **pair_variants(q1["question"], q2["question"], templates)}.items():
                 if text is None:
                     oks = [answer_correct(finder.answer(q["question"]).text, q) for q in (q1, q2)]
                 else:
@@ -97,6 +100,10 @@ def _pairs(folders: list[Path], embedder, show_wrong: bool) -> None:
                 both.setdefault(name, []).append(all(oks))
     print("| asked as | pairs | both parts right | parts right |")
     print("|---|---:|---:|---:|")
+    joined = [name for name in parts if name != "each alone"]
+    print(f"| all joined ({len(joined)} ways) | {sum(len(both[n]) for n in joined)} | "
+          f"{sum(sum(both[n]) for n in joined) / sum(len(both[n]) for n in joined):.1%} | "
+          f"{sum(sum(parts[n]) for n in joined) / sum(len(parts[n]) for n in joined):.1%} |")
     for name in parts:
         print(f"| {name} | {len(both[name])} | {sum(both[name]) / len(both[name]):.1%} | "
               f"{sum(parts[name]) / len(parts[name]):.1%} |")
@@ -128,17 +135,19 @@ def main(argv: list[str] | None = None) -> int:
             templates = json.loads(args.templates.read_text())
         except (OSError, ValueError) as exc:
             ap.error(f"cannot read --templates {args.templates}: {exc}")
-        if not isinstance(templates, list) or not all(isinstance(t, str) and t.count("{q}") == 1 for t in templates):
-            ap.error("--templates must be a JSON list of strings, each with {q} once")
+        marks = ("{q1}", "{q2}") if args.pairs else ("{q}",)
+        if not isinstance(templates, list) or not all(isinstance(t, str) and all(t.count(m) == 1 for m in marks)
+                                                      for t in templates):
+            ap.error(f"--templates must be a JSON list of strings, each with {' and '.join(marks)} once")
     folders = sorted(p.parent for p in args.suite.glob("*/facts.json"))[: args.limit]
     if not folders:
         ap.error(f"no generated meetings (*/facts.json) under {args.suite}")
     embedder = default_embedder()
     if args.pairs:
         started = time.perf_counter()
-        print(f"`python bench/suite_phrasing.py {args.suite} --pairs{f' --limit {args.limit}' if args.limit else ''}` "
-              f"-- {len(folders)} meetings\n")
-        _pairs(folders, embedder, args.show_wrong)
+        print(f"`python bench/suite_phrasing.py {args.suite} --pairs{f' --limit {args.limit}' if args.limit else ''}"
+              f"{f' --templates {args.templates}' if args.templates else ''}` -- {len(folders)} meetings\n")
+        _pairs(folders, embedder, args.show_wrong, templates)
         print(f"\n{time.perf_counter() - started:.0f} s")
         return 0
     right: dict[str, int] = {}

@@ -75,6 +75,24 @@ def test_question_types(question, qtype):
     ("If Dana is away, who will run the demo?", "Who will run the demo?", QuestionType.WHO_WILL),  # a condition
     ("Recap the discussion on when to launch", "Recap the discussion on when to launch", QuestionType.SUMMARY),
     ("Thanks", "Thanks", QuestionType.OTHER),
+    # session 28, from a fourth helper's wrappers (development seeds): requests not addressed to "you", remarks after
+    # an unpunctuated question, a yes/no question after an unpunctuated lead-in, labels that are no recap request
+    ("Would it be possible to check who will send the contract? Kind regards, Elena", "Who will send the contract?",
+     QuestionType.WHO_WILL),
+    ("Is possible you check in meeting did they agree to hire an auditor?", "Did they agree to hire an auditor?",
+     QuestionType.YES_NO),
+    ("do the notes say who will send the contract?", "Who will send the contract?", QuestionType.WHO_WILL),
+    ("what i need to know is who will send the contract", "Who will send the contract", QuestionType.WHO_WILL),
+    ("Not sure if this came up but who will send the contract?", "Who will send the contract?", QuestionType.WHO_WILL),
+    ("ok listen did they agree to hire an auditor", "Did they agree to hire an auditor", QuestionType.YES_NO),
+    ("who will send the contract i think someone brought it up near the end", "Who will send the contract",
+     QuestionType.WHO_WILL),
+    ("how much will the pilot cost, need this for my standup in 5 min", "How much will the pilot cost",
+     QuestionType.HOW_MUCH),
+    ("ok so who will send the contract because legal is asking", "Who will send the contract", QuestionType.WHO_WILL),
+    ("recap question: who will send the contract", "Who will send the contract", QuestionType.WHO_WILL),
+    ("what error rate was reported this time from the meeting we just had", "What error rate was reported this time",
+     QuestionType.METRIC),
 ])
 def test_a_question_is_answered_as_the_question_inside_its_wrapping(asked, plain, qtype):
     """People wrap questions ("hey, ...", "... thanks!", "do you know ..."): "Do you know who gave the rate?" was
@@ -98,6 +116,21 @@ def test_a_question_is_answered_as_the_question_inside_its_wrapping(asked, plain
     ("Did they decide who will send it and when?", ["Did they decide who will send it and when?"]),
     ("Sorry? Who will send it?", ["Sorry? Who will send it?"]),
     ("Who will send it? thanks!", ["Who will send it? thanks!"]),
+    ("who will send it? I can't remember", ["who will send it? I can't remember"]),
+    ("The client is expecting an answer by noon. Who will send it?",
+     ["The client is expecting an answer by noon. Who will send it?"]),
+    ("My manager asked who will send it - what do I tell her?", ["My manager asked who will send it - what do I tell her?"]),
+    # joined the ways a fourth helper wrote (development seeds)
+    # (a message's own pieces come back as typed: each is read as a question of its own when answered)
+    ("first, who will send it. second, did they agree to hire her.",
+     ["first, who will send it.", "second, did they agree to hire her."]),
+    ("1. who will send it\n2. how much is the deposit", ["who will send it", "how much is the deposit"]),
+    ("- who will send it\n- did they agree", ["who will send it", "did they agree"]),
+    ("a) who will send it b) when is the launch", ["who will send it", "when is the launch"]),
+    ("who will send it / how much is the deposit", ["who will send it", "how much is the deposit"]),
+    ("who will send it also did they agree", ["Who will send it?", "Did they agree?"]),
+    ("hey who will send it? oh and one more, when is the launch",
+     ["hey who will send it?", "oh and one more, when is the launch"]),
     ("Summarize the discussion about pricing and what was decided",
      ["Summarize the discussion about pricing and what was decided"]),
 ])
