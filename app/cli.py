@@ -572,15 +572,18 @@ def _content_sources(store, session: str, block_size: int) -> list[str]:
 
 
 def _is_speaker(store, session: str, speaker: str) -> bool:
-    """Whether ``speaker`` is a label, or the name of one, in the saved meeting's transcript."""
+    """Whether ``speaker`` is a label, or the name of one, in the saved meeting's transcript (as a forget reads it:
+    app.speakers.speaker_label)."""
     from app.forget import saved_speakers
+    from app.speakers import speaker_label
     from kvstore.stores import StoreError
 
     try:
         named = saved_speakers(store, session)
+        speaker_label(speaker, list(named), {label: name for label, name in named.items() if name})
     except (InputError, StoreError):
         return False
-    return speaker in named or any((name or "").lower() == speaker.strip().lower() for name in named.values())
+    return True
 
 
 def _print_lineage(store, session: str, block_size: int) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from app.lineage import SCREEN, SourceBlocks, is_screen, lineage
+from app.lineage import SCREEN, SourceBlocks, blocks_of, is_screen, lineage, source_kind
 from app.session_store import SavedState
 from app.speakers import speaker_label, speaker_names
 from app.transcript import Transcript, realign_to_sentences, turns_from_words
@@ -44,7 +44,7 @@ class ForgetReport:
     @property
     def speaker(self) -> str | None:
         """The speaker label forgotten (None when the screen was)."""
-        return None if self.forgotten == SCREEN else self.forgotten
+        return self.forgotten if source_kind(self.forgotten) == "speaker" else None
 
     def shown(self) -> str:
         return f"{self.name} ({self.forgotten})" if self.name else self.forgotten
@@ -56,8 +56,9 @@ class ForgetReport:
 
 def forget_source(runtime: Runtime, session_id: str, source: str, timeout: float | None = None) -> ForgetReport:
     """Rebuild saved meeting ``session_id`` without ``source`` (a speaker's label or the name it goes by, or the
-    screen: ``screen``, ``slides``, ``video``, ``camera``), save it and shred the old key sources. Holds the session's name against other processes while it works; a crash before the
-    new save leaves the old meeting as it was, and one after it leaves the rebuilt meeting."""
+    screen: ``screen``, ``slides``, ``video``, ``camera``), save it and shred the old key sources. Holds the
+    session's name against other processes while it works; a crash before the new save leaves the old meeting as
+    it was, and one after it leaves the rebuilt meeting."""
     from app.store import SessionClaim
 
     claim = SessionClaim(runtime.settings.home, session_id)
@@ -130,7 +131,7 @@ class _Plan:
 
     @property
     def kind(self) -> str:
-        return "screen" if self.label == SCREEN else "speaker"
+        return source_kind(self.label)
 
     @classmethod
     def of(cls, saved: SavedState, source: str, hotwords: tuple[str, ...], taken: list[str],
@@ -144,7 +145,7 @@ class _Plan:
         else:
             label = speaker_label(source, [w.speaker for w in words], names)
             kept, slides = [w for w in words if w.speaker != label], list(saved.slides)
-        held = next((s for s in lineage(saved.timeline, block_size) if s.source == label), None)
+        held = blocks_of(saved.timeline, block_size, label)
         return cls(label, names, kept, len(words) - len(kept), slides, len(saved.slides) - len(slides),
                    len(held.blocks) if held else 0, held.shared if held else 0,
                    _new_source(saved.source or "meeting", label, taken))
@@ -166,8 +167,8 @@ def _rebuilt(runtime: Runtime, session_id: str, saved: SavedState, plan: _Plan, 
     session.add_usage(saved.usage)  # the meeting's cost goes on from what it used before the rebuild
     timeline = saved.timeline  # the slides' image embeddings, so the timeline still finds them by picture
     shown = {slide.time for slide in plan.slides}
-    pictures = {seg.start_s: vec for seg in timeline.segments()
-                if seg.modality == "video" and seg.start_s in shown and (vec := timeline.embedding(seg.index)) is not None}
+    pictures = {seg.start_s: vec for seg in timeline.segments() if seg.modality == "video" and seg.start_s in shown
+                and (vec := timeline.embedding(seg.index)) is not None}
     session.add_transcript(Transcript(turns_from_words(plan.kept), source=plan.source), slides=plan.slides,
                            until=saved.position, slide_embeddings=pictures)
     return session

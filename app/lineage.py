@@ -29,6 +29,11 @@ def is_screen(source: str) -> bool:
     return source.strip().lower() in _SCREEN_NAMES
 
 
+def source_kind(source: str) -> str:
+    """"screen" or "speaker": what kind of content source ``source`` (SCREEN or a speaker label) is."""
+    return "screen" if source == SCREEN else "speaker"
+
+
 def source_of(segment: Segment) -> str | None:
     """The content source of a timeline segment: its speaker's label, SCREEN for a slide, None for the app's own
     text (a prompt; no person's)."""
@@ -52,7 +57,7 @@ class SourceBlocks:
 
     @property
     def kind(self) -> str:
-        return "screen" if self.source == SCREEN else "speaker"
+        return source_kind(self.source)
 
     def shown(self) -> str:
         return f"{self.source} ({self.name})" if self.name else self.source

@@ -139,8 +139,8 @@ def content_words(text: str) -> list[str]:
 
 
 # A label before the real question ("Recap: who will send the design?"): not part of what is asked.
-_LEAD_IN = re.compile(r"^(?:(?:recap|summary|quick|follow[- ]up|one more|another|last)\s+)?(?:question|q|one)\s*[:,-]+\s*(?=\w)|"
-                      r"^(?:recap|summary)\s*[:,-]+\s*(?=\w)", re.IGNORECASE)
+_LEAD_IN = re.compile(r"^(?:(?:recap|summary|quick|follow[- ]up|one more|another|last)\s+)?(?:question|q|one)"
+                      r"\s*[:,-]+\s*(?=\w)|^(?:recap|summary)\s*[:,-]+\s*(?=\w)", re.IGNORECASE)
 
 # How people wrap a question when they talk or type it: words before it ("hey, ...", "sorry to bother you, but
 # ...", "for my notes, ..."), after it ("? thanks!", "? need this asap") or around it ("do you know ...", "can u tell me
@@ -214,8 +214,8 @@ def split_question(question: str) -> tuple[str, str]:
             continue  # a question word inside a clause ("the person who ...")
         if not at and found.group("start").lower() in ("if", "whether"):
             continue  # "If Dana is away, who will run the demo?": a condition, not a yes/no question
-        if found.group("start").lower() in ("if", "whether") and re.search(r"\b(?:but|so)\b|[,:;]", q[found.end():]) \
-                and re.search(r"\b(?:but|so)\s+" + _QWORD + r"\b|[,:;]\s*" + _QWORD + r"\b", q[found.end():], re.I):
+        if found.group("start").lower() in ("if", "whether") and re.search(
+                r"\b(?:but|so)\s+" + _QWORD + r"\b|[,:;]\s*" + _QWORD + r"\b", q[found.end():], re.IGNORECASE):
             continue  # "Not sure if this came up, but who ...": a hedge before the question
         starts.append(at)
     wh = [m.start() for m in _WH.finditer(q)]
@@ -223,15 +223,20 @@ def split_question(question: str) -> tuple[str, str]:
     for at in starts:
         if re.match(r"(?:is|was|are)\s+" + _WH.pattern, q[at:], re.IGNORECASE):
             continue  # "what I need to know is who ...": "is" before a question word asks nothing itself
-        if _REQUEST.match(q, at) or _POSSIBLE.match(q, at) or (_TO_YOU.match(q, at) and any(w > at for w in later_wh)):
+        if _requests(q, at) or (_TO_YOU.match(q, at) and any(w > at for w in later_wh)):
             continue  # "do you know ...", "can you look this up for me: who ..." ask the assistant, not the meeting
         return _inner(q, at, after)
     if later_wh:  # said without punctuation ("right so basically who will ..."): from its first question word
         return _inner(q, later_wh[0], after)
     for found in _AUX_SUBJECT.finditer(q):  # "ok listen did they agree ...": from its auxiliary
-        if found.start() and not _POSSIBLE.match(q, found.start()) and not _REQUEST.match(q, found.start()):
+        if found.start() and not _requests(q, found.start()):
             return _inner(q, found.start(), after)
     return q, after
+
+
+def _requests(q: str, at: int) -> bool:
+    """Whether the clause at ``at`` asks something of the assistant ("do you know", "would it be possible to")."""
+    return bool(_REQUEST.match(q, at) or _POSSIBLE.match(q, at))
 
 
 def _inner(q: str, at: int, after: str) -> tuple[str, str]:
@@ -253,8 +258,8 @@ _SECOND = re.compile(
     r"(?=(?:who|whom|what|when|where|which|why|how)\b|(?:did|does|was|were|is|are|will|would|can|could|should|has|have|"
     r"had|do)\s+(?:they|we|it|he|she|i|you|there|anyone|someone|everyone|anybody|somebody)\b|(?:did|does|was|were|is|"
     r"are|will|would|can|could|should)\s+(?:the|a|an|our|their|this|that)\b)", re.IGNORECASE)
-_FIRST_WH = re.compile(r"^(?:(?:by|on|until) )?(?:who|whom|whose|what|when|where|which|why|how(?: much| many| long)?)\b|"
-                       r"^" + _QWORD + r"\b", re.IGNORECASE)
+_FIRST_WH = re.compile(r"^(?:(?:by|on|until) )?(?:who|whom|whose|what|when|where|which|why|"
+                       r"how(?: much| many| long)?)\b|^" + _QWORD + r"\b", re.IGNORECASE)
 # Items of a list ("1. ...", "a) ...", "- ...") and " / ": each may be a question of its own.
 _ITEM = re.compile(r"(?:^|\s)(?:\d{1,2}[.)]|[a-e]\))\s+|(?:^|\n)\s*[-*\u2022]\s+|\s+/\s+", re.IGNORECASE)
 # Words that open a later question in a message ("oh and ...", "second, ...", "btw ...").
