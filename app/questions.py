@@ -153,7 +153,7 @@ _CLAUSE = re.compile(
     r"(?:^|(?<=[\s,:;.!?-]))(?P<start>(?:by|on|at|until|till|in|for|from|to|of) (?:when|what|which|whom)\b|if\b|"
     r"whether\b|" + _QWORD + r"\b)", re.IGNORECASE)
 # The clause openers a mid-sentence question word may follow without punctuation ("... but who", "... know when").
-_EMBEDS = re.compile(r"(?:^|[,:;.!?-]\s*|\b(?:but|so|and|then|know|me|us|out|wondering|wonder|confirm|idea|ask|"
+_EMBEDS = re.compile(r"(?:^|[,:;.!?-]\s*|\b(?:but|so|and|then|know|me|us|out|wondering|wonder|confirm|(?<!whose )idea|ask|"
                      r"asking|remember|recall|sure|see|check)\s+)$", re.IGNORECASE)
 # An auxiliary that opens a request to the assistant, not the question: "do you know ...", "can u tell me ...".
 _REQUEST = re.compile(
@@ -187,9 +187,11 @@ _TRAILING = re.compile(
     r"(?:done|good|set)\b|i\s+(?:think|guess|believe|remember|recall|didn'?t|did not|don'?t|do not|can'?t|cannot|"
     r"couldn'?t|missed|forgot|wasn'?t|was not)\b|(?:i'?m|im)\s+(?:pretty\s+)?sure\b|"
     r"(?:because|cause|cuz|bc)\b|[-\u2013\u2014]+\s|"
-    r"(?:you know|or something|or what)\s*[.!?]*$|(?:please|pls|plz|thx|thanks|thank you|ty)\b[\s.!:)(]*$|"
-    r"[:;]-?[)(dp]\s*$)"
-    r".*$|\s*,\s*(?:i\s+)?(?:need|needed|want|have to|gotta)\b.*$",
+    r"(?:you know|or something|or what)\s*[.!?]*$|(?:please|pls|plz|thx|thanks|thank you|ty|cheers|asap|"
+    r"urgent(?:ly)?)\b[\s.!:)(]*$|[:;]-?[)(dp]\s*$)"
+    r".*$|\s*,\s*(?:i\s+)?(?:need|needed|want|have to|gotta|couldn'?t|can'?t|cannot|could not|didn'?t|did not|"
+    r"don'?t|do not|not sure|no idea)\b.*$|(?<=\w\w)(?<!\bmr)(?<!\bms)(?<!\bdr)(?<!\bst)(?<!\bvs)(?<!\bjr)(?<!\bsr)(?<!\bmrs)(?<!\betc)"
+    r"[.!]+\s+\S.*$",
     re.IGNORECASE)
 
 
@@ -200,6 +202,8 @@ def split_question(question: str) -> tuple[str, str]:
     q = " ".join(str(question).split())
     after = ""
     mark = q.find("?")
+    while 0 <= mark < len(q) - 1 and not _WH.search(q[:mark]) and not _CLAUSE.search(q[:mark]) and "?" in q[mark + 1:]:
+        mark = q.find("?", mark + 1)  # "Sorry? Who will ...": the question is the first part that asks something
     if 0 <= mark < len(q) - 1 and re.search(r"\w", q[mark + 1:]):
         q, after = q[: mark + 1], q[mark + 1:].strip(" ?!.")
     label = _LEAD_IN.match(q)  # "recap question: who ...": a label, not a request for a recap
@@ -215,12 +219,15 @@ def split_question(question: str) -> tuple[str, str]:
         if not at and found.group("start").lower() in ("if", "whether"):
             continue  # "If Dana is away, who will run the demo?": a condition, not a yes/no question
         if found.group("start").lower() in ("if", "whether") and re.search(
-                r"\b(?:but|so)\s+" + _QWORD + r"\b|[,:;]\s*" + _QWORD + r"\b", q[found.end():], re.IGNORECASE):
+                r"(?:\b(?:but|so)\s+|[,:;]\s*)(?:(?:by|on|until|in|at|for|from|to|of)\s+(?:when|what|which|whom)\b|"
+                + _QWORD + r"\b)", q[found.end():], re.IGNORECASE):
             continue  # "Not sure if this came up, but who ...": a hedge before the question
         starts.append(at)
     wh = [m.start() for m in _WH.finditer(q)]
     later_wh = [at for at in wh if at > 0]
     for at in starts:
+        if _without_subject(q, at) and _opens_later(q, at):
+            continue  # "was out sick tuesday 🤒 how much ...": an auxiliary that opens no question of its own
         if re.match(r"(?:is|was|are)\s+" + _WH.pattern, q[at:], re.IGNORECASE):
             continue  # "what I need to know is who ...": "is" before a question word asks nothing itself
         if _requests(q, at) or (_TO_YOU.match(q, at) and any(w > at for w in later_wh)):
@@ -232,6 +239,28 @@ def split_question(question: str) -> tuple[str, str]:
         if found.start() and not _requests(q, found.start()):
             return _inner(q, found.start(), after)
     return q, after
+
+
+# Words that can follow an auxiliary that opens a yes/no question (besides a name): "did they", "is the", "was there".
+_SUBJECT = re.compile(r"(?:they|we|it|he|she|i|you|u|the|a|an|our|their|his|her|its|this|that|these|those|there|"
+                      r"any|anyone|someone|everyone|anybody|somebody|everybody|all|both|each|every|no)\b", re.IGNORECASE)
+_AUXILIARY = re.compile(r"(?:is|are|was|were|do|does|did|will|would|can|could|has|have|had|should)\s+(?P<next>\S)",
+                        re.IGNORECASE)
+
+
+def _opens_later(q: str, at: int) -> bool:
+    """Whether a question opens after ``at`` right after a mark that is not a word ("... 🤒 did they ...")."""
+    later = [m.start("start") for m in _CLAUSE.finditer(q)] + [m.start() for m in _AUX_SUBJECT.finditer(q)]
+    return any(w > at and re.search(r"[^\w\s]\s*$", q[:w]) for w in later)
+
+
+def _without_subject(q: str, at: int) -> bool:
+    """Whether an auxiliary at ``at`` has no subject after it ("was out sick"): no yes/no question starts there."""
+    found = _AUXILIARY.match(q, at)
+    if found is None:
+        return False
+    start = found.start("next")
+    return not (_SUBJECT.match(q, start) or q[start].isupper() or q[start].isdigit())
 
 
 def _requests(q: str, at: int) -> bool:
@@ -254,14 +283,17 @@ def _inner(q: str, at: int, after: str) -> tuple[str, str]:
 
 # Where a second question starts inside the first: ", and when ...", "; did they ...", " also who ...", " / how much".
 _SECOND = re.compile(
-    r"(?:,?\s+(?:and|oh and|plus|also|and also|btw)\s+(?:also\s+)?|\s*;\s*(?:and\s+)?|,\s+(?:also|plus|btw)\s+)"
-    r"(?=(?:who|whom|what|when|where|which|why|how)\b|(?:did|does|was|were|is|are|will|would|can|could|should|has|have|"
+    r"(?:,?\s+(?:and|oh and|plus|also|and also|btw|as well as)\s+(?:also\s+)?|\s*;\s*(?:and\s+)?|"
+    r",\s+(?:also|plus|btw)\s+)"
+    r"(?=(?:who|whom|whose|what|when|where|which|why|how)\b|(?:by|on|until|in|at|for|from|to|of)\s+(?:when|what|which|"
+    r"whom)\b|(?:did|does|was|were|is|are|will|would|can|could|should|has|have|"
     r"had|do)\s+(?:they|we|it|he|she|i|you|there|anyone|someone|everyone|anybody|somebody)\b|(?:did|does|was|were|is|"
     r"are|will|would|can|could|should)\s+(?:the|a|an|our|their|this|that)\b)", re.IGNORECASE)
 _FIRST_WH = re.compile(r"^(?:(?:by|on|until) )?(?:who|whom|whose|what|when|where|which|why|"
                        r"how(?: much| many| long)?)\b|^" + _QWORD + r"\b", re.IGNORECASE)
 # Items of a list ("1. ...", "a) ...", "- ...") and " / ": each may be a question of its own.
-_ITEM = re.compile(r"(?:^|\s)(?:\d{1,2}[.)]|[a-e]\))\s+|(?:^|\n)\s*[-*\u2022]\s+|\s+/\s+", re.IGNORECASE)
+_ITEM = re.compile(r"(?:^|\s)(?:\d{1,2}[.)]|[a-e]\)|\((?:\d{1,2}|[a-e]|i{1,3}|iv|v)\))\s+|(?:^|\n)\s*(?:[-*\u2022]|(?:i{1,3}|iv|vi{0,3})[.)])\s+|\s+/\s+",
+                   re.IGNORECASE)
 # Words that open a later question in a message ("oh and ...", "second, ...", "btw ...").
 _THEN = re.compile(r"^(?:(?:and|oh|also|btw|plus|so|then|first|firstly|second|secondly|next|lastly|finally|one more|"
                    r"another one)[\s,:;-]+){0,3}", re.IGNORECASE)
@@ -275,11 +307,15 @@ def split_questions(question: str) -> list[str]:
     text = _ITEM.sub("\n", str(question))
     pieces = [" ".join(p.split()) for p in re.split(r"\n+|(?<=[?.!])\s+", text)]
     asked: list[str] = []
+    holds: list[bool] = []  # whether each of them holds a question yet ("two things:" does not)
     for piece in filter(None, pieces):
-        if asked and (not _is_question(piece) or not _is_question(asked[-1])):
+        is_question = _is_question(piece)
+        if asked and (not is_question or not holds[-1]):
             asked[-1] = f"{asked[-1]} {piece}"  # "... ? thanks", "Sorry? Who ...": not a question of its own
+            holds[-1] = holds[-1] or is_question
         else:
             asked.append(piece)
+            holds.append(is_question)
     questions: list[str] = []
     for piece in asked:
         inner, aside = split_question(piece)

@@ -93,6 +93,17 @@ def test_question_types(question, qtype):
     ("recap question: who will send the contract", "Who will send the contract", QuestionType.WHO_WILL),
     ("what error rate was reported this time from the meeting we just had", "What error rate was reported this time",
      QuestionType.METRIC),
+    # session 29, from a fifth helper's wrappers (their rules made on development seeds): a remark after a comma or a
+    # full stop, "asap", an auxiliary with no subject before the question, a first part that asks nothing
+    ("I'm wondering who will send the contract, couldn't find it in the notes", "Who will send the contract",
+     QuestionType.WHO_WILL),
+    ("Trying to recall how much the pilot will cost. pretty sure it came up", "How much the pilot will cost",
+     QuestionType.HOW_MUCH),
+    ("hey bot, i need to know who will send the contract asap", "Who will send the contract", QuestionType.WHO_WILL),
+    ("was out sick tuesday 🤒 who will send the contract?", "Who will send the contract?", QuestionType.WHO_WILL),
+    ("did alice agree on when to ship?", "Did alice agree on when to ship?", QuestionType.YES_NO),
+    ("Who paid Mr. Smith", "Who paid Mr. Smith", QuestionType.WHO_WILL),
+    ("Sorry? Who will send it?", "Who will send it?", QuestionType.WHO_WILL),
 ])
 def test_a_question_is_answered_as_the_question_inside_its_wrapping(asked, plain, qtype):
     """People wrap questions ("hey, ...", "... thanks!", "do you know ..."): "Do you know who gave the rate?" was
@@ -133,6 +144,15 @@ def test_a_question_is_answered_as_the_question_inside_its_wrapping(asked, plain
      ["hey who will send it?", "oh and one more, when is the launch"]),
     ("Summarize the discussion about pricing and what was decided",
      ["Summarize the discussion about pricing and what was decided"]),
+    # a fifth helper's joins (development seeds): a line that asks nothing before the list, roman numerals, "as well as"
+    ("hey, two things:\n1. who will send it\n2. how much is the deposit",
+     ["hey, two things: who will send it", "how much is the deposit"]),
+    ("i. who will send it\nii. how much is the deposit\nthanks!", ["who will send it", "how much is the deposit thanks!"]),
+    ("what is the churn rate and by which date is the report due?",
+     ["What is the churn rate?", "By which date is the report due?"]),
+    ("(1) who will send it? (2) whose idea was it?", ["who will send it?", "whose idea was it?"]),
+    ("can you tell me who will send it as well as how much the deposit is",
+     ["Who will send it? can you tell me", "How much the deposit is?"]),
 ])
 def test_a_message_asking_two_things_is_split_into_its_questions(asked, parts):
     assert split_questions(asked) == parts
