@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Literal, Sequence
 
-Operation = Literal["read", "write", "migrate", "delete", "repair"]
-OPERATIONS: tuple[str, ...] = ("read", "write", "migrate", "delete", "repair")
+Operation = Literal["read", "write", "migrate", "delete", "repair", "rollout"]
+OPERATIONS: tuple[str, ...] = ("read", "write", "migrate", "delete", "repair", "rollout")
 GENESIS = "0" * 64
 KEYED = "hmac-sha256"
 FORMAT = "minutia.audit/1"

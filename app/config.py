@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -115,6 +115,9 @@ class KVSettings(BaseModel):
     shadow_question_rate: float = Field(
         0.1, ge=0, le=1, description="with decode_top_k_blocks: share of questions compared, after the answer is "
         "returned, with a dense read of the same question and answer (answer agreement on /metrics); 0 turns it off")
+    shadow_exact: bool = Field(
+        False, description="with exact copies in the cold tier: shadowed questions are also compared with the meeting "
+        "read at full precision (the compression's drift); off by default: it holds the model while it reads")
     budget_floor_tokens: int = Field(
         2048, ge=0, description="no compression before this many tokens (the ratio of a short prompt or meeting start is tiny)"
     )
@@ -128,10 +131,19 @@ class KVSettings(BaseModel):
     watermark: float = Field(0.85, gt=0, le=1, description="share of device_cap_mib the KV is kept at")
     cold: "ColdSettings" = Field(default_factory=lambda: ColdSettings(),
                                  description="live meetings: where blocks the budget cannot hold wait for a question")
+    controller: "ControllerSettings" = Field(default_factory=lambda: ControllerSettings(),
+                                             description="live meetings: the PID on device memory and the bandit "
+                                             "over the decode read's sparsity (kvstore.control)")
     scorers: dict[str, Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(
         default_factory=dict, description="importance score terms, registered scorer name -> weight, on top of "
         "kvstore's defaults (kvstore.scoring.ScoreWeights): a new name adds its term, a known one changes its "
         "weight, weight 0 turns a term off")
+
+    @model_validator(mode="after")
+    def _arms_need_drift(self) -> "KVSettings":
+        if self.controller.sparsity_arms and not self.drift_sample_rate:
+            raise ValueError("controller.sparsity_arms needs drift_sample_rate > 0 (the bandit's quality signal)")
+        return self
 
     @field_validator("scorers")
     @classmethod
@@ -159,6 +171,30 @@ class ColdSettings(BaseModel):
     exact_copies: bool = Field(True, description="keep a full-precision copy of each block the budget quantizes "
                                "(host memory, then the store; sealed like the cold blocks); a question reads the "
                                "quantized blocks it wants from their copies (kvstore.exact_copies)")
+
+
+class ControllerSettings(BaseModel):
+    """kvstore.control.ControllerConfig from the config file; its setpoint is ``kv.watermark``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(True, description="with device_cap_mib: a PID holds the KV's device bytes at the "
+                          "watermark by moving the budget's share of the cap (else the budget follows the watermark)")
+    kp: float = Field(0.5, ge=0, le=10, allow_inf_nan=False)
+    ki: float = Field(0.3, ge=0, le=10, allow_inf_nan=False)
+    sparsity_arms: tuple[Annotated[int, Field(gt=0)] | None, ...] = Field(
+        (), description="decode_top_k_blocks values a bandit picks from per answer (null: the dense read), "
+        "rewarded with decode tokens/s x (1 - js_weight x max(0, JS - js_threshold)); empty: the fixed "
+        "decode_top_k_blocks")
+    js_threshold: float = Field(0.02, ge=0, le=1, allow_inf_nan=False)
+    js_weight: float = Field(0.5, ge=0, le=2, allow_inf_nan=False)
+
+    @field_validator("sparsity_arms")
+    @classmethod
+    def _distinct(cls, arms: tuple[int | None, ...]) -> tuple[int | None, ...]:
+        if len(set(arms)) != len(arms):
+            raise ValueError("sparsity_arms must be distinct")
+        return arms
 
 
 class ModalitySettings(BaseModel):
@@ -201,6 +237,37 @@ def tiered_cache_config(kv: KVSettings, budget_bytes: int | None = None):
         watermark=kv.watermark,
         weights=weights,
     )
+
+
+def controller_for(cache, kv: KVSettings):
+    """The session's kvstore.control.KVController for ``cache`` (None when it has nothing to do: off, or the cache
+    has no device cap and there are no sparsity arms). The one KVSettings -> ControllerConfig conversion."""
+    settings = kv.controller
+    if not settings.enabled or (cache.settings.device_cap_bytes is None and not settings.sparsity_arms):
+        return None
+    from kvstore.control import ControllerConfig, KVController
+
+    setpoint = min(kv.watermark, 0.95)  # the controller keeps 5% of the cap for a prefill chunk at least
+    config = ControllerConfig(setpoint=setpoint, kp=settings.kp, ki=settings.ki, min_share=min(0.3, setpoint),
+                              arms=tuple(settings.sparsity_arms), js_threshold=settings.js_threshold,
+                              js_weight=settings.js_weight)
+    return KVController(cache, config)
+
+
+class CanarySettings(BaseModel):
+    """A KV preset rolled out to a share of new sessions and rolled back on a regression (app/canary.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    preset: Path | None = Field(None, description="YAML file with a 'kv:' mapping: the KV settings the canary changes")
+    fraction: float = Field(0.1, gt=0, le=1, description="share of new sessions that run the canary")
+    min_sessions: int = Field(3, ge=1, description="sessions with a signal each arm needs before it is compared")
+    max_throughput_drop: float = Field(0.1, ge=0, le=1, allow_inf_nan=False,
+                                       description="decode tokens/s: the canary may be this share slower")
+    max_drift_rise: float = Field(0.01, ge=0, le=1, allow_inf_nan=False,
+                                  description="JS divergence (sparse read, or answers against full precision): this much higher")
+    max_agreement_drop: float = Field(0.1, ge=0, le=1, allow_inf_nan=False,
+                                      description="shadow answers a reference read agrees with: this share fewer")
 
 
 class StoreSettings(BaseModel):
@@ -289,6 +356,7 @@ class Settings(BaseSettings):
     pii: PIISettings = PIISettings()
     vision: VisionSettings = VisionSettings()
     cost: CostSettings = CostSettings()
+    canary: CanarySettings = CanarySettings()
 
 
 def preset_path(name_or_path: str) -> Path:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 import math
 import threading
 import time
@@ -20,13 +21,16 @@ from typing import Any, Iterator
 
 import torch
 
-from app.config import KVSettings, tiered_cache_config
+from app.config import KVSettings, controller_for, tiered_cache_config
 from app.drift import SHADOW_MAX_STEPS, DriftMonitor, ShadowQuestions
 from app.llm import LLMEngine
 from app.pii import PIIDetector, cut_text, mask_text
 from app.transcript import format_time
 from encoders.errors import InputError
 from kvstore.annotations import EntityFinder, TokenFlag, tokens_in_spans
+
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class ContextLine:
@@ -53,6 +57,7 @@ class Generation:
     new_tokens: int
     time_to_first_token: float  # seconds from the request to the first generated token (incl. pending prefill)
     total_seconds: float
+    tokens_per_second: float | None = None  # after the first token, sampled dense reads left out (None: < 2 tokens)
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,7 @@ class MeetingContext:
         self.shadow = ShadowQuestions(kv.shadow_question_rate)  # ...and on sampled whole answers, afterwards
         self._decode_rates: deque[float] = deque(maxlen=32)  # tokens/s after the first token, recent answers
         self._closed = False
+        self.controller = None  # kvstore.control.KVController: memory PID and decode-sparsity bandit (_attach)
         if restored is not None:
             self.cache, self.tokens, self.lines = restored, int(restored.get_seq_length()), restored_lines
             self._attach(cold_tier)
@@ -131,6 +137,7 @@ class MeetingContext:
         if cold_tier is not None and hasattr(self.cache, "attach_cold_tier"):
             self.cache.attach_cold_tier(cold_tier)
         self.blocks = KVCacheManager(self.cache) if isinstance(self.cache, TieredCache) else None
+        self.controller = controller_for(self.cache, self.kv) if isinstance(self.cache, TieredCache) else None
 
     def compact(self) -> int:
         """Shrink the cache's block pools to their used blocks; returns the bytes given back."""
@@ -143,6 +150,32 @@ class MeetingContext:
             if cold is not None:  # and re-sort the cold blocks by priority: the best on host, the rest lower
                 cold.placement.rebalance()
             return before - self.cache.reserved_bytes()
+
+    def _control(self, step: str, *args: Any) -> None:
+        """One step of the controller, if any; it only tunes the cache, so a failure is logged, not raised (the
+        prefill or answer it follows stands)."""
+        if self.controller is None:
+            return
+        try:
+            getattr(self.controller, step)(*args)
+        except Exception:
+            log.exception("KV controller: %s failed", step)
+
+    def set_device_cap(self, cap_bytes: int) -> None:
+        """A new hard cap on the KV's device memory (a squeeze when other meetings need the device, or a release):
+        the controller (or, without one, the watermark) moves the budget under it and compression runs now."""
+        if not hasattr(self.cache, "device_bytes"):
+            raise InputError("a device cap needs minutia's TieredCache (kv.enabled)")
+        if cap_bytes <= 0:
+            raise InputError("the device cap must be positive")
+        with self._lock, self.engine.lock, torch.inference_mode():
+            self.cache.settings.device_cap_bytes = cap_bytes
+            if self.controller is None:  # a first cap: the controller has something to hold now
+                self.controller = controller_for(self.cache, self.kv)
+            if self.controller is not None:
+                self.controller.set_cap(cap_bytes)
+            else:
+                self.cache.compress()
 
     def close(self) -> None:
         """Let go of the cold tier's blocks (host memory, store entries); a pending shadow comparison is dropped."""
@@ -251,7 +284,8 @@ class MeetingContext:
                     if entities:
                         self.cache.annotate(entities, TokenFlag.ENTITY)
             self._forward(ids)
-        self.tokens += len(ids)
+            self.tokens += len(ids)
+            self._control("after_prefill", len(ids))
 
     def _forward(self, ids: list[int]) -> torch.Tensor:
         """Run ``ids`` after the cache's tokens (caller holds the engine lock, in inference mode);
@@ -282,14 +316,17 @@ class MeetingContext:
         ids = self._encode(suffix)
         with self._lock:
             self.flush()
-            steps = [] if getattr(self.cache, "reads_sparsely", False) and self.shadow.due() else None
+            self._control("before_answer")
+            references = self._shadow_references()
+            steps = [] if references and self.shadow.due() else None
             with contextlib.ExitStack() as stack:
                 if focus and self.blocks is not None:
                     stack.enter_context(self.blocks.focus(focus))
                 generation = self._generate_locked(ids, max_new_tokens, stop, started, focus, steps)
             if steps:  # compared after the answer is returned: the thread waits for this lock
                 at = self.tokens
-                self.shadow.start(lambda: self._dense_answer(ids, steps, at), steps)
+                self.shadow.start({name: (lambda exact=(name == "exact"): self._dense_answer(ids, steps, at, exact))
+                                   for name in references}, steps)
             return generation
 
     def next_token_logits(self, suffix: str) -> torch.Tensor:
@@ -339,6 +376,8 @@ class MeetingContext:
         logprobs: list[float] = []
         first_token_at = None
         text = ""
+        divergences: list[float] = []  # the sampled steps' JS against a dense read
+        shadow_seconds = 0.0  # their dense reads' time, not the user's decode's
         with self.engine.lock, torch.inference_mode():
             feed = ids
             if len(ids) > 1 and getattr(self.cache, "cold_tier", None) is not None:
@@ -348,10 +387,15 @@ class MeetingContext:
                 self.tokens += len(ids) - 1
                 feed = ids[-1:]
             for _ in range(max_new):
-                dense = self._dense_step(feed) if self._drift_sampled() else None
+                dense = None
+                if self._drift_sampled():
+                    shadow_started = time.perf_counter()
+                    dense = self._dense_step(feed)
+                    if first_token_at is not None:
+                        shadow_seconds += time.perf_counter() - shadow_started
                 logits = self._forward(feed)
                 if dense is not None:
-                    self.drift.record(logits, dense)
+                    divergences.append(self.drift.record(logits, dense))
                 self.tokens += len(feed)
                 scores = torch.log_softmax(logits.float(), dim=-1)
                 token = int(scores.argmax())
@@ -370,8 +414,11 @@ class MeetingContext:
         for s in stop:
             text = text.split(s)[0]
         now = time.perf_counter()
-        if first_token_at is not None and len(generated) > 1 and now > first_token_at:
-            self._decode_rates.append((len(generated) - 1) / (now - first_token_at))
+        rate = None
+        if first_token_at is not None and len(generated) > 1 and now - shadow_seconds > first_token_at:
+            rate = (len(generated) - 1) / (now - shadow_seconds - first_token_at)
+            self._decode_rates.append(rate)
+        self._control("after_answer", rate, divergences)
         return Generation(
             text=text.strip(),
             mean_logprob=sum(logprobs) / max(1, len(logprobs)),
@@ -379,6 +426,7 @@ class MeetingContext:
             new_tokens=len(generated),
             time_to_first_token=(first_token_at or now) - started,
             total_seconds=now - started,
+            tokens_per_second=rate,
         )
 
     def _drift_sampled(self) -> bool:
@@ -393,16 +441,34 @@ class MeetingContext:
         finally:
             self.cache.rollback(checkpoint)
 
-    def _dense_answer(self, ids: list[int], steps: list[tuple[int, torch.Tensor]], at_tokens: int) -> torch.Tensor | None:
-        """The question and its answer's tokens in one forward reading every resident block: the logits of each
-        answer step, leaving the cache as it was; None when the meeting moved on since the answer (or closed)."""
+    def _shadow_references(self) -> tuple[str, ...]:
+        """What a shadowed answer is compared with: ``resident`` (every resident block, with a sparse decode read)
+        and ``exact`` (with exact copies in a cold tier: the meeting's blocks recalled and read from their
+        full-precision copies as the device cap allows, the uncompressed prefix as far as it is kept)."""
+        references = ("resident",) if getattr(self.cache, "reads_sparsely", False) else ()
+        cold = getattr(self.cache, "cold_tier", None)
+        if not (self.kv.shadow_exact and cold is not None and cold.exact_copies):
+            return references
+        # Without a device cap on a GPU the whole meeting at full precision could take the device's memory.
+        bounded = self.cache.settings.device_cap_bytes is not None or self.engine.model.device.type == "cpu"
+        return (*references, "exact") if bounded else references
+
+    def _dense_answer(self, ids: list[int], steps: list[tuple[int, torch.Tensor]], at_tokens: int,
+                      exact: bool = False) -> torch.Tensor | None:
+        """The question and its answer's tokens in one forward reading every resident block (``exact``: after
+        recalling the meeting's blocks from the cold tier and their exact copies): the logits of each answer step,
+        leaving the cache as it was; None when the meeting moved on since the answer (or closed)."""
         with self._lock:
             if self._closed or self.tokens != at_tokens:
                 return None
             feed = ids + [token for token, _ in steps[:-1]]
             checkpoint = self.cache.checkpoint()
             try:
-                with self.engine.lock, torch.inference_mode(), self.cache.dense_reads():
+                cold = self.cache.cold_tier
+                with self.engine.lock, torch.inference_mode(), self.cache.dense_reads(), \
+                        (cold.shadow_reads() if cold is not None else contextlib.nullcontext()):
+                    if exact:
+                        self.blocks.read_everything()
                     out = self.engine.model(input_ids=torch.tensor([feed]), past_key_values=self.cache, use_cache=True,
                                             cache_position=torch.arange(self.tokens, self.tokens + len(feed)),
                                             logits_to_keep=len(steps))
@@ -417,6 +483,7 @@ class MeetingContext:
         with self._lock, torch.inference_mode():
             stats: dict[str, Any] = {"tokens": self.tokens, "lines": self.lines, "full": self.full,
                                      **self.drift.report(), **self.shadow.report(),
+                                     **(self.controller.report() if self.controller is not None else {}),
                                      "decode_tokens_per_second": (sum(self._decode_rates) / len(self._decode_rates)
                                                                   if self._decode_rates else None)}
             cache = self.cache

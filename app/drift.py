@@ -42,17 +42,23 @@ class _Recent:
 
     size: int
     pairs: deque = field(default_factory=deque)
+    _lock: threading.Lock = field(default_factory=threading.Lock)  # the shadow thread adds while stats() reads
 
     def add(self, divergence: float, agreed: bool) -> None:
-        self.pairs.append((divergence, agreed))
-        while len(self.pairs) > self.size:
-            self.pairs.popleft()
+        with self._lock:
+            self.pairs.append((divergence, agreed))
+            while len(self.pairs) > self.size:
+                self.pairs.popleft()
+
+    def snapshot(self) -> list[tuple[float, bool]]:
+        with self._lock:
+            return list(self.pairs)
 
     def means(self) -> tuple[float | None, float | None]:
-        n = len(self.pairs)
-        if not n:
+        pairs = self.snapshot()
+        if not pairs:
             return None, None
-        return sum(d for d, _ in self.pairs) / n, sum(a for _, a in self.pairs) / n
+        return sum(d for d, _ in pairs) / len(pairs), sum(a for _, a in pairs) / len(pairs)
 
 
 @dataclass
@@ -83,6 +89,10 @@ class DriftMonitor:
         self.samples += 1
         return divergence
 
+    def last(self, count: int) -> list[float]:
+        """The divergences of the last ``count`` sampled steps (at most the window's)."""
+        return [divergence for divergence, _ in self._recent.snapshot()[-count:]] if count > 0 else []
+
     def report(self) -> dict[str, float | int | None]:
         """Mean JS divergence and top-1 agreement over the recent samples (None before the first one)."""
         divergence, agreement = self._recent.means()
@@ -94,37 +104,42 @@ SHADOW_MAX_STEPS = 64  # answer steps kept per sampled question (a step's logits
 
 @dataclass
 class ShadowQuestions:
-    """A sampled share of questions compared, after the answer is returned, with a dense read of the same
-    question and answer: one teacher-forced forward over the question and the answer's tokens that reads every
-    resident block (in a background thread, under the context's lock, rolled back), step by step against the
-    sparse decode's distributions. Reports the mean JS divergence, and how often the dense read would have
-    given the same answer (its top token agrees at every step). A question whose meeting moved on before the
-    shadow ran (new lines prefilled) is skipped, not compared against another prefix."""
+    """A sampled share of questions compared, after the answer is returned, with reference reads of the same
+    question and answer: each a teacher-forced forward over the question and the answer's tokens (in a background
+    thread, under the context's lock, rolled back), step by step against the decode's distributions. References:
+    ``resident``, every resident block (the sparse read's drift), and ``exact``, the meeting's cold blocks recalled
+    and its quantized blocks read from their full-precision copies (the compression's drift, as far as the copies
+    and the device cap go). Reports per reference the mean JS divergence and how often it would have given the
+    same answer (its top token agrees at every step). A question whose meeting moved on before the shadow ran (new
+    lines prefilled) is skipped, not compared against another prefix."""
 
     sample_rate: float = 0.1
     window: int = 64
     asked: int = 0
     compared: int = 0
     skipped: int = 0
-    _recent: _Recent = field(default_factory=lambda: _Recent(64))
+    _recent: dict = field(default_factory=dict)  # reference -> _Recent
     _thread: threading.Thread | None = None
-
-    def __post_init__(self) -> None:
-        self._recent.size = self.window
 
     def due(self) -> bool:
         """Count one question; True when this one is shadowed."""
         self.asked += 1
         return _nth(self.asked, self.sample_rate)
 
-    def start(self, dense_pass, steps: list[tuple[int, torch.Tensor]]) -> None:
-        """Run ``dense_pass() -> [steps, vocab] logits | None`` in the background and compare it with ``steps``."""
+    def start(self, passes: dict, steps: list[tuple[int, torch.Tensor]]) -> None:
+        """Run each ``passes[reference]() -> [steps, vocab] logits | None`` in the background and compare it with
+        ``steps``."""
         def run() -> None:
-            dense = dense_pass()
-            if dense is None:
-                self.skipped += 1
+            compared = False
+            for reference, dense_pass in passes.items():
+                dense = dense_pass()
+                if dense is not None:
+                    self.record([logits for _, logits in steps], dense, reference)
+                    compared = True
+            if compared:
+                self.compared += 1
             else:
-                self.record([logits for _, logits in steps], dense)
+                self.skipped += 1
 
         if self._thread is not None and self._thread.is_alive():  # one at a time; never wait here: the
             self.skipped += 1                                      # caller holds the lock the running one needs
@@ -132,11 +147,10 @@ class ShadowQuestions:
         self._thread = threading.Thread(target=run, name="minutia-shadow-question", daemon=True)
         self._thread.start()
 
-    def record(self, sparse: list[torch.Tensor], dense: torch.Tensor) -> None:
+    def record(self, sparse: list[torch.Tensor], dense: torch.Tensor, reference: str = "resident") -> None:
         divergences = [js_divergence(s, d) for s, d in zip(sparse, dense)]
         agree = [int(s.argmax()) == int(d.argmax()) for s, d in zip(sparse, dense)]
-        self._recent.add(sum(divergences) / len(divergences), all(agree))
-        self.compared += 1
+        self._recent.setdefault(reference, _Recent(self.window)).add(sum(divergences) / len(divergences), all(agree))
 
     def wait(self, timeout: float | None) -> bool:
         """Wait for the running shadow (if any); True when none is left running."""
@@ -147,6 +161,8 @@ class ShadowQuestions:
         return True
 
     def report(self) -> dict[str, float | int | None]:
-        divergence, agreement = self._recent.means()
-        return {"shadow_answer_js": divergence, "shadow_answer_agreement": agreement,
+        resident = self._recent.get("resident", _Recent(self.window)).means()
+        exact = self._recent.get("exact", _Recent(self.window)).means()
+        return {"shadow_answer_js": resident[0], "shadow_answer_agreement": resident[1],
+                "shadow_exact_js": exact[0], "shadow_exact_agreement": exact[1],
                 "shadow_questions": self.compared, "shadow_skipped": self.skipped}

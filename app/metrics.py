@@ -71,8 +71,20 @@ _KV_GAUGES = (
      "question and answer", "shadow_answer_js"),
     ("minutia_kv_shadow_answer_agreement", "share of sampled answers a dense read would have given word for word",
      "shadow_answer_agreement"),
+    ("minutia_kv_shadow_exact_js", "mean JS divergence of sampled answers' steps against the meeting read at full "
+     "precision (exact copies, cold blocks recalled): the compression's drift", "shadow_exact_js"),
+    ("minutia_kv_shadow_exact_agreement", "share of sampled answers the full-precision read would have given word "
+     "for word", "shadow_exact_agreement"),
     ("minutia_decode_tokens_per_second", "answer tokens per second after the first, recent answers",
      "decode_tokens_per_second"),
+    ("minutia_kv_memory_pressure", "KV bytes on the device / the device cap (the controller holds it at its "
+     "setpoint)", "controller_pressure"),
+    ("minutia_kv_controller_share", "share of the device cap the KV budget follows, as the PID set it",
+     "controller_share"),
+    ("minutia_kv_decode_top_k", "blocks per KV head the bandit chose for the last answer's decode read (0: dense)",
+     "controller_decode_top_k"),
+    ("minutia_kv_controller_reward", "the bandit's reward for the last answer (throughput x quality factor, "
+     "relative to the first answer's)", "controller_reward"),
 )
 
 

@@ -14,6 +14,7 @@ import threading
 import uuid
 from typing import TYPE_CHECKING, Any, Callable
 
+from app.canary import rollout_for
 from app.config import Settings, tiered_cache_config
 from encoders.errors import InputError
 
@@ -44,6 +45,7 @@ class Runtime:
         self._diarizer = diarizer
         self._vision = vision
         self._claims: dict[str, Any] = {}  # session id -> SessionClaim, for sessions that write the store
+        self.canary = rollout_for(settings, self._audit_canary)  # a KV preset on a share of new sessions, or None
 
     # ------------------------------------------------------------------ shared models
     def _shared(self, name: str, load: Callable[[], Any]) -> Any:
@@ -165,19 +167,46 @@ class Runtime:
                 raise InputError(f"session {session_id} already exists")
         claim = self._claim(session_id, refuse_saved=not replace) if autosave else None
         try:
+            settings = self.settings_for(session_id)
             with self._lock:
                 if session_id in self._sessions:
                     raise InputError(f"session {session_id} already exists")
-                session = MeetingSession(self, session_id, source, autosave=autosave)
+                session = MeetingSession(self, session_id, source, autosave=autosave, settings=settings)
                 self._sessions[session_id] = session
                 if claim is not None:
                     self._claims[session_id] = claim
         except BaseException:
             if claim is not None:
                 claim.release()
+            with self._lock:
+                live = session_id in self._sessions
+            if self.canary is not None and not live:  # a live session of that id keeps its arm
+                self.canary.forget(session_id)
             raise
         log.info("session %s opened (%s)", session_id, source)
         return session
+
+    def settings_for(self, session_id: str) -> Settings:
+        """A session's settings: the runtime's, with the canary's KV changes when the session is in its share."""
+        if self.canary is None:
+            return self.settings
+        kv = self.canary.kv_for(self.settings.kv, session_id)
+        return self.settings if kv is self.settings.kv else self.settings.model_copy(update={"kv": kv})
+
+    def _canary_ended(self, session: "MeetingSession") -> None:
+        """An ending session's golden signals go to the canary, which decides when it has enough of both arms. A
+        failure here is logged: it must not keep the session from closing."""
+        if self.canary is None:
+            return
+        try:
+            self.canary.ended(session.session_id, session.snapshot().kv or {})
+            self.canary.evaluate()
+        except Exception:
+            log.exception("canary: session %s's signals were not taken", session.session_id)
+
+    def _audit_canary(self, decision) -> None:
+        self.session_store().log.record("*", "rollout", [], decision.name, state=decision.state,
+                                        reason=decision.reason, evidence=decision.evidence)
 
     def _claim(self, session_id: str, refuse_saved: bool):
         """Hold the session's name against other processes; with ``refuse_saved``, refuse a name already saved."""
@@ -257,7 +286,10 @@ class Runtime:
             claim = self._claims.pop(session_id, None)
         try:
             if session is not None:
-                session.close()
+                try:
+                    self._canary_ended(session)
+                finally:
+                    session.close()
                 log.info("session %s closed", session_id)
         finally:
             if claim is not None:

@@ -114,9 +114,10 @@ def _machine(settings: Any) -> dict[str, int]:
 
 class MeetingSession:
     def __init__(self, runtime: SharedModels, session_id: str, source: str = "live", autosave: bool = False,
-                 restored: SavedMeeting | None = None) -> None:
+                 restored: SavedMeeting | None = None, settings: Any = None) -> None:
+        """``settings``: this meeting's (a canary's KV changes, app/canary.py); the runtime's by default."""
         self.runtime = runtime
-        self.settings = runtime.settings
+        self.settings = settings if settings is not None else runtime.settings
         self.session_id = session_id
         self.source = source
         self._lock = threading.RLock()

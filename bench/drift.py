@@ -26,10 +26,23 @@ if str(REPO) not in sys.path:
 from bench.kv_quality import DEFAULT_DATA, default_model_dir, load_meeting  # noqa: E402
 
 
-def build_context(engine, kv, meeting, max_tokens: int):
+def exact_cold_tier(name: str):
+    """A cold tier in host memory that keeps exact copies (what a live session's is, without the store), so a
+    shadowed answer is also compared with the meeting read at full precision."""
+    from kvstore.cold import ColdTier
+    from kvstore.placement import PlacementPolicy, Tier, TierPlacement, WatermarkController
+    from kvstore.stores.memory import MemoryStore
+
+    tiers = {Tier.DEVICE: MemoryStore("cpu", tier="device"), Tier.HOST: MemoryStore("cpu", tier="host")}
+    return ColdTier(TierPlacement(tiers, name, WatermarkController(16 << 20), PlacementPolicy()), recall_top_k=32,
+                    exact_copies=True)
+
+
+def build_context(engine, kv, meeting, max_tokens: int, exact: bool = False):
     from app.context import ContextLine, MeetingContext
 
-    context = MeetingContext(engine, kv, header=engine.live_prompts().header)
+    context = MeetingContext(engine, kv, header=engine.live_prompts().header,
+                             cold_tier=exact_cold_tier(meeting.name) if exact else None)
     for i, turn in enumerate(meeting.turns):
         if context.tokens >= max_tokens:
             break
@@ -64,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new", type=int, default=24)
     ap.add_argument("--top-k", type=int, nargs="+", default=[4, 8, 16, 32])
     ap.add_argument("--timing-top-k", type=int, default=8)
+    ap.add_argument("--exact", action="store_true", help="a cold tier with exact copies: shadowed answers are also "
+                    "compared with the meeting at full precision (shadow_exact_js)")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "drift.json")
     args = ap.parse_args(argv)
     console = Console()
@@ -81,15 +96,19 @@ def main(argv: list[str] | None = None) -> int:
         meeting = load_meeting(path)
         questions = [q.question for q in meeting.queries[: args.questions]]
         for top_k in args.top_k:
-            kv = KVSettings(decode_top_k_blocks=top_k, drift_sample_rate=1.0, shadow_question_rate=1.0)
+            kv = KVSettings(decode_top_k_blocks=top_k, drift_sample_rate=1.0, shadow_question_rate=1.0,
+                            shadow_exact=args.exact)
             engine = LLMEngine(model, llm, kv)
-            context = build_context(engine, kv, meeting, args.tokens)
+            context = build_context(engine, kv, meeting, args.tokens, args.exact)
             answer_all(context, engine, questions, args.max_new)
             report = {**context.drift.report(), **context.shadow.report()}
             rows.append({"meeting": path.stem, "top_k": top_k, "tokens": context.tokens, **report})
             console.print(f"{path.stem} top-k {top_k}: {context.tokens} tokens, JS {report['quality_drift_js']:.4f}, "
                           f"top-1 agreement {report['shadow_top1_agreement']:.0%} ({report['drift_samples']} steps), "
                           f"same whole answer {report['shadow_answer_agreement']:.0%} of {report['shadow_questions']}")
+            if report.get("shadow_exact_js") is not None:
+                console.print(f"  against the meeting at full precision: JS {report['shadow_exact_js']:.4f}, same whole "
+                              f"answer {report['shadow_exact_agreement']:.0%}")
             if top_k == args.timing_top_k:
                 seconds = {}
                 context.shadow.sample_rate = 0.0  # timed: the per-step sampling only

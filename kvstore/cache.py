@@ -115,6 +115,8 @@ class TieredCache(Cache):
         self._pii_marked = False  # any position flagged PII yet (skips the per-update check until then)
         self.peak_device_bytes = 0  # tracked when settings.device_cap_bytes is set
         self.refused_recalls = 0  # cold blocks not recalled because the device cap had no room
+        # Share of the device cap the budget follows; a controller (kvstore.control) moves it, else the watermark.
+        self.budget_share: float | None = None
         layers: list[Any] = []
         for layer_idx, layer_type in enumerate(self._layer_types(self.text_config)):
             if layer_type in ("sliding_attention", "chunked_attention"):
@@ -314,15 +316,17 @@ class TieredCache(Cache):
         return self.kv_bytes() + staged
 
     def watermark_budget_per_layer(self) -> int | None:
-        """Each tiered layer's share of ``watermark x device_cap_bytes``, after the sliding windows and the
-        staging area (None without a cap): the watermark moves the keep / quantize / evict thresholds."""
+        """Each tiered layer's share of ``budget_share x device_cap_bytes`` (the watermark unless a controller
+        set the share), after the sliding windows and the staging area (None without a cap): the share moves
+        the keep / quantize / evict thresholds."""
         cap = self.settings.device_cap_bytes
         if cap is None:
             return None
         fixed = self.kv_bytes() - self.kv_bytes(include_sliding=False)
         if self.cold_tier is not None:
             fixed += self.cold_tier.placement.controller.cap_bytes
-        return max(int((self.settings.watermark * cap - fixed) / max(self.num_tiered_layers, 1)), 0)
+        share = self.settings.watermark if self.budget_share is None else self.budget_share
+        return max(int((share * cap - fixed) / max(self.num_tiered_layers, 1)), 0)
 
     def device_room(self) -> int | None:
         """Bytes recalled blocks may still take (None without a cap): up to half the headroom above the

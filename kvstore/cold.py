@@ -27,8 +27,10 @@ checkpoint returns it to the cold index, so the cache after an answer is exactly
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Iterator
 
 import torch
 
@@ -71,6 +73,22 @@ class ColdTier:
             raise ValueError("exact_max_blocks must be >= 0")
         self.prefetcher = Prefetcher(placement, top_k=recall_top_k) if prefetch else None
         self.counts = ColdTierStats()
+        self._uncounted = False  # inside shadow_reads()
+
+    @contextlib.contextmanager
+    def shadow_reads(self, every_copy: bool = False) -> Iterator[None]:
+        """Inside, reads are a shadow comparison's, not the meeting's: none is counted and nothing is staged (the
+        hit rate, and so the fallback mode, the placement and the tier's counts stay as they were); with
+        ``every_copy``, every quantized block a recall is given is read from its copy (as the device cap allows),
+        not only ``exact_max_blocks``."""
+        saved_max, saved_counts = self.exact_max_blocks, replace(self.counts)
+        self._uncounted = True
+        if every_copy:
+            self.exact_max_blocks = 1 << 30
+        try:
+            yield
+        finally:
+            self.exact_max_blocks, self._uncounted, self.counts = saved_max, False, saved_counts
 
     @staticmethod
     def block_id(layer_idx: int, block: int, fmt: int) -> str:
@@ -128,7 +146,7 @@ class ColdTier:
 
     def request(self, block_ids: list[str]) -> None:
         """Stage blocks in device memory in the background (returns at once)."""
-        if self.prefetcher is None or not block_ids:
+        if self.prefetcher is None or not block_ids or self._uncounted:
             return
         self.counts.requested += len(block_ids)
         self.prefetcher.request(block_ids)
@@ -140,7 +158,8 @@ class ColdTier:
     def fetch(self, block_id: str, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
         """A block's payload tensors; the read counts as a prefetch hit when the block was staged."""
         # a staged block is unpacked from its slot on the device (no device -> host -> device copy)
-        tensors, _ = self.placement.read_with(block_id, lambda data: unpack_block(data, device=device))
+        read = self.placement.peek_with if self._uncounted else self.placement.read_with
+        tensors, _ = read(block_id, lambda data: unpack_block(data, device=device))
         self.counts.recalled += 1
         return tensors
 

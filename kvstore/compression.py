@@ -36,16 +36,19 @@ class CompressionPolicy:
     # ------------------------------------------------------------------------------------------
 
     def budget(self, full_precision_bytes: int, bytes_per_token: int) -> int:
-        """This layer's byte budget: its share of ``budget_bytes``, else ``budget_ratio`` of what the
-        full cache would hold (never under the floor), capped by the device watermark."""
+        """This layer's byte budget: :meth:`uncapped_budget`, capped by the device watermark."""
         watermark = self.ctx.watermark_budget_per_layer()
-        if self.settings.budget_bytes is not None:
-            budget = int(self.settings.budget_bytes / max(self.ctx.num_tiered_layers, 1))
-        else:
-            ratio = self.settings.budget_ratio if self.settings.budget_ratio is not None else 1.0
-            floor = self.settings.budget_floor_tokens * bytes_per_token
-            budget = int(max(ratio * full_precision_bytes, floor))
+        budget = self.uncapped_budget(full_precision_bytes, bytes_per_token)
         return budget if watermark is None else min(budget, watermark)
+
+    def uncapped_budget(self, full_precision_bytes: int, bytes_per_token: int) -> int:
+        """Its share of ``budget_bytes``, else ``budget_ratio`` of what the full cache would hold (never under
+        the floor): the budget before any device cap."""
+        if self.settings.budget_bytes is not None:
+            return int(self.settings.budget_bytes / max(self.ctx.num_tiered_layers, 1))
+        ratio = self.settings.budget_ratio if self.settings.budget_ratio is not None else 1.0
+        floor = self.settings.budget_floor_tokens * bytes_per_token
+        return int(max(ratio * full_precision_bytes, floor))
 
     def modality_budgets(self, budget: int) -> dict[int, int]:
         """Per-layer byte ceilings of the modalities whose policy sets one (code -> bytes)."""

@@ -154,6 +154,18 @@ class KVCacheManager:
                 self.cache.layers[i].recall(blocks)
         return self.cache.block_residency(blocks)
 
+    def read_everything(self) -> None:
+        """Inside a checkpoint: every cold block back and every quantized block read from its exact copy, as far
+        as the device cap allows, with no prefetch and no read counted: the meeting at full precision, a shadow
+        comparison's reference (app/drift.py). The rollback puts the cache back as it was."""
+        tier = self.cache.cold_tier
+        if tier is None:
+            return
+        with tier.shadow_reads(every_copy=True):
+            for layer in self.cache.tiered_layers:
+                if layer.is_initialized:
+                    layer.recall(torch.arange(-(-layer.cumulative_length // layer.block_size)))
+
     @contextlib.contextmanager
     def focus(self, token_ranges: TokenRanges) -> Iterator[PromotionReport]:
         """Query-aware promotion for one answer: the blocks holding ``token_ranges`` get an importance

@@ -396,6 +396,10 @@ class TierPlacement:
         (:meth:`BlockStore.read_with`: for a sealed segment its mapping, decrypted into a reused buffer)."""
         return self._with_block(block_id, use, count=True)
 
+    def peek_with(self, block_id: str, use: Callable[[torch.Tensor | memoryview], T]) -> T:
+        """:meth:`read_with` without counting a read (a shadow comparison's reads are no decode step)."""
+        return self._with_block(block_id, use, count=False)
+
     def peek(self, block_id: str) -> bytes:
         """The block's bytes without counting a read (saving a session is not a decode step)."""
         return self._with_block(block_id, _as_bytes, count=False)

@@ -83,14 +83,19 @@ def test_without_a_sparse_read_there_is_nothing_to_measure(tiny_llm_dir):
     assert context.stats()["drift_samples"] == 0 and context.stats()["quality_drift_js"] is None
 
 
-def test_a_shadowed_question_is_compared_afterwards_and_changes_nothing(tiny_llm_dir):
-    plain, shadowed = _context(tiny_llm_dir, 2, 0.0, shadow=0.0), _context(tiny_llm_dir, 2, 0.0, shadow=1.0)
+def _shadowed_answer_changes_nothing(plain: MeetingContext, shadowed: MeetingContext) -> dict:
+    """The same question on a context without and with the shadow: same answer, same cache; the shadow's report."""
     a = plain.generate(SUFFIX, max_new_tokens=6, stop=())
     b = shadowed.generate(SUFFIX, max_new_tokens=6, stop=())
     assert shadowed.shadow.wait(60)
     assert (a.text, a.mean_logprob) == (b.text, b.mean_logprob)
     assert torch.equal(plain.next_token_logits(SUFFIX), shadowed.next_token_logits(SUFFIX))  # the cache as it was
-    report = shadowed.stats()
+    return shadowed.stats()
+
+
+def test_a_shadowed_question_is_compared_afterwards_and_changes_nothing(tiny_llm_dir):
+    plain, shadowed = _context(tiny_llm_dir, 2, 0.0, shadow=0.0), _context(tiny_llm_dir, 2, 0.0, shadow=1.0)
+    report = _shadowed_answer_changes_nothing(plain, shadowed)
     assert report["shadow_questions"] == 1 and report["shadow_skipped"] == 0
     assert 0 < report["shadow_answer_js"] <= math.log(2) and report["shadow_answer_agreement"] in (0.0, 1.0)
     assert plain.stats()["shadow_questions"] == 0 and plain.stats()["shadow_answer_js"] is None
@@ -102,3 +107,49 @@ def test_a_shadowed_question_is_compared_afterwards_and_changes_nothing(tiny_llm
     assert shadowed.shadow.wait(60)
     assert shadowed.stats()["shadow_questions"] == 1 and shadowed.stats()["shadow_skipped"] == 1
     shadowed.close()
+
+
+def _compressed_context(folder, tmp_path, shadow: float) -> MeetingContext:
+    from kvstore.cold import ColdTier
+    from kvstore.placement import PlacementPolicy, Tier, TierPlacement, WatermarkController
+    from kvstore.stores.memory import MemoryStore
+
+    settings = LLMSettings(model=str(folder), dtype="float32", prompts="completion", max_context_tokens=1024)
+    kv = KVSettings(enabled=True, compress=True, budget_ratio=0.3, budget_floor_tokens=0, block_size=8,
+                    sink_tokens=4, recent_tokens=8, warm_kinds=("int2",), drift_sample_rate=0.0,
+                    shadow_question_rate=shadow, shadow_exact=True)
+    engine = LLMEngine(folder, settings, kv)
+    tiers = {Tier.DEVICE: MemoryStore("cpu", tier="device"), Tier.HOST: MemoryStore("cpu", tier="host")}
+    placement = TierPlacement(tiers, f"m{shadow}", WatermarkController(1 << 20), PlacementPolicy())
+    cold = ColdTier(placement, recall_top_k=2, exact_copies=True)
+    context = MeetingContext(engine, engine.kv, header=engine.live_prompts().header, cold_tier=cold)
+    for line in LINES:
+        context.append(line)
+    context.flush()
+    return context
+
+
+def test_the_shadow_reads_the_uncompressed_meeting_from_its_exact_copies_and_changes_nothing(tiny_llm_dir, tmp_path):
+    """With exact copies kept, a shadowed answer is also compared with the meeting read at full precision (every
+    quantized block from its copy, evicted ones recalled): the compression's drift, not only the sparse read's."""
+    plain, shadowed = _compressed_context(tiny_llm_dir, tmp_path, 0.0), _compressed_context(tiny_llm_dir, tmp_path, 1.0)
+    assert any(int(f) != 0 for layer in shadowed.cache.tiered_layers for f in layer.table.format), "quantized"
+    report = _shadowed_answer_changes_nothing(plain, shadowed)
+    assert report["shadow_questions"] == 1 and report["shadow_answer_js"] is None  # no sparse read: no resident pass
+    assert 0 < report["shadow_exact_js"] <= math.log(2) and report["shadow_exact_agreement"] is not None
+    # the reference is the full-precision meeting: an uncompressed cache over the same lines gives the same logits
+    full = _context(tiny_llm_dir, None, 0.0)
+    cold = shadowed.cache.cold_tier
+
+    def counted():  # the cold tier's counts and placement (the transfer speed is a timing)
+        cold.wait()
+        return {k: v for k, v in cold.stats().items() if k != "transfer_gbps"}
+
+    before = counted()
+    exact = shadowed._dense_answer(shadowed._encode(SUFFIX), [(0, torch.zeros(1))], shadowed.tokens, exact=True)
+    assert torch.allclose(exact[-1], full.next_token_logits(SUFFIX), atol=1e-4)
+    # ...and the cold tier is as it was: the shadow's reads count as no decode reads (hit rate, so the fallback
+    # mode) and stage nothing
+    assert counted() == before
+    for context in (plain, shadowed, full):
+        context.close()

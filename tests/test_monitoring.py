@@ -32,7 +32,7 @@ def _promtool() -> str:
 def test_the_alert_rules_pass_promtool_and_their_unit_tests():
     check = subprocess.run([_promtool(), "check", "rules", str(MONITORING / "alerts.yml")], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
-    assert "SUCCESS: 8 rules found" in check.stdout
+    assert "SUCCESS: 9 rules found" in check.stdout
     # The unit tests feed series and expect each alert to fire (or stay quiet) at given times, labels and texts.
     unit = subprocess.run([_promtool(), "test", "rules", "alerts_test.yml"], cwd=MONITORING, capture_output=True, text=True)
     assert unit.returncode == 0, unit.stdout + unit.stderr
@@ -53,7 +53,7 @@ def exposed(tiny_llm_dir) -> dict[str, set[str]]:
     """Series names on /metrics of a real session (with the bot's counters touched once, and one answer decoded
     with a sparse read, so the drift gauges have samples), each with the label names its samples carry."""
     sparse = {"decode_top_k_blocks": 1, "block_size": 8, "recent_tokens": 8, "drift_sample_rate": 1.0,
-              "shadow_question_rate": 1.0}
+              "shadow_question_rate": 1.0, "shadow_exact": True, "device_cap_mib": 64, "controller": {"sparsity_arms": [1, 2]}}
     runtime = Runtime(load_settings(overrides={"llm": {"model": str(tiny_llm_dir)}, "kv": sparse}))
     try:
         session = session_with_kv(runtime, "monitoring")
@@ -101,7 +101,8 @@ def test_every_query_reads_a_series_that_minutia_exposes(exposed):
     for signal in ("minutia_kv_prefetch_hit_rate", "minutia_kv_fallback", "minutia_asr_commit_lag_seconds",
                    "minutia_kv_budget_bytes", "minutia_question_ttft_seconds_bucket", "minutia_kv_tier_transfer_bytes_total",
                    "minutia_kv_quality_drift", "minutia_kv_shadow_top1_agreement", "minutia_kv_shadow_answer_agreement",
-                   "minutia_decode_tokens_per_second", "minutia_asr_commit_latency_seconds_bucket"):
+                   "minutia_decode_tokens_per_second", "minutia_asr_commit_latency_seconds_bucket",
+                   "minutia_kv_memory_pressure", "minutia_kv_controller_share", "minutia_kv_decode_top_k"):
         assert signal in read
 
 

@@ -136,6 +136,14 @@ def test_kv_history_frames_with_budget_line():
     assert "word for word" not in sparse
     shadowed = render.kv_stats_markdown({**kv, "shadow_answer_agreement": 0.75, "shadow_questions": 4})
     assert "sampled answers a dense read gives word for word: 75% (4 compared)" in shadowed
+    assert "device memory" not in stats and "decode read" not in stats  # no cap, no bandit
+    exact = render.kv_stats_markdown({**kv, "shadow_exact_agreement": 0.5, "shadow_exact_js": 0.031})
+    assert "sampled answers the uncompressed meeting gives word for word: 50% (JS 0.031)" in exact
+    held = render.kv_stats_markdown({**kv, "controller_pressure": 0.846, "controller_setpoint": 0.85,
+                                     "controller_share": 0.861, "controller_decode_top_k": 0})
+    assert "device memory: 85% of the cap (held at 85%; the budget follows 86% of the cap)" in held
+    assert "decode read chosen for the last answer: every block" in held
+    assert "8 blocks per head" in render.kv_stats_markdown({**kv, "controller_decode_top_k": 8})
 
 
 def test_slides_become_captioned_thumbnails():

@@ -260,6 +260,18 @@ def kv_stats_markdown(kv: dict, commit_lag: float | None = None, cost: Any = Non
         agree = kv.get("shadow_top1_agreement") or 0.0
         items.append(f"sparse-read drift from a dense read: JS {drift:.3f}, same next word {agree:.0%} "
                      f"({kv.get('drift_samples', 0)} sampled steps)")
+    exact = kv.get("shadow_exact_agreement")
+    if exact is not None:
+        items.append(f"sampled answers the uncompressed meeting gives word for word: {exact:.0%} "
+                     f"(JS {kv.get('shadow_exact_js') or 0:.3f})")
+    pressure = kv.get("controller_pressure")
+    if pressure is not None:  # a device cap: the controller's PID holds the KV at its setpoint
+        share = kv.get("controller_share")
+        items.append(f"device memory: {pressure:.0%} of the cap (held at {kv.get('controller_setpoint') or 0:.0%}"
+                     + (f"; the budget follows {share:.0%} of the cap)" if share is not None else ")"))
+    arm = kv.get("controller_decode_top_k")
+    if arm is not None:  # the bandit picks the decode read per answer
+        items.append("decode read chosen for the last answer: " + ("every block" if arm == 0 else f"{arm} blocks per head"))
     same = kv.get("shadow_answer_agreement")
     if same is not None:
         items.append(f"sampled answers a dense read gives word for word: {same:.0%} "
