@@ -22,7 +22,7 @@ from typing import Any, Iterator
 import torch
 
 from app.config import KVSettings, controller_for, tiered_cache_config
-from app.drift import SHADOW_MAX_STEPS, DriftMonitor, ShadowQuestions
+from app.drift import AnswerTrace, DriftMonitor, ShadowQuestions
 from app.llm import LLMEngine
 from app.pii import PIIDetector, cut_text, mask_text
 from app.transcript import format_time
@@ -98,8 +98,8 @@ class MeetingContext:
         self.max_positions = int(getattr(engine.model.config, "max_position_embeddings", 0) or 8192)
         self.full = False  # the model's position limit was reached: no further lines are prefilled
         self._entities = EntityFinder()  # learns the meeting's lower-case words as lines arrive
-        self.drift = DriftMonitor(kv.drift_sample_rate)  # sparse vs dense reads on sampled decode steps
-        self.shadow = ShadowQuestions(kv.shadow_question_rate)  # ...and on sampled whole answers, afterwards
+        self.drift = DriftMonitor(kv.drift_sample_rate)  # sparse vs dense reads on sampled decode steps...
+        self.shadow = ShadowQuestions(kv.shadow_question_rate)  # ...and whole answers, both after the answer
         self._decode_rates: deque[float] = deque(maxlen=32)  # tokens/s after the first token, recent answers
         self._closed = False
         self.controller = None  # kvstore.control.KVController: memory PID and decode-sparsity bandit (_attach)
@@ -151,15 +151,16 @@ class MeetingContext:
                 cold.placement.rebalance()
             return before - self.cache.reserved_bytes()
 
-    def _control(self, step: str, *args: Any) -> None:
-        """One step of the controller, if any; it only tunes the cache, so a failure is logged, not raised (the
-        prefill or answer it follows stands)."""
+    def _control(self, step: str, *args: Any) -> Any:
+        """One step of the controller, if any, and what it returned; it only tunes the cache, so a failure is
+        logged, not raised (the prefill or answer it follows stands)."""
         if self.controller is None:
-            return
+            return None
         try:
-            getattr(self.controller, step)(*args)
+            return getattr(self.controller, step)(*args)
         except Exception:
             log.exception("KV controller: %s failed", step)
+            return None
 
     def set_device_cap(self, cap_bytes: int) -> None:
         """A new hard cap on the KV's device memory (a squeeze when other meetings need the device, or a release):
@@ -178,7 +179,9 @@ class MeetingContext:
                 self.cache.compress()
 
     def close(self) -> None:
-        """Let go of the cold tier's blocks (host memory, store entries); a pending shadow comparison is dropped."""
+        """Let go of the cold tier's blocks (host memory, store entries), after the last answer's comparison (up to
+        a minute: one forward; the session's last signals, which a canary reads, include it)."""
+        self.shadow.wait(60.0)
         with self._lock:
             self._closed = True
             if getattr(self.cache, "cold_tier", None) is not None:
@@ -227,8 +230,12 @@ class MeetingContext:
         """Prefill queued lines (all of them, or nothing if fewer than ``min_tokens`` are waiting).
 
         Lines are packed into forwards of up to ``max_chunk_tokens`` tokens: one forward per line
-        would pay the per-call overhead of every layer dozens of times per minute of meeting.
+        would pay the per-call overhead of every layer dozens of times per minute of meeting. A chunked flush
+        (``min_tokens`` > 0, the live loop's) waits its next turn while the last answer's comparison runs: once
+        new lines are in, that answer's prefix is gone and the comparison would be skipped.
         """
+        if min_tokens > 0 and self.shadow.running():
+            return 0
         with self._lock:
             if not self._pending:
                 return 0
@@ -316,17 +323,14 @@ class MeetingContext:
         ids = self._encode(suffix)
         with self._lock:
             self.flush()
-            self._control("before_answer")
+            choice = self._control("before_answer")
             references = self._shadow_references()
-            steps = [] if references and self.shadow.due() else None
+            trace = AnswerTrace(steps=[] if references and self.shadow.due() else None)
             with contextlib.ExitStack() as stack:
                 if focus and self.blocks is not None:
                     stack.enter_context(self.blocks.focus(focus))
-                generation = self._generate_locked(ids, max_new_tokens, stop, started, focus, steps)
-            if steps:  # compared after the answer is returned: the thread waits for this lock
-                at = self.tokens
-                self.shadow.start({name: (lambda exact=(name == "exact"): self._dense_answer(ids, steps, at, exact))
-                                   for name in references}, steps)
+                generation = self._generate_locked(ids, max_new_tokens, stop, started, focus, trace)
+            self._compare_later(ids, trace, references, choice, generation.tokens_per_second)
             return generation
 
     def next_token_logits(self, suffix: str) -> torch.Tensor:
@@ -357,27 +361,24 @@ class MeetingContext:
             self.tokens = before
 
     def _generate_locked(self, ids: list[int], max_new_tokens: int, stop: tuple[str, ...], started: float,
-                         focus: list[tuple[int, int]] | None = None,
-                         steps: list[tuple[int, torch.Tensor]] | None = None) -> Generation:
+                         focus: list[tuple[int, int]] | None = None, trace: AnswerTrace | None = None) -> Generation:
         if self.tokens + len(ids) + max_new_tokens > self.max_positions:
             raise InputError(f"the meeting fills the model's context ({self.tokens} of {self.max_positions} tokens)")
         with self._rolled_back():
             if focus and self.blocks is not None and self.cache.cold_tier is not None:
                 with self.engine.lock, torch.inference_mode():
                     self.blocks.recall_tokens(focus)  # the rollback sends them back to the cold tier
-            return self._decode(ids, max_new_tokens, stop, started, steps)
+            return self._decode(ids, max_new_tokens, stop, started, trace or AnswerTrace())
 
     def _decode(self, ids: list[int], max_new: int, stop: tuple[str, ...], started: float,
-                steps: list[tuple[int, torch.Tensor]] | None = None) -> Generation:
-        """Greedy decoding; ``steps`` (when given) collects each step's (token, logits) for a shadow comparison."""
+                trace: AnswerTrace) -> Generation:
+        """Greedy decoding; ``trace`` keeps each step's token and what the comparisons after the answer need."""
         tokenizer = self.engine.tokenizer
         eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
         generated: list[int] = []
         logprobs: list[float] = []
         first_token_at = None
         text = ""
-        divergences: list[float] = []  # the sampled steps' JS against a dense read
-        shadow_seconds = 0.0  # their dense reads' time, not the user's decode's
         with self.engine.lock, torch.inference_mode():
             feed = ids
             if len(ids) > 1 and getattr(self.cache, "cold_tier", None) is not None:
@@ -387,20 +388,11 @@ class MeetingContext:
                 self.tokens += len(ids) - 1
                 feed = ids[-1:]
             for _ in range(max_new):
-                dense = None
-                if self._drift_sampled():
-                    shadow_started = time.perf_counter()
-                    dense = self._dense_step(feed)
-                    if first_token_at is not None:
-                        shadow_seconds += time.perf_counter() - shadow_started
                 logits = self._forward(feed)
-                if dense is not None:
-                    divergences.append(self.drift.record(logits, dense))
                 self.tokens += len(feed)
                 scores = torch.log_softmax(logits.float(), dim=-1)
                 token = int(scores.argmax())
-                if steps is not None and len(steps) < SHADOW_MAX_STEPS:
-                    steps.append((token, logits.float().clone()))
+                trace.keep(token, logits, self._drift_sampled())
                 if first_token_at is None:
                     first_token_at = time.perf_counter()
                 if token in eos:
@@ -415,10 +407,9 @@ class MeetingContext:
             text = text.split(s)[0]
         now = time.perf_counter()
         rate = None
-        if first_token_at is not None and len(generated) > 1 and now - shadow_seconds > first_token_at:
-            rate = (len(generated) - 1) / (now - shadow_seconds - first_token_at)
+        if first_token_at is not None and len(generated) > 1 and now > first_token_at:
+            rate = (len(generated) - 1) / (now - first_token_at)
             self._decode_rates.append(rate)
-        self._control("after_answer", rate, divergences)
         return Generation(
             text=text.strip(),
             mean_logprob=sum(logprobs) / max(1, len(logprobs)),
@@ -432,14 +423,49 @@ class MeetingContext:
     def _drift_sampled(self) -> bool:
         return getattr(self.cache, "reads_sparsely", False) and self.drift.due()
 
-    def _dense_step(self, feed: list[int]) -> torch.Tensor:
-        """The logits of this decode step reading every resident block, leaving the cache as it was."""
-        checkpoint = self.cache.checkpoint()
-        try:
-            with self.cache.dense_reads():
-                return self._forward(feed).float().clone()
-        finally:
-            self.cache.rollback(checkpoint)
+    def _compare_later(self, ids: list[int], trace: AnswerTrace, references: tuple[str, ...], choice: Any,
+                       rate: float | None) -> None:
+        """An answer's comparisons, in one background job that waits for this context's lock (the answer is
+        returned first and never held for them): a shadowed question against each reference, the drift's sampled
+        steps against the dense read of every resident block. The controller is rewarded for the answer when its
+        steps' JS is known (at once when nothing was sampled, or a comparison is still running)."""
+        shadowed = trace.steps is not None
+        if not shadowed and not trace.sampled:
+            self._control("after_answer", choice, rate, [])
+            return
+        at = self.tokens
+
+        def compare() -> None:
+            divergences: list[float] = []
+            compared = False
+            for name in references if shadowed else ("resident",):
+                wanted = set(range(len(trace.steps))) if shadowed else set()
+                if name == "resident":
+                    wanted |= set(trace.sampled)
+                dense = self._dense_answer(ids, trace.tokens, sorted(wanted), at, exact=(name == "exact"))
+                if dense is None:  # the meeting moved on (or closed) first
+                    continue
+                compared = True
+                if shadowed:
+                    self.shadow.record(trace.steps, [dense[i] for i in range(len(trace.steps))], name)
+                if name == "resident":
+                    divergences = [self.drift.record(logits, dense[i]) for i, logits in sorted(trace.sampled.items())]
+            self._count_compared(trace, shadowed, compared)
+            with self._lock:
+                self._control("after_answer", choice, rate, divergences)
+
+        if not self.shadow.start(compare):  # the last answer's comparison still runs
+            self._count_compared(trace, shadowed, False)
+            self._control("after_answer", choice, rate, [])
+
+    def _count_compared(self, trace: AnswerTrace, shadowed: bool, compared: bool) -> None:
+        if shadowed:
+            if compared:
+                self.shadow.compared += 1
+            else:
+                self.shadow.skipped += 1
+        if not compared:
+            self.drift.skipped += len(trace.sampled)
 
     def _shadow_references(self) -> tuple[str, ...]:
         """What a shadowed answer is compared with: ``resident`` (every resident block, with a sparse decode read)
@@ -453,15 +479,16 @@ class MeetingContext:
         bounded = self.cache.settings.device_cap_bytes is not None or self.engine.model.device.type == "cpu"
         return (*references, "exact") if bounded else references
 
-    def _dense_answer(self, ids: list[int], steps: list[tuple[int, torch.Tensor]], at_tokens: int,
-                      exact: bool = False) -> torch.Tensor | None:
-        """The question and its answer's tokens in one forward reading every resident block (``exact``: after
-        recalling the meeting's blocks from the cold tier and their exact copies): the logits of each answer step,
-        leaving the cache as it was; None when the meeting moved on since the answer (or closed)."""
+    def _dense_answer(self, ids: list[int], answer: list[int], steps: list[int], at_tokens: int,
+                      exact: bool = False) -> dict[int, torch.Tensor] | None:
+        """The question and the answer's tokens in one forward reading every resident block (``exact``: after
+        recalling the meeting's blocks from the cold tier and their exact copies): the logits of each of the answer's
+        decode ``steps`` (0: the step that chose its first token), leaving the cache as it was; None when the meeting
+        moved on since the answer (or closed)."""
         with self._lock:
-            if self._closed or self.tokens != at_tokens:
+            if self._closed or self.tokens != at_tokens or not steps:
                 return None
-            feed = ids + [token for token, _ in steps[:-1]]
+            feed = ids + answer[:steps[-1]]
             checkpoint = self.cache.checkpoint()
             try:
                 cold = self.cache.cold_tier
@@ -471,8 +498,9 @@ class MeetingContext:
                         self.blocks.read_everything()
                     out = self.engine.model(input_ids=torch.tensor([feed]), past_key_values=self.cache, use_cache=True,
                                             cache_position=torch.arange(self.tokens, self.tokens + len(feed)),
-                                            logits_to_keep=len(steps))
-                    return out.logits[0].float().clone()
+                                            logits_to_keep=torch.tensor([len(ids) - 1 + step for step in steps]))
+                    logits = out.logits[0].float()
+                    return {step: logits[row].clone() for row, step in enumerate(steps)}
             finally:
                 with torch.inference_mode():
                     self.cache.rollback(checkpoint)

@@ -1,10 +1,11 @@
 """Quality drift of the sparse KV read: how far a decode step's next-token distribution moves from a dense one.
 
-With ``decode_top_k_blocks`` a decode step reads only the blocks with the best Quest bound. On a sampled share
-of decode steps the same step is also run reading every resident (device and host) block, inside a cache
-checkpoint that is rolled back, and the Jensen-Shannon divergence of the two next-token distributions and
-whether their top tokens agree are recorded. The user's answer is decoded from the sparse step as always,
-so sampling changes nothing but time.
+With ``decode_top_k_blocks`` a decode step reads only the blocks with the best Quest bound. A sampled share of
+decode steps keeps its sparse next-token distribution; after the answer is returned, a background pass runs the
+question and the answer's tokens once more reading every resident (device and host) block, inside a cache
+checkpoint that is rolled back, and the Jensen-Shannon divergence of each sampled step's two distributions and
+whether their top tokens agree are recorded. The user's answer is decoded from the sparse steps as always and is
+never held for the comparison, so sampling changes nothing but background time.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import math
 import threading
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
@@ -73,6 +75,7 @@ class DriftMonitor:
     window: int = 256
     steps: int = 0
     samples: int = 0
+    skipped: int = 0  # sampled steps never compared: the meeting moved on first, or a comparison was running
     _recent: _Recent = field(default_factory=lambda: _Recent(256))
 
     def __post_init__(self) -> None:
@@ -96,10 +99,29 @@ class DriftMonitor:
     def report(self) -> dict[str, float | int | None]:
         """Mean JS divergence and top-1 agreement over the recent samples (None before the first one)."""
         divergence, agreement = self._recent.means()
-        return {"quality_drift_js": divergence, "shadow_top1_agreement": agreement, "drift_samples": self.samples}
+        return {"quality_drift_js": divergence, "shadow_top1_agreement": agreement, "drift_samples": self.samples,
+                "drift_skipped": self.skipped}
 
 
 SHADOW_MAX_STEPS = 64  # answer steps kept per sampled question (a step's logits are a vocabulary of floats)
+
+
+@dataclass
+class AnswerTrace:
+    """What one answer's decode keeps for the comparisons after it: the token of each step, every step's logits
+    when the question is shadowed (``steps``, up to SHADOW_MAX_STEPS), and the drift's sampled steps' logits."""
+
+    tokens: list[int] = field(default_factory=list)
+    steps: list[torch.Tensor] | None = None
+    sampled: dict[int, torch.Tensor] = field(default_factory=dict)  # step index -> its sparse logits
+
+    def keep(self, token: int, logits: torch.Tensor, sampled: bool) -> None:
+        index = len(self.tokens)
+        self.tokens.append(token)
+        if self.steps is not None and len(self.steps) < SHADOW_MAX_STEPS:
+            self.steps.append(logits.float().clone())
+        if sampled:
+            self.sampled[index] = logits.float().clone()
 
 
 @dataclass
@@ -126,28 +148,19 @@ class ShadowQuestions:
         self.asked += 1
         return _nth(self.asked, self.sample_rate)
 
-    def start(self, passes: dict, steps: list[tuple[int, torch.Tensor]]) -> None:
-        """Run each ``passes[reference]() -> [steps, vocab] logits | None`` in the background and compare it with
-        ``steps``."""
-        def run() -> None:
-            compared = False
-            for reference, dense_pass in passes.items():
-                dense = dense_pass()
-                if dense is not None:
-                    self.record([logits for _, logits in steps], dense, reference)
-                    compared = True
-            if compared:
-                self.compared += 1
-            else:
-                self.skipped += 1
-
-        if self._thread is not None and self._thread.is_alive():  # one at a time; never wait here: the
-            self.skipped += 1                                      # caller holds the lock the running one needs
-            return
-        self._thread = threading.Thread(target=run, name="minutia-shadow-question", daemon=True)
+    def start(self, job: Callable[[], None]) -> bool:
+        """Run ``job`` (an answer's comparisons) in the background; False, and nothing runs, while the last one is
+        still running: one at a time, and never waited for here (the caller holds the lock the running one needs)."""
+        if self.running():
+            return False
+        self._thread = threading.Thread(target=job, name="minutia-shadow-question", daemon=True)
         self._thread.start()
+        return True
 
-    def record(self, sparse: list[torch.Tensor], dense: torch.Tensor, reference: str = "resident") -> None:
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def record(self, sparse: list[torch.Tensor], dense: list[torch.Tensor], reference: str = "resident") -> None:
         divergences = [js_divergence(s, d) for s, d in zip(sparse, dense)]
         agree = [int(s.argmax()) == int(d.argmax()) for s, d in zip(sparse, dense)]
         self._recent.setdefault(reference, _Recent(self.window)).add(sum(divergences) / len(divergences), all(agree))

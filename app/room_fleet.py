@@ -23,6 +23,7 @@ from typing import Callable
 
 import numpy as np
 
+from app.canary import rollout_for
 from app.config import Settings
 from app.ray_cluster import join_ray
 from app.room_host import RATE, RoomHost, RoomProgress
@@ -56,7 +57,7 @@ class RoomActor(RoomHost):
 
 # Calls that only read the session or change its names: they run beside the audio, not queued behind it (nor it
 # behind a question). A forget stays in line with the audio and video (it finishes and replaces the session).
-_ASIDE = ("ask", "snapshot", "transcript", "rename_speaker", "keep_names")
+_ASIDE = ("ask", "snapshot", "signals", "transcript", "rename_speaker", "keep_names")
 
 
 def _remote_actor_class():
@@ -88,6 +89,10 @@ class RoomFleet:
         self._actor_class = _remote_actor_class().options(
             num_cpus=options.cpus_per_room, max_restarts=-1, max_task_retries=0, scheduling_strategy="SPREAD")
         self.rooms: dict[str, RemoteRoom] = {}
+        # One canary for every room of the fleet (each actor holds one session, so no actor could compare arms): the
+        # fleet gives each room its arm's settings, takes the room's signals when it closes, and decides.
+        self.canary = rollout_for(settings, self._audit_canary)
+        self._host_settings = settings.model_copy(update={"canary": settings.canary.model_copy(update={"preset": None})})
 
     def open(self, room: str) -> RemoteRoom:
         """A new meeting in ``room``, in a session of its own (``<room>-<8 hex>``: a meeting held in the same room
@@ -96,9 +101,46 @@ class RoomFleet:
             raise InputError(f"room {room} is open already")
         stem = re.sub(r"[^A-Za-z0-9_-]", "-", room)[:48] or "room"
         session_id = f"{stem}-{uuid.uuid4().hex[:8]}"
-        actor = self._actor_class.remote(self.settings, session_id, f"room:{room}", self._make_runtime)
-        self.rooms[room] = RemoteRoom(room, session_id, actor, self.options)
+        try:
+            actor = self._actor_class.remote(self.settings_for(session_id), session_id, f"room:{room}",
+                                             self._make_runtime)
+        except BaseException:
+            if self.canary is not None:
+                self.canary.forget(session_id)
+            raise
+        self.rooms[room] = RemoteRoom(room, session_id, actor, self.options,
+                                      on_close=self._room_ended if self.canary is not None else None)
         return self.rooms[room]
+
+    def settings_for(self, session_id: str) -> Settings:
+        """A room's settings: its canary arm's KV, and no canary of the host's own (a restarted host keeps the arm:
+        Ray makes it again with the same settings)."""
+        if self.canary is None:
+            return self._host_settings
+        kv = self.canary.kv_for(self.settings.kv, session_id)
+        return self._host_settings if kv is self.settings.kv else self._host_settings.model_copy(update={"kv": kv})
+
+    def _room_ended(self, session_id: str, signals: dict | None) -> None:
+        """A room closed with these signals (None: its host was gone): they count for its arm, then the arms are
+        compared. A failure is logged: it must not keep the room from closing."""
+        try:
+            if signals is None:
+                self.canary.forget(session_id)
+                return
+            self.canary.ended(session_id, signals)
+            self.canary.evaluate()
+        except Exception:
+            log.exception("canary: room session %s's signals were not taken", session_id)
+
+    def _audit_canary(self, decision) -> None:
+        from app.store import open_session_store
+
+        store = open_session_store(self.settings)
+        try:
+            store.log.record("*", "rollout", [], decision.name, state=decision.state, reason=decision.reason,
+                             evidence=decision.evidence)
+        finally:
+            store.close()
 
     def close(self) -> None:
         for room in list(self.rooms.values()):
@@ -116,8 +158,10 @@ class RemoteRoom:
     Sending audio never waits: while a takeover is under way (in a thread of its own), audio is only kept, and the
     takeover sends everything from the restarted host's clock on."""
 
-    def __init__(self, name: str, session_id: str, actor, options: FleetOptions) -> None:
+    def __init__(self, name: str, session_id: str, actor, options: FleetOptions,
+                 on_close: Callable[[str, dict | None], None] | None = None) -> None:
         self.name, self.session_id, self._actor, self._options = name, session_id, actor, options
+        self._on_close = on_close  # (session id, the meeting's last KV signals or None): the fleet's canary
         self._lock = threading.RLock()
         # (first sample, audio, its frames' speakers) no checkpoint covers yet
         self._chunks: deque[tuple[int, np.ndarray, list | None]] = deque()
@@ -296,6 +340,14 @@ class RemoteRoom:
     def close(self) -> None:
         import ray
 
+        if self._on_close is not None:
+            try:
+                signals = ray.get(self._actor.signals.remote(), timeout=90)
+            except Exception as exc:  # a host already gone has no signals to give
+                log.debug("room %s: signals: %s", self.name, exc)
+                signals = None
+            self._on_close(self.session_id, signals)
+            self._on_close = None
         try:
             ray.get(self._actor.close.remote(), timeout=30)
         except Exception as exc:  # a host already gone has nothing left to close

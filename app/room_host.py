@@ -171,6 +171,12 @@ class RoomHost:
     def snapshot(self):
         return self.session.snapshot()
 
+    def signals(self) -> dict:
+        """The meeting's KV figures once its last answer's comparisons are done: its golden signals, which the
+        fleet's canary compares (app/canary.py) when the room closes."""
+        self.session.settle()
+        return self.session.snapshot().kv or {}
+
     def ask(self, question: str):
         return self.session.ask(question)
 

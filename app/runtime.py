@@ -199,6 +199,7 @@ class Runtime:
         if self.canary is None:
             return
         try:
+            session.settle()  # the last answer's drift is measured after it
             self.canary.ended(session.session_id, session.snapshot().kv or {})
             self.canary.evaluate()
         except Exception:

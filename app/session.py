@@ -575,6 +575,12 @@ class MeetingSession:
         """Committed turns with the names people call each other (SPEAKER_xx until someone is named)."""
         return self._named()[0]
 
+    def settle(self, timeout: float = 60.0) -> bool:
+        """Wait for the last answer's comparisons (drift, shadow), which run after it in the background, so the
+        figures a snapshot reads next include them; True when none is left running."""
+        context = self._context
+        return context is None or context.shadow.wait(timeout)
+
     def snapshot(self) -> SessionSnapshot:
         transcript = self.transcript()
         # The KV figures first, outside the session's lock: a checkpoint holds the context's lock and then takes

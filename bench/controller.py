@@ -15,7 +15,7 @@ Reported: device bytes / cap after each prefill chunk once the cap binds (mean, 
 setpoint, the share of chunks within 5% of it), the peak against the cap before and after the squeeze (the
 peak is taken at every layer update, so it includes a chunk before its compression), and each run's mean reward
 per answer, ``tokens/s x (1 - 0.5 x max(0, JS - 0.02))`` with JS the run's mean sampled divergence of the arm
-that read the answer (drift sampled at ``--drift-rate``; the sampled steps' dense reads are not in tokens/s).
+that read the answer (drift sampled at ``--drift-rate``, compared after each answer; tokens/s is the answer's own decode).
 
     python bench/controller.py --meetings Bed002,Bmr005 --tokens 2400 --arms 4 8 16 32 dense
 """
@@ -97,6 +97,7 @@ def run(engine_for, replay: Replay, kv, cap_bytes: int | None, squeezed_cap: int
             asked[meeting] += 1
             samples_before = context.drift.samples
             generation = context.generate(tail.format(question=question), max_new_tokens=max_new, stop=("\n",))
+            context.shadow.wait(120)  # its sampled steps compared (and the bandit rewarded) before the meeting goes on
             arm = cache.settings.decode_top_k_blocks  # fixed, or what the bandit chose for this answer
             answers.append({"tokens": context.tokens, "arm": arm_name(arm), "tokens_per_second": generation.tokens_per_second,
                             "js": context.drift.last(context.drift.samples - samples_before),

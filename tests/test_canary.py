@@ -133,13 +133,15 @@ def test_live_sessions_run_their_arm_and_a_worse_canary_is_rolled_back_and_audit
             assert session.settings.kv.decode_top_k_blocks == (1 if sid == canary_id else 1000)
             session.feed_audio(meeting.audio, RATE)
             session.finish(timeout=180)
-            session.summary()  # decoded from the KV: every step's read is compared with a dense one
+            session.summary()  # decoded from the KV: every step's read is compared with a dense one, after it
+            assert session.settle(60)
             assert session.snapshot().kv.get("quality_drift_js") is not None, "the summary sampled the read"
             runtime.close_session(sid)
             # after the canary alone nothing is compared; the baseline's signal decides
             assert rollout.state == ("running" if sid == canary_id else "rolled_back"), rollout.report()
         evidence = rollout.decision.evidence["quality_drift_js"]
-        assert evidence["baseline"] == 0.0 and evidence["canary"] > 1e-5 and evidence["regressed"]  # dense reads agree
+        # every block read: the dense pass agrees, up to float sums in another order (the answer in one forward)
+        assert evidence["baseline"] < 1e-6 and evidence["canary"] > 1e-5 and evidence["regressed"]
         later = runtime.new_session(_ids(rollout, "canary", 2)[1])  # in the canary's share, but it is rolled back
         assert later.settings.kv.decode_top_k_blocks == 1000
         log_path = tmp_path / "home" / "audit.log"

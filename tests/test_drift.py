@@ -1,4 +1,5 @@
-"""The quality-drift signal (issue 19): sampled decode steps are also read densely; the user's answer is not touched."""
+"""The quality-drift signal (issue 19): sampled decode steps are also read densely, after the answer; the user's
+answer is neither touched nor held for it."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def test_js_divergence_is_zero_for_equal_distributions_and_bounded_by_ln2():
 def test_the_monitor_samples_every_nth_step_and_reports_the_recent_window():
     monitor = DriftMonitor(sample_rate=0.25, window=2)
     assert [monitor.due() for _ in range(8)] == [True, False, False, False, True, False, False, False]
-    assert monitor.report() == {"quality_drift_js": None, "shadow_top1_agreement": None, "drift_samples": 0}
+    assert monitor.report() == {"quality_drift_js": None, "shadow_top1_agreement": None, "drift_samples": 0,
+                                "drift_skipped": 0}
     same = torch.tensor([1.0, 0.0])
     monitor.record(same, same)
     monitor.record(same, torch.tensor([0.0, 1.0]))
@@ -67,6 +69,7 @@ def test_sampled_dense_reads_leave_the_answer_and_the_cache_bit_identical(tiny_l
     b = watched.generate(SUFFIX, max_new_tokens=6, stop=())
     assert (a.text, a.mean_logprob, a.new_tokens) == (b.text, b.mean_logprob, b.new_tokens)
     assert torch.equal(plain.next_token_logits(SUFFIX), watched.next_token_logits(SUFFIX))
+    assert watched.shadow.wait(60)
     assert plain.stats()["drift_samples"] == 0 and plain.stats()["quality_drift_js"] is None
     if a.new_tokens > 1:  # a decode rate once an answer has more than its first token
         assert plain.stats()["decode_tokens_per_second"] > 0
@@ -75,6 +78,27 @@ def test_sampled_dense_reads_leave_the_answer_and_the_cache_bit_identical(tiny_l
     # reading 2 of the past blocks (plus sinks and the recent window) moves the distribution; a dense read
     # with top-k off would not
     assert 0 < stats["quality_drift_js"] <= math.log(2) and 0 <= stats["shadow_top1_agreement"] <= 1
+
+
+def test_the_answer_is_returned_before_its_steps_are_compared(tiny_llm_dir):
+    """The dense reads run after the answer, in the background: while the context is busy (its lock held here, as a
+    prefill would) the answer is back and nothing is compared yet; the live loop's chunked flush gives way to the
+    comparison; a comparison whose meeting moved on is skipped and counted."""
+    watched = _context(tiny_llm_dir, top_k=2, rate=1.0)
+    with watched._lock:
+        answer = watched.generate(SUFFIX, max_new_tokens=4, stop=())
+        assert answer.text is not None and watched.drift.samples == 0 and watched.shadow.running()
+        watched.append(ContextLine("audio", 20.0, 22.0, "Bob", "One more thing: the vendor called back."))
+        assert watched.flush(min_tokens=1) == 0 and watched.pending_lines == 1  # waits its turn
+    assert watched.shadow.wait(60)
+    assert watched.drift.samples == answer.new_tokens + (answer.new_tokens < 4) and watched.drift.skipped == 0
+    with watched._lock:  # now the meeting moves on before the comparison can run
+        again = watched.generate(SUFFIX, max_new_tokens=4, stop=())
+        watched.append(ContextLine("audio", 22.0, 24.0, "Carol", "They want the contract signed by Monday."))
+        assert watched.flush() > 0  # a full flush (before a question, at a checkpoint) does not wait
+    assert watched.shadow.wait(60)
+    assert watched.drift.skipped == again.new_tokens + (again.new_tokens < 4)
+    watched.close()
 
 
 def test_without_a_sparse_read_there_is_nothing_to_measure(tiny_llm_dir):
@@ -146,8 +170,8 @@ def test_the_shadow_reads_the_uncompressed_meeting_from_its_exact_copies_and_cha
         return {k: v for k, v in cold.stats().items() if k != "transfer_gbps"}
 
     before = counted()
-    exact = shadowed._dense_answer(shadowed._encode(SUFFIX), [(0, torch.zeros(1))], shadowed.tokens, exact=True)
-    assert torch.allclose(exact[-1], full.next_token_logits(SUFFIX), atol=1e-4)
+    exact = shadowed._dense_answer(shadowed._encode(SUFFIX), [], [0], shadowed.tokens, exact=True)
+    assert torch.allclose(exact[0], full.next_token_logits(SUFFIX), atol=1e-4)
     # ...and the cold tier is as it was: the shadow's reads count as no decode reads (hit rate, so the fallback
     # mode) and stage nothing
     assert counted() == before

@@ -72,6 +72,12 @@ def test_the_bandit_tries_every_arm_first_and_refuses_bad_arms() -> None:
         seen.append(arm)
         bandit.update(arm, 10, 20.0, [])
     assert seen == [8, None, 2]
+    # Rewards come when an answer's quality signal is measured, after the answer: arms chosen before any reward
+    # came are still taken in turn, never one arm again and again.
+    waiting = SparsityBandit((8, None, 2))
+    assert [waiting.choose(10) for _ in range(4)] == [8, None, 2, 8] and not waiting.pulls
+    waiting.update(None, 10, 20.0, [])
+    assert waiting.pulls[0] == 1 and waiting.choose(10) in (8, None, 2)
     assert bandit.reward(20.0, 0.02) == pytest.approx(1.0) and bandit.reward(20.0, 0.22) == pytest.approx(0.9)
     with pytest.raises(ValueError):
         SparsityBandit((4, 4))
@@ -137,6 +143,7 @@ def test_a_context_steps_its_controller_and_reports_it(tiny_llm_dir) -> None:
         generation = context.generate("\nQuestion: what was the budget?\nAnswer:", max_new_tokens=6, stop=())
         arms.append(context.cache.settings.decode_top_k_blocks)
         assert generation.tokens_per_second is not None
+        assert context.shadow.wait(60)  # the sampled steps compared: the arm's reward with its JS
     assert arms[:3] == [2, 4, None], "each arm once first"
     stats = context.stats()
     assert sum(arm["pulls"] for arm in stats["controller_arms"].values()) == 6

@@ -23,6 +23,7 @@ SCRIPT = [
     ("SPEAKER_01", "Maria will send the contract on Friday."),
     ("SPEAKER_00", "Good. Nothing else from me today."),
 ]
+FREE_FORM = "Why did the vendor ask for the signed order?"  # no rule answers it: the model does, from the KV
 
 
 def _norm(text: str) -> str:
@@ -149,3 +150,72 @@ def test_a_room_goes_on_when_the_node_holding_it_is_killed(tmp_path, tiny_llm_di
         if ray.is_initialized():
             ray.shutdown()
         cluster.shutdown()
+
+
+def _hex_in_arm(stem: str, fraction: float, arm: str, start: int = 0) -> str:
+    """A session id suffix (8 hex) that the canary's hash puts in ``arm`` for a room named ``stem``."""
+    import hashlib
+
+    for n in range(start, start + 10000):
+        suffix = f"{n:08x}"
+        share = int(hashlib.sha256(f"{stem}-{suffix}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+        if (share < fraction) == (arm == "canary"):
+            return suffix
+    raise AssertionError("no id")
+
+
+@pytest.mark.slow  # ~40 s: a local Ray runtime, two room actors with the tiny Gemma 3
+def test_a_canary_is_decided_across_the_fleets_rooms_and_rolled_back(tmp_path, tiny_llm_dir, monkeypatch):
+    """Each room actor holds one session, so no actor could compare the arms: the fleet gives each room its arm's
+    settings, takes the meeting's signals from the actor when the room closes, and rolls a worse canary back for
+    the rooms opened after it (audited)."""
+    ray = pytest.importorskip("ray")
+    import ray.cloudpickle
+    from types import SimpleNamespace
+
+    import room_parts
+    import scripted_parts
+    from app import room_fleet
+    from app.audit import verify
+    from app.room_fleet import FleetOptions, RoomFleet
+    from app.store import load_master_key
+
+    for module in (room_parts, scripted_parts):
+        ray.cloudpickle.register_pickle_by_value(module)
+    meeting = scripted_meeting(SCRIPT)
+    preset = tmp_path / "top-1.yaml"
+    preset.write_text("kv:\n  decode_top_k_blocks: 1\n")  # the canary reads one block per decode step
+    settings = load_settings(overrides={
+        "home": str(tmp_path / "home"), "llm": {"model": str(tiny_llm_dir), "max_new_tokens": 16},
+        "kv": {"block_size": 16, "recent_tokens": 16, "sink_tokens": 4, "budget_ratio": 1.0,
+               "decode_top_k_blocks": 1000, "drift_sample_rate": 1.0},
+        "canary": {"preset": str(preset), "fraction": 0.5, "min_sessions": 1, "max_drift_rise": 0.0,
+                   "max_throughput_drop": 1.0, "max_agreement_drop": 1.0}})
+    suffixes = iter([_hex_in_arm("canary", 0.5, "canary"), _hex_in_arm("baseline", 0.5, "baseline"),
+                     _hex_in_arm("later", 0.5, "canary")])
+    monkeypatch.setattr(room_fleet, "uuid", SimpleNamespace(uuid4=lambda: SimpleNamespace(hex=next(suffixes))))
+    fleet = RoomFleet(settings, FleetOptions(), make_runtime=room_parts.ScriptedRoomRuntime(
+        meeting.vocabulary, meeting.speakers, tiny_llm_dir))
+    try:
+        rollout = fleet.canary
+        for name in ("canary", "baseline"):
+            room = fleet.open(name)
+            assert rollout.arm(room.session_id) == name
+            room.feed_audio(meeting.audio)
+            room.finish()
+            room.ask(FREE_FORM)  # answered by the model from the KV: its decode steps are sampled
+            room.close()
+            assert rollout.state == ("running" if name == "canary" else "rolled_back"), rollout.report()
+        evidence = rollout.decision.evidence["quality_drift_js"]
+        assert evidence["canary_sessions"] == evidence["baseline_sessions"] == 1
+        # every block read: the dense pass agrees but for float sums in another order (a forward of many tokens)
+        assert evidence["baseline"] < 1e-6 and evidence["canary"] > 1e-5 and evidence["regressed"]
+        later = fleet.settings_for(f"later-{next(suffixes)}")  # in the canary's share, after the rollback
+        assert later.kv.decode_top_k_blocks == 1000 and later.canary.preset is None
+        log_path = tmp_path / "home" / "audit.log"
+        assert verify(log_path, load_master_key(settings, create_key=False).audit_key()).ok
+        assert '"rollout"' in log_path.read_text()
+    finally:
+        fleet.close()
+        if ray.is_initialized():
+            ray.shutdown()

@@ -37,7 +37,8 @@ class SparsityBandit:
     alpha: float = 0.25  # LinTS exploration: the posterior's scale
     seed: int = 0
     js_memory: int = 64  # JS samples remembered per arm
-    pulls: dict[int, int] = field(default_factory=lambda: defaultdict(int), init=False)
+    chosen: dict[int, int] = field(default_factory=lambda: defaultdict(int), init=False)
+    pulls: dict[int, int] = field(default_factory=lambda: defaultdict(int), init=False)  # rewards received
     rewards: dict[int, float] = field(default_factory=lambda: defaultdict(float), init=False)
     _js: dict[int, deque] = field(default_factory=dict, init=False)
     _scale: float | None = field(default=None, init=False)  # tokens/s of the first answer: rewards near 1
@@ -61,11 +62,14 @@ class SparsityBandit:
         return [1.0, math.log2(1 + max(resident_blocks, 0)) / 10]
 
     def choose(self, resident_blocks: int) -> int | None:
-        """The top-k of the next answer: each arm once in turn, then the model's sampled best."""
-        for arm in self.arms:
-            if self.pulls[arm_label(arm)] == 0:
-                return arm
-        return arm_top_k(int(self._mab.predict([self.context(resident_blocks)])))
+        """The top-k of the next answer: each arm once in turn, then the model's sampled best (the least chosen
+        arm while no reward has come yet: a reward arrives when its answer's quality signal is measured)."""
+        if not self._fitted or any(self.chosen[arm_label(arm)] == 0 for arm in self.arms):
+            arm = min(self.arms, key=lambda a: self.chosen[arm_label(a)])
+        else:
+            arm = arm_top_k(int(self._mab.predict([self.context(resident_blocks)])))
+        self.chosen[arm_label(arm)] += 1
+        return arm
 
     def js_estimate(self, arm: int | None) -> float:
         """The arm's mean sampled JS divergence (0 for the dense arm, and while none was sampled)."""

@@ -39,6 +39,15 @@ def cap_binds(cache: "TieredCache") -> bool:
 
 
 @dataclass(frozen=True)
+class ArmChoice:
+    """The decode top-k an answer was read with, and the kept blocks per layer it was chosen at: its reward may
+    come after the next answer's choice (the quality signal is measured in the background)."""
+
+    top_k: int | None
+    blocks: int
+
+
+@dataclass(frozen=True)
 class ControllerConfig:
     """What the controller holds and explores (app/config.py ``kv.controller`` converts to this)."""
 
@@ -67,7 +76,6 @@ class KVController:
     config: ControllerConfig = field(default_factory=ControllerConfig)
     chunk_bytes: int = field(default=0, init=False)  # the largest prefill chunk's bytes in one layer, seen
     current_arm: int | None = field(default=None, init=False)
-    _context_blocks: int = field(default=0, init=False)  # the blocks the current arm was chosen at
     last_reward: float | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -123,21 +131,21 @@ class KVController:
         layers = [layer for layer in self.cache.tiered_layers if layer.is_initialized]
         return max((len(layer.table) for layer in layers), default=0)
 
-    def before_answer(self) -> int | None:
-        """Set the decode top-k of the next answer (the bandit's choice); returns it."""
+    def before_answer(self) -> ArmChoice | None:
+        """Set the decode top-k of the next answer (the bandit's choice); None without a bandit."""
         if self.bandit is None:
-            return self.cache.settings.decode_top_k_blocks
-        self._context_blocks = self.resident_blocks()
-        self.current_arm = self.bandit.choose(self._context_blocks)
-        self.cache.settings.decode_top_k_blocks = self.current_arm
-        return self.current_arm
-
-    def after_answer(self, tokens_per_second: float | None, js_samples: list[float] = ()) -> float | None:
-        """Reward the arm that read the last answer (None when the answer had too few tokens to time)."""
-        if self.bandit is None or tokens_per_second is None:
             return None
-        self.last_reward = self.bandit.update(self.current_arm, self._context_blocks, tokens_per_second,
-                                              list(js_samples))
+        blocks = self.resident_blocks()
+        self.current_arm = self.bandit.choose(blocks)
+        self.cache.settings.decode_top_k_blocks = self.current_arm
+        return ArmChoice(self.current_arm, blocks)
+
+    def after_answer(self, choice: ArmChoice | None, tokens_per_second: float | None,
+                     js_samples: list[float] = ()) -> float | None:
+        """Reward the arm that read an answer (None when the answer had too few tokens to time)."""
+        if self.bandit is None or choice is None or tokens_per_second is None:
+            return None
+        self.last_reward = self.bandit.update(choice.top_k, choice.blocks, tokens_per_second, list(js_samples))
         return self.last_reward
 
     # ------------------------------------------------------------------ report
