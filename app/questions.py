@@ -184,14 +184,16 @@ _AUX_SUBJECT = re.compile(
 _TRAILING = re.compile(
     r"\s+(?:(?:from|in|during|at|on|of)\s+(?:the|this|that|today'?s|todays|our|yesterday'?s|yesterdays|last|earlier)"
     r"\s+(?:\w+\s+){0,2}?(?:meeting|call|session|sync|standup|stand-up)\b|(?:and\s+)?then\s+(?:i'?m|im|i am|we'?re)\s+"
-    r"(?:done|good|set)\b|i\s+(?:think|guess|believe|remember|recall|didn'?t|did not|don'?t|do not|can'?t|cannot|"
-    r"couldn'?t|missed|forgot|wasn'?t|was not)\b|(?:i'?m|im)\s+(?:pretty\s+)?sure\b|"
+    r"(?:done|good|set)\b|(?<!while )(?<!when )(?<!after )(?<!before )(?<!since )(?<!that )(?<!what )(?<!which )"
+    r"(?<!as )(?<!if )(?<!where )(?:(?:and|but|so)\s+)?i\s+(?:(?:honestly|really|just|still|actually|totally)\s+)?"
+    r"(?:think|guess|believe|remember|recall|didn'?t|did not|don'?t|do not|can'?t|cannot|couldn'?t|missed|forgot|"
+    r"wasn'?t|was not|was|had|have|need|needed)\b|(?:i'?m|im)\s+(?:pretty\s+)?sure\b|(?:i'?m|im|i am)\s+\w+ing\b|"
     r"(?:because|cause|cuz|bc)\b|[-\u2013\u2014]+\s|"
     r"(?:you know|or something|or what)\s*[.!?]*$|(?:please|pls|plz|thx|thanks|thank you|ty|cheers|asap|"
     r"urgent(?:ly)?)\b[\s.!:)(]*$|[:;]-?[)(dp]\s*$)"
     r".*$|\s*,\s*(?:i\s+)?(?:need|needed|want|have to|gotta|couldn'?t|can'?t|cannot|could not|didn'?t|did not|"
     r"don'?t|do not|not sure|no idea)\b.*$|(?<=\w\w)(?<!\bmr)(?<!\bms)(?<!\bdr)(?<!\bst)(?<!\bvs)(?<!\bjr)(?<!\bsr)(?<!\bmrs)(?<!\betc)"
-    r"[.!]+\s+\S.*$",
+    r"\s?[.!]+\s+\S.*$",
     re.IGNORECASE)
 
 
@@ -218,10 +220,11 @@ def split_question(question: str) -> tuple[str, str]:
             continue  # a question word inside a clause ("the person who ...")
         if not at and found.group("start").lower() in ("if", "whether"):
             continue  # "If Dana is away, who will run the demo?": a condition, not a yes/no question
-        if found.group("start").lower() in ("if", "whether") and re.search(
+        courtesy = re.match(r"(?:when|whenever)\s+(?:you|u)\b", q[at:], re.IGNORECASE)  # "when you get a sec: who ..."
+        if (found.group("start").lower() in ("if", "whether") or courtesy) and re.search(
                 r"(?:\b(?:but|so)\s+|[,:;]\s*)(?:(?:by|on|until|in|at|for|from|to|of)\s+(?:when|what|which|whom)\b|"
                 + _QWORD + r"\b)", q[found.end():], re.IGNORECASE):
-            continue  # "Not sure if this came up, but who ...": a hedge before the question
+            continue  # "Not sure if this came up, but who ...": a hedge (or a courtesy) before the question
         starts.append(at)
     wh = [m.start() for m in _WH.finditer(q)]
     later_wh = [at for at in wh if at > 0]
@@ -270,7 +273,9 @@ def _requests(q: str, at: int) -> bool:
 
 def _inner(q: str, at: int, after: str) -> tuple[str, str]:
     inner = q[at:]
-    if "?" not in inner:  # unpunctuated: what is said after the question is an aside
+    if "?" not in re.split(r"(?<=\w)\s?[.!]+\s", inner, maxsplit=1)[0]:
+        # unpunctuated (or only a later sentence has the mark: "... dont know. help?"): what is said after the
+        # question is an aside
         tail = _TRAILING.search(inner, 1)
         if tail is not None:
             inner, after = inner[: tail.start()], " ".join(p for p in (inner[tail.start():].strip(), after) if p)
@@ -292,8 +297,8 @@ _SECOND = re.compile(
 _FIRST_WH = re.compile(r"^(?:(?:by|on|until) )?(?:who|whom|whose|what|when|where|which|why|"
                        r"how(?: much| many| long)?)\b|^" + _QWORD + r"\b", re.IGNORECASE)
 # Items of a list ("1. ...", "a) ...", "- ...") and " / ": each may be a question of its own.
-_ITEM = re.compile(r"(?:^|\s)(?:\d{1,2}[.)]|[a-e]\)|\((?:\d{1,2}|[a-e]|i{1,3}|iv|v)\))\s+|(?:^|\n)\s*(?:[-*\u2022]|(?:i{1,3}|iv|vi{0,3})[.)])\s+|\s+/\s+",
-                   re.IGNORECASE)
+_ITEM = re.compile(r"(?:^|\s)(?:\d{1,2}[.)]|[a-e]\)|\((?:\d{1,2}|[a-e]|i{1,3}|iv|v)\))\s+|(?:^|\n)\s*(?:[-*\u2022]|"
+                   r"(?:i{1,3}|iv|vi{0,3})[.)]|q\d{1,2}\s*[:.)-])\s+|\s+/\s+", re.IGNORECASE)
 # Words that open a later question in a message ("oh and ...", "second, ...", "btw ...").
 _THEN = re.compile(r"^(?:(?:and|oh|also|btw|plus|so|then|first|firstly|second|secondly|next|lastly|finally|one more|"
                    r"another one)[\s,:;-]+){0,3}", re.IGNORECASE)
@@ -311,7 +316,10 @@ def split_questions(question: str) -> list[str]:
     for piece in filter(None, pieces):
         is_question = _is_question(piece)
         if asked and (not is_question or not holds[-1]):
-            asked[-1] = f"{asked[-1]} {piece}"  # "... ? thanks", "Sorry? Who ...": not a question of its own
+            # "... ? thanks", "Sorry? Who ...": not a question of its own; a line after an unpunctuated question ends
+            # it ("who will send it\nSent from my iPhone")
+            ends = holds[-1] and not is_question and not re.search(r"[?.!:;,]$", asked[-1])
+            asked[-1] = f"{asked[-1]}{'.' if ends else ''} {piece}"
             holds[-1] = holds[-1] or is_question
         else:
             asked.append(piece)
@@ -332,8 +340,8 @@ def split_questions(question: str) -> list[str]:
             second = f"{second.rstrip(' ?.!')} {_FIRST_WH.sub('', first).strip()}"
         tail = f" {aside}" if aside else ""
         questions += [f"{first.rstrip('?')}?{tail}", f"{second[:1].upper()}{second[1:].rstrip('?')}?"]
-    if len(questions) == 1:
-        return [" ".join(str(question).split())]
+    if len(questions) == 1:  # as asked, but with a line that ended an unpunctuated question ended by a full stop
+        return [questions[0] if len(asked) == 1 else " ".join(str(question).split())]
     return questions
 
 
@@ -343,7 +351,13 @@ def _is_question(piece: str) -> bool:
     if "?" in piece:
         return _asks(piece)
     rest = piece[_THEN.match(piece).end():]
-    return bool(_FIRST_WH.match(rest) or _AUX_SUBJECT.match(rest) or _PATTERNS[0][1].match(rest.lower()))
+    if _FIRST_WH.match(rest) or _AUX_SUBJECT.match(rest) or _PATTERNS[0][1].match(rest.lower()):
+        return True
+    # "Wondering who will send it.": a question after a verb that embeds one
+    return any(_EMBEDDING.search(rest[:found.start("start")]) for found in _CLAUSE.finditer(rest) if found.start("start"))
+
+
+_EMBEDDING = re.compile(r"\b(?:know|wondering|wonder|confirm|remember|recall|tell me|tell us|check|idea)\s+$", re.IGNORECASE)
 
 
 def _asks(piece: str) -> bool:

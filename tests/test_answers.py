@@ -104,6 +104,18 @@ def test_question_types(question, qtype):
     ("did alice agree on when to ship?", "Did alice agree on when to ship?", QuestionType.YES_NO),
     ("Who paid Mr. Smith", "Who paid Mr. Smith", QuestionType.WHO_WILL),
     ("Sorry? Who will send it?", "Who will send it?", QuestionType.WHO_WILL),
+    # session 30, from a sixth helper's wrappers (their rules made on development seeds): a full stop after a space,
+    # a courtesy "when you get a sec:", first-person asides after an unpunctuated question ("and i dont know", "im
+    # driving", "i was out sick"), but not after "while"/"after"
+    ("hello sir please tell me who will send the contract . thanking you in advance", "Who will send the contract",
+     QuestionType.WHO_WILL),
+    ("Not urgent, but when you get a sec: who will send the contract?\n\n-M", "Who will send the contract?",
+     QuestionType.WHO_WILL),
+    ("ppl keep asking me when is the launch and i honestly dont know. help?", "When is the launch", QuestionType.WHEN),
+    ("tell me who will send the contract im driving so keep it short", "Who will send the contract",
+     QuestionType.WHO_WILL),
+    ("how much is the deposit i was out sick", "How much is the deposit", QuestionType.HOW_MUCH),
+    ("what was decided after i left", "What was decided after i left", QuestionType.WHAT_DECIDED),
 ])
 def test_a_question_is_answered_as_the_question_inside_its_wrapping(asked, plain, qtype):
     """People wrap questions ("hey, ...", "... thanks!", "do you know ..."): "Do you know who gave the rate?" was
@@ -147,7 +159,13 @@ def test_a_question_is_answered_as_the_question_inside_its_wrapping(asked, plain
     # a fifth helper's joins (development seeds): a line that asks nothing before the list, roman numerals, "as well as"
     ("hey, two things:\n1. who will send it\n2. how much is the deposit",
      ["hey, two things: who will send it", "how much is the deposit"]),
-    ("i. who will send it\nii. how much is the deposit\nthanks!", ["who will send it", "how much is the deposit thanks!"]),
+    ("i. who will send it\nii. how much is the deposit\nthanks!", ["who will send it", "how much is the deposit. thanks!"]),
+    # session 30: "Q1:" items, a question embedded after "wondering" ends its line, a signature line after an
+    # unpunctuated question is not part of it
+    ("Q1: who will send it\nQ2: how much is the deposit", ["who will send it", "how much is the deposit"]),
+    ("Hi! Wondering who will send it. Another thing - how much is the deposit? Thx",
+     ["Hi! Wondering who will send it.", "Another thing - how much is the deposit? Thx"]),
+    ("who will send it\n\nSent from my iPhone", ["who will send it. Sent from my iPhone"]),
     ("what is the churn rate and by which date is the report due?",
      ["What is the churn rate?", "By which date is the report due?"]),
     ("(1) who will send it? (2) whose idea was it?", ["who will send it?", "whose idea was it?"]),
