@@ -57,7 +57,7 @@ class Generation:
     new_tokens: int
     time_to_first_token: float  # seconds from the request to the first generated token (incl. pending prefill)
     total_seconds: float
-    tokens_per_second: float | None = None  # after the first token, sampled dense reads left out (None: < 2 tokens)
+    tokens_per_second: float | None = None  # after the first token (None: fewer than 2 tokens)
 
 
 @dataclass(frozen=True)
