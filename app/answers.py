@@ -130,7 +130,7 @@ class AnswerFinder:
         start?") gets each answered in turn, after the question it answers."""
         asked = split_questions(question)
         if len(asked) == 1:
-            return self._answer_one(question)
+            return self._answer_one(asked[0])  # as split: a line that asks nothing ends the question before it
         answers = [self._answer_one(part) for part in asked]
         text = " ".join(f"{a.question.rstrip('?.! ')}? {a.text.rstrip()}{'' if a.text.rstrip()[-1:] in '.!?' else '.'}"
                         for a in answers)

@@ -30,7 +30,8 @@ STOPWORDS = frozenset(
     "those what which who whom whose when where why how do does did done will would can could should shall may "
     "might must i we you he she they them our your his her its their me us my there here not no yes so about "
     "into than then too very just also has have had having any some all s t 's 're ll 'll get got going go "
-    "team they're we're someone anyone everyone one group".split()
+    "team they're we're someone anyone everyone one group didn doesn don isn wasn aren weren won couldn wouldn "
+    "shouldn hasn haven hadn".split()
 )
 
 # Words that frame a type of question without naming what it is about.
@@ -153,13 +154,14 @@ _CLAUSE = re.compile(
     r"(?:^|(?<=[\s,:;.!?-]))(?P<start>(?:by|on|at|until|till|in|for|from|to|of) (?:when|what|which|whom)\b|if\b|"
     r"whether\b|" + _QWORD + r"\b)", re.IGNORECASE)
 # The clause openers a mid-sentence question word may follow without punctuation ("... but who", "... know when").
-_EMBEDS = re.compile(r"(?:^|[,:;.!?-]\s*|\b(?:but|so|and|then|know|me|us|out|wondering|wonder|confirm|(?<!whose )idea|ask|"
-                     r"asking|remember|recall|sure|see|check)\s+)$", re.IGNORECASE)
+_EMBEDS = re.compile(r"(?:^|[,:;.!?\-\u2013\u2014]\s*|\b(?:but|so|and|then|know|me|us|out|wondering|wonder|confirm|"
+                     r"(?<!whose )idea|ask|asking|remember|recall|forget|sure|see|check|clarify|explain|verify)\s+)$",
+                     re.IGNORECASE)
 # An auxiliary that opens a request to the assistant, not the question: "do you know ...", "can u tell me ...".
 _REQUEST = re.compile(
     r"(?:do|does|did|can|could|would|will)\s+(?:you|u|ya|anyone|anybody|someone|somebody|we|the (?:meeting|transcript|"
     r"notes|minutes|recording|record|summary|call))\s+(?:\w+\s+){0,2}?(?:know|remember|recall|idea|tell|remind|find|"
-    r"check|confirm|see|help|mind|say|show|mention)\b|"
+    r"check|confirm|see|help|mind|say|show|mention|clarify|explain|verify|share|look)\b|"
     r"what\s+(?:i|we)\s+(?:\w+\s+){0,3}?(?:know|ask|find out|understand|hear)\s+is\b|(?:my|the|our)\s+question\s+is\b",
     re.IGNORECASE)
 
@@ -179,6 +181,18 @@ _POSSIBLE = re.compile(r"(?:would|will|could|can|is|was)\s+(?:it\s+)?(?:be\s+)?p
 _AUX_SUBJECT = re.compile(
     r"\b(?:did|does|do|was|were|is|are|will|would|has|have|had|can|could|should)\s+(?:they|we|it|he|she|i|you|the|a|"
     r"an|our|their|someone|anyone|everyone|somebody|anybody|there|that|this|these|those)\b", re.IGNORECASE)
+# Where a question opens: a question word ("what a mess" is none), "by when", or an auxiliary and its subject, but not
+# "does anyone remember" with no question after it (a plea for the question before).
+_OPENS = (r"(?!(?:do|does|did|can|could|would|will)\s+(?:you|u|ya|anyone|anybody|someone|somebody)\s+(?:\w+\s+)?"
+          r"(?:know|remember|recall)\b(?!\s+(?:who|whom|whose|what|when|where|which|why|how|if|whether)\b))"
+          r"(?:(?!what an?\s)(?:who|whom|whose|what|when|where|which|why|how)\b|(?:by|on|until|in|at|for|from|to|of)\s+"
+          r"(?:when|what|which|whom)\b|(?:did|does|was|were|is|are|will|would|can|could|should|has|have|had|do)\s+"
+          r"(?:they|we|it|he|she|i|you|there|anyone|someone|everyone|anybody|somebody)\b|(?:did|does|was|were|is|are|will|"
+          r"would|can|could|should)\s+(?:the|a|an|our|their|this|that)\b)")
+# After a dash, what may come before a second question ("... — and while I'm at it, who ..."): a joining word, a
+# short aside.
+_JOIN_ASIDE = (r"\s*(?:(?:and|also|plus|oh and)\s+)?(?:(?:while (?:i'?m|you'?re|we'?re) at it|one more thing|"
+               r"on another note|separately|unrelated)\s*,?\s*)?")
 # What people say after a question they do not punctuate: which meeting they mean, a hedge, a sign-off ("... from the
 # meeting we just had", "... i think someone brought it up", "... and then im done").
 _TRAILING = re.compile(
@@ -188,11 +202,13 @@ _TRAILING = re.compile(
     r"(?<!as )(?<!if )(?<!where )(?:(?:and|but|so)\s+)?i\s+(?:(?:honestly|really|just|still|actually|totally)\s+)?"
     r"(?:think|guess|believe|remember|recall|didn'?t|did not|don'?t|do not|can'?t|cannot|couldn'?t|missed|forgot|"
     r"wasn'?t|was not|was|had|have|need|needed)\b|(?:i'?m|im)\s+(?:pretty\s+)?sure\b|(?:i'?m|im|i am)\s+\w+ing\b|"
-    r"(?:because|cause|cuz|bc)\b|[-\u2013\u2014]+\s|"
+    r"(?:because|cause|cuz|bc)\b|[-\u2013\u2014]+\s(?!" + _JOIN_ASIDE + _OPENS + r")|"
     r"(?:you know|or something|or what)\s*[.!?]*$|(?:please|pls|plz|thx|thanks|thank you|ty|cheers|asap|"
-    r"urgent(?:ly)?)\b[\s.!:)(]*$|[:;]-?[)(dp]\s*$)"
+    r"urgent(?:ly)?|lol|lmao|haha+|hehe|rofl|tia|fyi|(?:yeah\s+)?that'?s (?:it|all))\b[\s.!:)(]*$|[:;]-?[)(dp]\s*$)"
     r".*$|\s*,\s*(?:i\s+)?(?:need|needed|want|have to|gotta|couldn'?t|can'?t|cannot|could not|didn'?t|did not|"
-    r"don'?t|do not|not sure|no idea)\b.*$|(?<=\w\w)(?<!\bmr)(?<!\bms)(?<!\bdr)(?<!\bst)(?<!\bvs)(?<!\bjr)(?<!\bsr)(?<!\bmrs)(?<!\betc)"
+    r"don'?t|do not|not sure|no idea|if (?:anyone|anybody|someone|somebody|you|u) (?:\w+ )?(?:knows?|remembers?|recalls?|"
+    r"caught it|has it|have it)|if (?:it|that|this|they) (?:\w+ )?(?:came up|come up|was (?:said|mentioned|discussed|"
+    r"covered)))\b.*$|(?<=\w\w)(?<!\bmr)(?<!\bms)(?<!\bdr)(?<!\bst)(?<!\bvs)(?<!\bjr)(?<!\bsr)(?<!\bmrs)(?<!\betc)"
     r"\s?[.!]+\s+\S.*$",
     re.IGNORECASE)
 
@@ -204,8 +220,10 @@ def split_question(question: str) -> tuple[str, str]:
     q = " ".join(str(question).split())
     after = ""
     mark = q.find("?")
-    while 0 <= mark < len(q) - 1 and not _WH.search(q[:mark]) and not _CLAUSE.search(q[:mark]) and "?" in q[mark + 1:]:
-        mark = q.find("?", mark + 1)  # "Sorry? Who will ...": the question is the first part that asks something
+    while 0 <= mark < len(q) - 1 and not _WH.search(q[:mark]) and (not _CLAUSE.search(q[:mark]) or _pleads(q[:mark])) \
+            and "?" in q[mark + 1:]:
+        # "Sorry? Who will ...", "Can someone help? Who will ...": the question is the first part that asks something
+        mark = q.find("?", mark + 1)
     if 0 <= mark < len(q) - 1 and re.search(r"\w", q[mark + 1:]):
         q, after = q[: mark + 1], q[mark + 1:].strip(" ?!.")
     label = _LEAD_IN.match(q)  # "recap question: who ...": a label, not a request for a recap
@@ -218,8 +236,11 @@ def split_question(question: str) -> tuple[str, str]:
         at = found.start("start")
         if at and not _EMBEDS.search(q[:at]):
             continue  # a question word inside a clause ("the person who ...")
-        if not at and found.group("start").lower() in ("if", "whether"):
-            continue  # "If Dana is away, who will run the demo?": a condition, not a yes/no question
+        if found.group("start").lower() in ("if", "whether") and (
+                not at or (re.search(r"[.!]\s*$", q[:at]) and "?" not in q[at:])):
+            # "If Dana is away, who will run the demo?", "... . If you can point me to it, even better.": a condition,
+            # not a yes/no question
+            continue
         courtesy = re.match(r"(?:when|whenever)\s+(?:you|u)\b", q[at:], re.IGNORECASE)  # "when you get a sec: who ..."
         if (found.group("start").lower() in ("if", "whether") or courtesy) and re.search(
                 r"(?:\b(?:but|so)\s+|[,:;]\s*)(?:(?:by|on|until|in|at|for|from|to|of)\s+(?:when|what|which|whom)\b|"
@@ -229,13 +250,19 @@ def split_question(question: str) -> tuple[str, str]:
     wh = [m.start() for m in _WH.finditer(q)]
     later_wh = [at for at in wh if at > 0]
     for at in starts:
-        if _without_subject(q, at) and _opens_later(q, at):
-            continue  # "was out sick tuesday 🤒 how much ...": an auxiliary that opens no question of its own
+        if _without_subject(q, at) and (_opens_later(q, at) or any(w < at for w in wh) or any(
+                m.start() < at for m in _AUX_SUBJECT.finditer(q))):
+            # "was out sick tuesday 🤒 how much ...", "yo who will ..., can't find it": an auxiliary that opens no
+            # question of its own
+            continue
         if re.match(r"(?:is|was|are)\s+" + _WH.pattern, q[at:], re.IGNORECASE):
             continue  # "what I need to know is who ...": "is" before a question word asks nothing itself
         if _requests(q, at) or (_TO_YOU.match(q, at) and any(w > at for w in later_wh)):
             continue  # "do you know ...", "can you look this up for me: who ..." ask the assistant, not the meeting
         return _inner(q, at, after)
+    for found in _AUX_SUBJECT.finditer(q):  # "what I need to know is did they ...": a yes/no question after "is"
+        if re.search(r"\b(?:is|was)\s+$", q[: found.start()]) and not any(w < found.start() for w in later_wh):
+            return _inner(q, found.start(), after)
     if later_wh:  # said without punctuation ("right so basically who will ..."): from its first question word
         return _inner(q, later_wh[0], after)
     for found in _AUX_SUBJECT.finditer(q):  # "ok listen did they agree ...": from its auxiliary
@@ -247,7 +274,8 @@ def split_question(question: str) -> tuple[str, str]:
 # Words that can follow an auxiliary that opens a yes/no question (besides a name): "did they", "is the", "was there".
 _SUBJECT = re.compile(r"(?:they|we|it|he|she|i|you|u|the|a|an|our|their|his|her|its|this|that|these|those|there|"
                       r"any|anyone|someone|everyone|anybody|somebody|everybody|all|both|each|every|no)\b", re.IGNORECASE)
-_AUXILIARY = re.compile(r"(?:is|are|was|were|do|does|did|will|would|can|could|has|have|had|should)\s+(?P<next>\S)",
+_AUXILIARY = re.compile(r"(?:is|are|was|were|do|does|did|will|would|can|could|has|have|had|should)(?:n?['\u2019]?t)?\s+"
+                        r"(?P<next>\S)",
                         re.IGNORECASE)
 
 
@@ -266,6 +294,13 @@ def _without_subject(q: str, at: int) -> bool:
     return not (_SUBJECT.match(q, start) or q[start].isupper() or q[start].isdigit())
 
 
+def _pleads(text: str) -> bool:
+    """Whether ``text`` only asks for help ("Can you help?", "> Can someone confirm the numbers?"): a request to the
+    assistant or to others with no question word after it."""
+    rest = re.sub(r"^[^\w\s]+\s*", "", text)
+    return bool(_requests(rest, 0)) and not _WH.search(rest)
+
+
 def _requests(q: str, at: int) -> bool:
     """Whether the clause at ``at`` asks something of the assistant ("do you know", "would it be possible to")."""
     return bool(_REQUEST.match(q, at) or _POSSIBLE.match(q, at))
@@ -280,7 +315,8 @@ def _inner(q: str, at: int, after: str) -> tuple[str, str]:
         if tail is not None:
             inner, after = inner[: tail.start()], " ".join(p for p in (inner[tail.start():].strip(), after) if p)
     inner = re.sub(r"^(?:if|whether)\s+", "did ", inner, flags=re.IGNORECASE)
-    inner = re.sub(r"[\s,.!-]*,\s*(?:thanks?(?: you)?|thx|ty|cheers|please|pls|lmk|asap)[\s.!]*(?=\?|$)", "", inner,
+    inner = re.sub(r"[\s,.!-]*,\s*(?:thanks?(?: you)?|thx|ty|cheers|please|pls|lmk|asap|(?:is it|it is|it'?s|if) possible)"
+                   r"[\s.!]*(?=\?|$)", "", inner,
                    flags=re.IGNORECASE)
     aside = " ".join(p for p in (q[:at].strip(" ,:;.!-"), after) if p)
     return inner[:1].upper() + inner[1:], aside
@@ -288,19 +324,18 @@ def _inner(q: str, at: int, after: str) -> tuple[str, str]:
 
 # Where a second question starts inside the first: ", and when ...", "; did they ...", " also who ...", " / how much".
 _SECOND = re.compile(
-    r"(?:,?\s+(?:and|oh and|plus|also|and also|btw|as well as)\s+(?:also\s+)?|\s*;\s*(?:and\s+)?|"
-    r",\s+(?:also|plus|btw)\s+)"
-    r"(?=(?:who|whom|whose|what|when|where|which|why|how)\b|(?:by|on|until|in|at|for|from|to|of)\s+(?:when|what|which|"
-    r"whom)\b|(?:did|does|was|were|is|are|will|would|can|could|should|has|have|"
-    r"had|do)\s+(?:they|we|it|he|she|i|you|there|anyone|someone|everyone|anybody|somebody)\b|(?:did|does|was|were|is|"
-    r"are|will|would|can|could|should)\s+(?:the|a|an|our|their|this|that)\b)", re.IGNORECASE)
+    r"(?:,?\s+(?:and|oh and|plus|also|and also|btw|as well as|n|&|(?:and\s+)?(?:furthermore|moreover|additionally)|"
+    r"and then(?: also)?|(?:and\s+)?(?:then\s+)?the other (?:thing|question|one) (?:was|is))\s+(?:also\s+)?|"
+    r"\s*;\s*(?:and\s+)?|,\s+(?:also|plus|btw|furthermore|moreover|additionally)\s+|\s+\+\s+|"
+    r"\s+[-\u2013\u2014(]+" + _JOIN_ASIDE + r")(?=" + _OPENS + r")", re.IGNORECASE)
 _FIRST_WH = re.compile(r"^(?:(?:by|on|until) )?(?:who|whom|whose|what|when|where|which|why|"
                        r"how(?: much| many| long)?)\b|^" + _QWORD + r"\b", re.IGNORECASE)
 # Items of a list ("1. ...", "a) ...", "- ...") and " / ": each may be a question of its own.
 _ITEM = re.compile(r"(?:^|\s)(?:\d{1,2}[.)]|[a-e]\)|\((?:\d{1,2}|[a-e]|i{1,3}|iv|v)\))\s+|(?:^|\n)\s*(?:[-*\u2022]|"
                    r"(?:i{1,3}|iv|vi{0,3})[.)]|q\d{1,2}\s*[:.)-])\s+|\s+/\s+", re.IGNORECASE)
 # Words that open a later question in a message ("oh and ...", "second, ...", "btw ...").
-_THEN = re.compile(r"^(?:(?:and|oh|also|btw|plus|so|then|first|firstly|second|secondly|next|lastly|finally|one more|"
+_THEN = re.compile(r"^(?:(?:and|oh|also|btw|plus|so|then|first off|first of all|to start|first|firstly|second|secondly|"
+                   r"next|lastly|finally|one more|"
                    r"another one)[\s,:;-]+){0,3}", re.IGNORECASE)
 
 
@@ -339,7 +374,10 @@ def split_questions(question: str) -> list[str]:
                 continue
             second = f"{second.rstrip(' ?.!')} {_FIRST_WH.sub('', first).strip()}"
         tail = f" {aside}" if aside else ""
-        questions += [f"{first.rstrip('?')}?{tail}", f"{second[:1].upper()}{second[1:].rstrip('?')}?"]
+        second = second.rstrip(" ?.!")
+        if second.endswith(")") and "(" not in second:  # "... (and while you're at it, who ...)"
+            second = second[:-1].rstrip(" ?.!")
+        questions += [f"{first.rstrip(' ?.!')}?{tail}", f"{second[:1].upper()}{second[1:]}?"]
     if len(questions) == 1:  # as asked, but with a line that ended an unpunctuated question ended by a full stop
         return [questions[0] if len(asked) == 1 else " ".join(str(question).split())]
     return questions
@@ -348,16 +386,20 @@ def split_questions(question: str) -> list[str]:
 def _is_question(piece: str) -> bool:
     """Whether a piece of a message is a question of its own: asked with a question mark, or opening with a question
     word ("The client needs it by noon." is not; "oh and who ..." is)."""
+    if _pleads(piece):
+        return False  # "Can you help?" after a question asks nothing of its own
+    rest = re.sub(r"^[^\w\s]+\s*", "", piece)  # "> who ...": a quote mark or a bullet before the question
+    rest = rest[_THEN.match(rest).end():]
     if "?" in piece:
         return _asks(piece)
-    rest = piece[_THEN.match(piece).end():]
     if _FIRST_WH.match(rest) or _AUX_SUBJECT.match(rest) or _PATTERNS[0][1].match(rest.lower()):
         return True
     # "Wondering who will send it.": a question after a verb that embeds one
     return any(_EMBEDDING.search(rest[:found.start("start")]) for found in _CLAUSE.finditer(rest) if found.start("start"))
 
 
-_EMBEDDING = re.compile(r"\b(?:know|wondering|wonder|confirm|remember|recall|tell me|tell us|check|idea)\s+$", re.IGNORECASE)
+_EMBEDDING = re.compile(r"\b(?:know|wondering|wonder|confirm|remember|recall|forget|tell me|tell us|check|idea|clarify|"
+                        r"explain|verify|but)\s+$", re.IGNORECASE)
 
 
 def _asks(piece: str) -> bool:

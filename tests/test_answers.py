@@ -116,6 +116,26 @@ def test_question_types(question, qtype):
      QuestionType.WHO_WILL),
     ("how much is the deposit i was out sick", "How much is the deposit", QuestionType.HOW_MUCH),
     ("what was decided after i left", "What was decided after i left", QuestionType.WHAT_DECIDED),
+    # session 31, from a seventh helper's sets (rules made on development seeds): a negative auxiliary with no subject
+    # after the question ("can't find it") asks nothing; "could someone clarify ..." is a request; yes/no questions
+    # with a negative auxiliary stay questions
+    ("yo who will send the contract, can't find it anywhere in the recap", "Who will send the contract",
+     QuestionType.WHO_WILL),
+    ("Could someone clarify how much the pilot will cost?", "How much the pilot will cost?", QuestionType.HOW_MUCH),
+    ("Didn't they agree to hire her?", "Didn't they agree to hire her?", QuestionType.YES_NO),
+    ("yo did they agree to hire her, can't find it anywhere", "Did they agree to hire her", QuestionType.YES_NO),
+    ("oh and who will send the contract lol", "Who will send the contract", QuestionType.WHO_WILL),
+    # an eighth helper's wrappers (development seeds): "..., it is possible?", a forwarded request before the question
+    ("I want to know who will send the contract, it is possible? Merci", "Who will send the contract?",
+     QuestionType.WHO_WILL),
+    ("> Can someone confirm the numbers?\n\nForwarding this from Dana. who will send the contract? I need it today.",
+     "Who will send the contract?", QuestionType.WHO_WILL),
+    ("My laptop died. The one thing I need is how much the pilot will cost. If you can point me to it, even better.",
+     "How much the pilot will cost", QuestionType.HOW_MUCH),
+    ("My laptop died. The one thing I need is did they hire her. If you can point me to where it came up, even better.",
+     "Did they hire her", QuestionType.YES_NO),
+    ("what was decided about the supplier, if anyone knows. Boss is asking", "What was decided about the supplier",
+     QuestionType.WHAT_DECIDED),
 ])
 def test_a_question_is_answered_as_the_question_inside_its_wrapping(asked, plain, qtype):
     """People wrap questions ("hey, ...", "... thanks!", "do you know ..."): "Do you know who gave the rate?" was
@@ -171,6 +191,34 @@ def test_a_question_is_answered_as_the_question_inside_its_wrapping(asked, plain
     ("(1) who will send it? (2) whose idea was it?", ["who will send it?", "whose idea was it?"]),
     ("can you tell me who will send it as well as how much the deposit is",
      ["Who will send it? can you tell me", "How much the deposit is?"]),
+    # session 31 (a seventh helper's joins, development seeds): "furthermore", "n", "and then also", a dash and an
+    # aside before the second question, a second line after "but", a first line after "before I forget"
+    ("I would like to ask who will send it, and furthermore how much is the deposit. Regards",
+     ["Who will send it? I would like to ask . Regards", "How much is the deposit?"]),
+    ("pls tell me who will send it n how much is the deposit", ["Who will send it? pls tell me", "How much is the deposit?"]),
+    ("so who will send it and then also how much is the deposit",
+     ["Who will send it? so", "How much is the deposit?"]),
+    ("Wanted to check who will send it \u2014 and while I'm at it, how much is the deposit.",
+     ["Who will send it? Wanted to check", "How much is the deposit?"]),
+    ("who will send it?? also unrelated but how much is the deposit",
+     ["who will send it??", "also unrelated but how much is the deposit"]),
+    ("before I forget who will send it... oh and how much is the deposit lol",
+     ["before I forget who will send it...", "oh and how much is the deposit lol"]),
+    ("who will send it - what a mess", ["who will send it - what a mess"]),
+    ("who will send it - does anyone remember", ["who will send it - does anyone remember"]),
+    # session 31, an eighth helper's joins (development seeds): "+", "First off, ... Second, ...", "(and while you're at
+    # it, ...)", "and then the other thing was", "Can you help?" is no question of its own
+    ("need to know who will send it + how much is the deposit asap",
+     ["Who will send it? need to know asap", "How much is the deposit?"]),
+    ("First off, who will send it. Second, how much is the deposit. That's all for now",
+     ["First off, who will send it.", "Second, how much is the deposit. That's all for now"]),
+    ("who will send it (and while you're at it, how much is the deposit)", ["Who will send it?", "How much is the deposit?"]),
+    ("ok so who will send it and then the other thing was how much is the deposit yeah that's it",
+     ["Who will send it? ok so yeah that's it", "How much is the deposit?"]),
+    ("> who will send it?\nSame here. Can you help?\n\nThx, D", ["> who will send it? Same here. Can you help? Thx, D"]),
+    ("who will send it - does anyone know when it is due", ["Who will send it?", "Does anyone know when it is due?"]),
+    # a quoted question ("> ...") is a question, so the line after it that asks nothing ends it
+    ("> who will send it\n^ same question, nobody answered", ["> who will send it. ^ same question, nobody answered"]),
 ])
 def test_a_message_asking_two_things_is_split_into_its_questions(asked, parts):
     assert split_questions(asked) == parts
@@ -192,6 +240,10 @@ def test_each_question_of_a_message_is_answered_after_the_question_it_answers():
     missing = finder.answer("How much is the catering and who will send the contract?")
     assert missing.asked[0].text == NOT_IN_MEETING and "Maria" in missing.asked[1].text
     assert finder.answer("Who will send the contract?").asked == []  # one question: answered as before
+    # a line that asks nothing after an unpunctuated question ends it: not part of what is asked (session 31: the
+    # answer took the message unsplit, so "^ same question, nobody answered" became part of the question's topic)
+    quoted = finder.answer("> who will send the contract\n^ same question, nobody answered in the thread")
+    assert quoted.question.startswith("Who will send the contract") and "Maria" in quoted.text
 
 
 def test_focus_words_drop_the_frame():
