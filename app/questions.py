@@ -30,8 +30,7 @@ STOPWORDS = frozenset(
     "those what which who whom whose when where why how do does did done will would can could should shall may "
     "might must i we you he she they them our your his her its their me us my there here not no yes so about "
     "into than then too very just also has have had having any some all s t 's 're ll 'll get got going go "
-    "team they're we're someone anyone everyone one group didn doesn don isn wasn aren weren won couldn wouldn "
-    "shouldn hasn haven hadn".split()
+    "team they're we're someone anyone everyone one group".split()
 )
 
 # Words that frame a type of question without naming what it is about.
@@ -135,7 +134,8 @@ class Question:
 
 
 def content_words(text: str) -> list[str]:
-    words = (w.split("'")[0] for w in re.findall(r"[a-z0-9]+(?:'[a-z]+)?", text.lower()))  # "what's" -> "what"
+    words = (w.split("'")[0] for w in re.findall(r"[a-z0-9]+(?:'[a-z]+)?", text.lower())  # "what's" -> "what"
+             if not w.endswith("n't"))  # "didn't", "don't": a negation, not a topic
     return [w for w in words if w not in STOPWORDS and len(w) > 1]
 
 
@@ -189,10 +189,10 @@ _OPENS = (r"(?!(?:do|does|did|can|could|would|will)\s+(?:you|u|ya|anyone|anybody
           r"(?:when|what|which|whom)\b|(?:did|does|was|were|is|are|will|would|can|could|should|has|have|had|do)\s+"
           r"(?:they|we|it|he|she|i|you|there|anyone|someone|everyone|anybody|somebody)\b|(?:did|does|was|were|is|are|will|"
           r"would|can|could|should)\s+(?:the|a|an|our|their|this|that)\b)")
-# After a dash, what may come before a second question ("... — and while I'm at it, who ..."): a joining word, a
-# short aside.
-_JOIN_ASIDE = (r"\s*(?:(?:and|also|plus|oh and)\s+)?(?:(?:while (?:i'?m|you'?re|we'?re) at it|one more thing|"
-               r"on another note|separately|unrelated)\s*,?\s*)?")
+# After a dash, what comes before a second question ("... — and while I'm at it, who ..."): a joining word, a short
+# aside, or both ("... - which starts in May?" and "... (which room)?" say more about the first question).
+_ASIDE = r"(?:while (?:i'?m|you'?re|we'?re) at it|one more thing|on another note|separately|unrelated)\s*,?\s*"
+_JOIN_ASIDE = r"\s*(?:(?:and|also|plus|oh and)\s+(?:" + _ASIDE + r")?|" + _ASIDE + r")"
 # What people say after a question they do not punctuate: which meeting they mean, a hedge, a sign-off ("... from the
 # meeting we just had", "... i think someone brought it up", "... and then im done").
 _TRAILING = re.compile(
@@ -204,7 +204,7 @@ _TRAILING = re.compile(
     r"wasn'?t|was not|was|had|have|need|needed)\b|(?:i'?m|im)\s+(?:pretty\s+)?sure\b|(?:i'?m|im|i am)\s+\w+ing\b|"
     r"(?:because|cause|cuz|bc)\b|[-\u2013\u2014]+\s(?!" + _JOIN_ASIDE + _OPENS + r")|"
     r"(?:you know|or something|or what)\s*[.!?]*$|(?:please|pls|plz|thx|thanks|thank you|ty|cheers|asap|"
-    r"urgent(?:ly)?|lol|lmao|haha+|hehe|rofl|tia|fyi|(?:yeah\s+)?that'?s (?:it|all))\b[\s.!:)(]*$|[:;]-?[)(dp]\s*$)"
+    r"urgent(?:ly)?|lol|lmao|haha+|hehe|rofl|tia|(?:yeah|yep|ok|okay|so)\s+that'?s (?:it|all))\b[\s.!:)(]*$|[:;]-?[)(dp]\s*$)"
     r".*$|\s*,\s*(?:i\s+)?(?:need|needed|want|have to|gotta|couldn'?t|can'?t|cannot|could not|didn'?t|did not|"
     r"don'?t|do not|not sure|no idea|if (?:anyone|anybody|someone|somebody|you|u) (?:\w+ )?(?:knows?|remembers?|recalls?|"
     r"caught it|has it|have it)|if (?:it|that|this|they) (?:\w+ )?(?:came up|come up|was (?:said|mentioned|discussed|"
@@ -237,7 +237,8 @@ def split_question(question: str) -> tuple[str, str]:
         if at and not _EMBEDS.search(q[:at]):
             continue  # a question word inside a clause ("the person who ...")
         if found.group("start").lower() in ("if", "whether") and (
-                not at or (re.search(r"[.!]\s*$", q[:at]) and "?" not in q[at:])):
+                not at or (re.search(r"[.!]\s*$", q[:at]) and "?" not in q[at:]
+                           and re.match(r"\w+\b[^.!?]*,\s*\w", q[at:]))):
             # "If Dana is away, who will run the demo?", "... . If you can point me to it, even better.": a condition,
             # not a yes/no question
             continue
@@ -250,8 +251,9 @@ def split_question(question: str) -> tuple[str, str]:
     wh = [m.start() for m in _WH.finditer(q)]
     later_wh = [at for at in wh if at > 0]
     for at in starts:
-        if _without_subject(q, at) and (_opens_later(q, at) or any(w < at for w in wh) or any(
-                m.start() < at for m in _AUX_SUBJECT.finditer(q))):
+        negative = re.match(r"\w+n?['\u2019]?t\b", q[at:], re.IGNORECASE)  # "can't", "didnt"
+        if _without_subject(q, at) and (_opens_later(q, at) or negative and (any(w < at for w in wh) or any(
+                m.start() < at for m in _AUX_SUBJECT.finditer(q)))):
             # "was out sick tuesday 🤒 how much ...", "yo who will ..., can't find it": an auxiliary that opens no
             # question of its own
             continue
@@ -295,10 +297,13 @@ def _without_subject(q: str, at: int) -> bool:
 
 
 def _pleads(text: str) -> bool:
-    """Whether ``text`` only asks for help ("Can you help?", "> Can someone confirm the numbers?"): a request to the
-    assistant or to others with no question word after it."""
+    """Whether ``text`` only asks for help: "Can you help?", "could someone check?", or a request quoted from someone
+    else ("> Can someone confirm the numbers?"). "Can you tell me the launch date?" asks for something."""
     rest = re.sub(r"^[^\w\s]+\s*", "", text)
-    return bool(_requests(rest, 0)) and not _WH.search(rest)
+    found = _REQUEST.match(rest) or _POSSIBLE.match(rest)
+    if found is None or _WH.search(rest):
+        return False
+    return text.lstrip().startswith(">") or len(re.findall(r"\w+", rest[found.end():])) <= 1
 
 
 def _requests(q: str, at: int) -> bool:
@@ -367,16 +372,15 @@ def split_questions(question: str) -> list[str]:
         if found is None or len(_WH.findall(first)) > 1 or not _asks(first):
             questions.append(piece)  # one question ("who said what and when" asks it loosely)
             continue
-        second = inner[found.end():]
+        second = inner[found.end():].rstrip(" ?.!")
+        if second.endswith(")") and "(" not in second:  # "... (and while you're at it, who ...)", "... (and when)?"
+            second = second[:-1].rstrip(" ?.!")
         if not re.search(r"\w", re.sub(r"^\w+", "", second)):  # "... and when?": when of the same thing
             if not _WH.match(first):
                 questions.append(piece)  # "Did they decide who will send it and when?": no second question to make
                 continue
             second = f"{second.rstrip(' ?.!')} {_FIRST_WH.sub('', first).strip()}"
         tail = f" {aside}" if aside else ""
-        second = second.rstrip(" ?.!")
-        if second.endswith(")") and "(" not in second:  # "... (and while you're at it, who ...)"
-            second = second[:-1].rstrip(" ?.!")
         questions += [f"{first.rstrip(' ?.!')}?{tail}", f"{second[:1].upper()}{second[1:]}?"]
     if len(questions) == 1:  # as asked, but with a line that ended an unpunctuated question ended by a full stop
         return [questions[0] if len(asked) == 1 else " ".join(str(question).split())]
@@ -392,14 +396,18 @@ def _is_question(piece: str) -> bool:
     rest = rest[_THEN.match(rest).end():]
     if "?" in piece:
         return _asks(piece)
-    if _FIRST_WH.match(rest) or _AUX_SUBJECT.match(rest) or _PATTERNS[0][1].match(rest.lower()):
+    if _FIRST_WH.match(rest) or _AUX_SUBJECT.match(rest) or _PATTERNS[0][1].match(rest.lower()) or _BUT_ASKS.match(rest):
         return True
     # "Wondering who will send it.": a question after a verb that embeds one
     return any(_EMBEDDING.search(rest[:found.start("start")]) for found in _CLAUSE.finditer(rest) if found.start("start"))
 
 
 _EMBEDDING = re.compile(r"\b(?:know|wondering|wonder|confirm|remember|recall|forget|tell me|tell us|check|idea|clarify|"
-                        r"explain|verify|but)\s+$", re.IGNORECASE)
+                        r"explain|verify)\s+$", re.IGNORECASE)
+# "unrelated but what ...": a few words, "but", then a question word that does not open a clause of a statement ("... but
+# when I checked it was gone")
+_BUT_ASKS = re.compile(r"^(?:\S+\s+){0,3}?but\s+(?:who|whom|whose|what|when|where|which|why|how)\b"
+                       r"(?!\s+(?:i|we|you|he|she|they|it)\b)", re.IGNORECASE)
 
 
 def _asks(piece: str) -> bool:

@@ -125,6 +125,9 @@ def test_question_types(question, qtype):
     ("Didn't they agree to hire her?", "Didn't they agree to hire her?", QuestionType.YES_NO),
     ("yo did they agree to hire her, can't find it anywhere", "Did they agree to hire her", QuestionType.YES_NO),
     ("oh and who will send the contract lol", "Who will send the contract", QuestionType.WHO_WILL),
+    ("re what we discussed: are invoices paid yet?", "Are invoices paid yet?", QuestionType.YES_NO),
+    ("I missed the end. if they agreed on the price", "Did they agreed on the price", QuestionType.YES_NO),
+    ("who sent the fyi", "Who sent the fyi", QuestionType.WHO_WILL),
     # an eighth helper's wrappers (development seeds): "..., it is possible?", a forwarded request before the question
     ("I want to know who will send the contract, it is possible? Merci", "Who will send the contract?",
      QuestionType.WHO_WILL),
@@ -216,7 +219,16 @@ def test_a_question_is_answered_as_the_question_inside_its_wrapping(asked, plain
     ("ok so who will send it and then the other thing was how much is the deposit yeah that's it",
      ["Who will send it? ok so yeah that's it", "How much is the deposit?"]),
     ("> who will send it?\nSame here. Can you help?\n\nThx, D", ["> who will send it? Same here. Can you help? Thx, D"]),
-    ("who will send it - does anyone know when it is due", ["Who will send it?", "Does anyone know when it is due?"]),
+    # ... but a bare dash or bracket says more about the first question (a reviewer's battery, session 31)
+    ("who will send it - can you check", ["who will send it - can you check"]),
+    ("How much did the offsite cost (which was in March)?", ["How much did the offsite cost (which was in March)?"]),
+    ("What's the difference between plan A - which is cheaper - and plan B?",
+     ["What's the difference between plan A - which is cheaper - and plan B?"]),
+    ("Who will do the QA (and when)?", ["Who will do the QA?", "When will do the QA?"]),
+    ("Who approved the budget? I asked Sam but was told to check here.",
+     ["Who approved the budget? I asked Sam but was told to check here."]),
+    ("Can you tell me the launch date? And who is presenting?",
+     ["Can you tell me the launch date?", "And who is presenting?"]),
     # a quoted question ("> ...") is a question, so the line after it that asks nothing ends it
     ("> who will send it\n^ same question, nobody answered", ["> who will send it. ^ same question, nobody answered"]),
 ])
@@ -244,6 +256,12 @@ def test_each_question_of_a_message_is_answered_after_the_question_it_answers():
     # answer took the message unsplit, so "^ same question, nobody answered" became part of the question's topic)
     quoted = finder.answer("> who will send the contract\n^ same question, nobody answered in the thread")
     assert quoted.question.startswith("Who will send the contract") and "Maria" in quoted.text
+
+
+def test_a_negation_is_no_topic_but_a_name_like_don_is():
+    assert parse_question("Didn't they agree to hire her?").focus == ("agree", "hire")
+    assert parse_question("What did Don say about the budget?").focus == ("don",)
+    assert "won" in parse_question("Who won the bid?").focus
 
 
 def test_focus_words_drop_the_frame():
