@@ -250,26 +250,26 @@ def split_question(question: str) -> tuple[str, str]:
         starts.append(at)
     wh = [m.start() for m in _WH.finditer(q)]
     later_wh = [at for at in wh if at > 0]
+    aux = [m.start() for m in _AUX_SUBJECT.finditer(q)]  # "did they", "is the": where a yes/no question may open
     for at in starts:
-        negative = re.match(r"\w+n?['\u2019]?t\b", q[at:], re.IGNORECASE)  # "can't", "didnt"
-        if _without_subject(q, at) and (_opens_later(q, at) or negative and (any(w < at for w in wh) or any(
-                m.start() < at for m in _AUX_SUBJECT.finditer(q)))):
-            # "was out sick tuesday 🤒 how much ...", "yo who will ..., can't find it": an auxiliary that opens no
-            # question of its own
+        if _without_subject(q, at) and (_opens_later(q, at) or re.match(r"\w+n?['\u2019]?t\b", q[at:], re.IGNORECASE)
+                                        and any(w < at for w in wh + aux)):
+            # "was out sick tuesday 🤒 how much ...", "yo who will ..., can't find it" (a negative auxiliary after a
+            # question): an auxiliary that opens no question of its own
             continue
         if re.match(r"(?:is|was|are)\s+" + _WH.pattern, q[at:], re.IGNORECASE):
             continue  # "what I need to know is who ...": "is" before a question word asks nothing itself
         if _requests(q, at) or (_TO_YOU.match(q, at) and any(w > at for w in later_wh)):
             continue  # "do you know ...", "can you look this up for me: who ..." ask the assistant, not the meeting
         return _inner(q, at, after)
-    for found in _AUX_SUBJECT.finditer(q):  # "what I need to know is did they ...": a yes/no question after "is"
-        if re.search(r"\b(?:is|was)\s+$", q[: found.start()]) and not any(w < found.start() for w in later_wh):
-            return _inner(q, found.start(), after)
+    for at in aux:  # "what I need to know is did they ...": a yes/no question after "is"
+        if re.search(r"\b(?:is|was)\s+$", q[:at]) and not any(w < at for w in later_wh):
+            return _inner(q, at, after)
     if later_wh:  # said without punctuation ("right so basically who will ..."): from its first question word
         return _inner(q, later_wh[0], after)
-    for found in _AUX_SUBJECT.finditer(q):  # "ok listen did they agree ...": from its auxiliary
-        if found.start() and not _requests(q, found.start()):
-            return _inner(q, found.start(), after)
+    for at in aux:  # "ok listen did they agree ...": from its auxiliary
+        if at and not _requests(q, at):
+            return _inner(q, at, after)
     return q, after
 
 
@@ -296,10 +296,15 @@ def _without_subject(q: str, at: int) -> bool:
     return not (_SUBJECT.match(q, start) or q[start].isupper() or q[start].isdigit())
 
 
+def _unmarked(text: str) -> str:
+    """``text`` without a quote mark or a bullet before it ("> who ...", "• who ...")."""
+    return re.sub(r"^[^\w\s]+\s*", "", text)
+
+
 def _pleads(text: str) -> bool:
     """Whether ``text`` only asks for help: "Can you help?", "could someone check?", or a request quoted from someone
     else ("> Can someone confirm the numbers?"). "Can you tell me the launch date?" asks for something."""
-    rest = re.sub(r"^[^\w\s]+\s*", "", text)
+    rest = _unmarked(text)
     found = _REQUEST.match(rest) or _POSSIBLE.match(rest)
     if found is None or _WH.search(rest):
         return False
@@ -379,7 +384,7 @@ def split_questions(question: str) -> list[str]:
             if not _WH.match(first):
                 questions.append(piece)  # "Did they decide who will send it and when?": no second question to make
                 continue
-            second = f"{second.rstrip(' ?.!')} {_FIRST_WH.sub('', first).strip()}"
+            second = f"{second} {_FIRST_WH.sub('', first).strip()}"
         tail = f" {aside}" if aside else ""
         questions += [f"{first.rstrip(' ?.!')}?{tail}", f"{second[:1].upper()}{second[1:]}?"]
     if len(questions) == 1:  # as asked, but with a line that ended an unpunctuated question ended by a full stop
@@ -392,10 +397,10 @@ def _is_question(piece: str) -> bool:
     word ("The client needs it by noon." is not; "oh and who ..." is)."""
     if _pleads(piece):
         return False  # "Can you help?" after a question asks nothing of its own
-    rest = re.sub(r"^[^\w\s]+\s*", "", piece)  # "> who ...": a quote mark or a bullet before the question
-    rest = rest[_THEN.match(rest).end():]
     if "?" in piece:
         return _asks(piece)
+    rest = _unmarked(piece)
+    rest = rest[_THEN.match(rest).end():]
     if _FIRST_WH.match(rest) or _AUX_SUBJECT.match(rest) or _PATTERNS[0][1].match(rest.lower()) or _BUT_ASKS.match(rest):
         return True
     # "Wondering who will send it.": a question after a verb that embeds one
