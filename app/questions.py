@@ -155,7 +155,8 @@ _CLAUSE = re.compile(
     r"whether\b|" + _QWORD + r"\b)", re.IGNORECASE)
 # The clause openers a mid-sentence question word may follow without punctuation ("... but who", "... know when").
 _EMBEDS = re.compile(r"(?:^|[,:;.!?\-\u2013\u2014]\s*|\b(?:but|so|and|then|know|me|us|out|wondering|wonder|confirm|"
-                     r"(?<!whose )idea|ask|asking|remember|recall|forget|sure|see|check|clarify|explain|verify)\s+)$",
+                     r"(?<!whose )idea|ask|asking|remember|recall|forget|sure|see|check|clarify|explain|verify|first|firstly|second|"
+                     r"secondly|third|thirdly|finally|lastly)\s+)$",
                      re.IGNORECASE)
 # An auxiliary that opens a request to the assistant, not the question: "do you know ...", "can u tell me ...".
 _REQUEST = re.compile(
@@ -202,26 +203,83 @@ _TRAILING = re.compile(
     r"(?<!as )(?<!if )(?<!where )(?:(?:and|but|so)\s+)?i\s+(?:(?:honestly|really|just|still|actually|totally)\s+)?"
     r"(?:think|guess|believe|remember|recall|didn'?t|did not|don'?t|do not|can'?t|cannot|couldn'?t|missed|forgot|"
     r"wasn'?t|was not|was|had|have|need|needed)\b|(?:i'?m|im)\s+(?:pretty\s+)?sure\b|(?:i'?m|im|i am)\s+\w+ing\b|"
-    r"(?:because|cause|cuz|bc)\b|[-\u2013\u2014]+\s(?!" + _JOIN_ASIDE + _OPENS + r")|"
+    r"(?:because|cause|cuz|bc)\b|[-\u2013\u2014]+\s(?!" + _JOIN_ASIDE + _OPENS + r")|(?:(?:lol|lmao|rofl|haha+|hehe)\b|"
+    r"[\U0001F300-\U0001FAFF\u2600-\u27BF])(?=\s*(?:$|[^\w\s]|(?:i|i'?m|im|we|u|you|my|was|were|sorry|ok|okay|so|but|"
+    r"and|just|totally|no|nobody|need|asking|thanks|thx)\b))|"
     r"(?:you know|or something|or what)\s*[.!?]*$|(?:please|pls|plz|thx|thanks|thank you|ty|cheers|asap|"
     r"urgent(?:ly)?|lol|lmao|haha+|hehe|rofl|tia|(?:yeah|yep|ok|okay|so)\s+that'?s (?:it|all))\b[\s.!:)(]*$|[:;]-?[)(dp]\s*$)"
     r".*$|\s*,\s*(?:i\s+)?(?:need|needed|want|have to|gotta|couldn'?t|can'?t|cannot|could not|didn'?t|did not|"
-    r"don'?t|do not|not sure|no idea|if (?:anyone|anybody|someone|somebody|you|u) (?:\w+ )?(?:knows?|remembers?|recalls?|"
+    r"don'?t|do not|not sure|no idea|my\s+(?:\w+\s+){0,2}?(?:is|are|was|were|got|went|died|crashed|dropped|"
+    r"broke|froze|cut)|if (?:anyone|anybody|someone|somebody|you|u) (?:\w+ )?(?:knows?|remembers?|recalls?|"
     r"caught it|has it|have it)|if (?:it|that|this|they) (?:\w+ )?(?:came up|come up|was (?:said|mentioned|discussed|"
     r"covered)))\b.*$|(?<=\w\w)(?<!\bmr)(?<!\bms)(?<!\bdr)(?<!\bst)(?<!\bvs)(?<!\bjr)(?<!\bsr)(?<!\bmrs)(?<!\betc)"
     r"\s?[.!]+\s+\S.*$",
     re.IGNORECASE)
 
 
+# Punctuation said aloud in a dictated message ("... question mark thanks", "... comma and then who ..."); "comma" only
+# before a joining word or a question word, where no topic says it.
+_SPOKEN_MARK = re.compile(r"\s+(?:question mark(?=\s*$|\s*[.!,]|\s+(?:thanks|thank|thx|ty|please|pls|bye|cheers|and|also|"
+                          r"plus|then|so|btw|oh|ok|okay|" + _QWORD[3:-1] + r")\b)|(?P<comma>comma)(?=\s+(?:and|then|also|"
+                          r"plus|so|btw|or|but|" + _QWORD[3:-1] + r")\b))", re.IGNORECASE)
+# A greeting asked as a question ("hey, how are you?", "how was the trip?"): nothing to find in the meeting.
+_HOW_ARE_YOU = (r"(?:how are (?:you|u|ya|things)(?: doing)?|how'?s it going|how have you been|how'?s (?:everything|life|"
+                r"your (?:day|week))|how was (?:your|the) (?:weekend|trip|holiday|vacation|day|week|flight))")
+_GREETS = re.compile(r"\W*(?:\w+\W+){0,3}?" + _HOW_ARE_YOU + r"\W*", re.IGNORECASE)
+_GREETING_ENDS = re.compile(r"(?:^|[.!?,]\s*)(?:(?:hey|hi|hello|so|and|also)\W+)*" + _HOW_ARE_YOU + r"\s*\?$",
+                            re.IGNORECASE)
+
+
+def _greeting_only(prefix: str) -> bool:
+    """Whether ``prefix`` (up to a question mark) ends in a greeting and asks nothing else: "Hope you had a good
+    weekend! How was the trip?"."""
+    found = _GREETING_ENDS.search(prefix)
+    return found is not None and "?" not in prefix[: found.start()] and not _WH.search(prefix[: found.start()])
+# A sentence that ends (not an abbreviation: "Mr. Okafor") before the question mark.
+_STOP = re.compile(r"(?<=\w\w)(?<!\bmr)(?<!\bms)(?<!\bdr)(?<!\bst)(?<!\bvs)(?<!\bjr)(?<!\bsr)(?<!\bmrs)(?<!\betc)[.!]+\s+(?=\S)",
+                   re.IGNORECASE)
+
+
+def _marks_said(text: str) -> str:
+    """``text`` with its spoken marks as marks, where it has no typed question mark ("the question mark in the logo" and
+    "the comma and the dash" are topics)."""
+    if "?" in text:
+        return text
+
+    def mark(found: re.Match[str]) -> str:
+        if re.search(r"\b(?:the|a|an|this|that|marked)$", text[: found.start()], re.IGNORECASE):
+            return found.group(0)
+        return "," if found.group("comma") else "?"
+
+    return _SPOKEN_MARK.sub(mark, text)
+
+
+def _statement_before(q: str, at: int, starts: list[int]) -> bool:
+    """Whether the clause at ``at`` is a statement before the question: "..., which isn't easy. Would you happen to
+    know who ...?" (its sentence ends before the question mark), or "on behalf of Kenji, who's on leave and asked me to
+    check: when ...?" (a relative clause after a name, the question after a colon or a verb that embeds one)."""
+    later = [s for s in starts if s > at and not _requests(q, s) and not _pleads(q[s:])]
+    if not later:
+        return False
+    stop = _STOP.search(q, at)
+    if q.endswith("?") and stop is not None and any(s >= stop.end() for s in later):
+        return True
+    return bool(re.search(r"\w\s+[A-Z][a-z]+,\s*$", q[:at])) and any(
+        re.search(r"(?::|\b(?:know|check|confirm|wondering|ask(?:ed|ing)?))\s*$", q[:s]) for s in later)
+
+
 def split_question(question: str) -> tuple[str, str]:
     """(the question inside what was typed or said, the aside around it): "sorry, I missed that. who will send the
     contract? thanks" -> ("Who will send the contract?", "sorry, I missed that. thanks"); "Any idea whether they
     hired her?" -> ("Did they hired her?", "Any idea") (asked yes or no)."""
-    q = " ".join(str(question).split())
+    q = " ".join(_marks_said(str(question)).split())
     after = ""
     mark = q.find("?")
-    while 0 <= mark < len(q) - 1 and not _WH.search(q[:mark]) and (not _CLAUSE.search(q[:mark]) or _pleads(q[:mark])) \
-            and "?" in q[mark + 1:]:
+    if _GREETS.fullmatch(q):  # a greeting alone, as asked
+        at = re.search(_HOW_ARE_YOU, q, re.IGNORECASE).start()
+        return q[at:][:1].upper() + q[at + 1:], q[:at].strip(" ,")
+    while 0 <= mark < len(q) - 1 and (_greeting_only(q[:mark + 1]) or not _WH.search(q[:mark]) and (
+            not _CLAUSE.search(q[:mark]) or _pleads(q[:mark]))) and "?" in q[mark + 1:]:
         # "Sorry? Who will ...", "Can someone help? Who will ...": the question is the first part that asks something
         mark = q.find("?", mark + 1)
     if 0 <= mark < len(q) - 1 and re.search(r"\w", q[mark + 1:]):
@@ -252,6 +310,8 @@ def split_question(question: str) -> tuple[str, str]:
     later_wh = [at for at in wh if at > 0]
     aux = [m.start() for m in _AUX_SUBJECT.finditer(q)]  # "did they", "is the": where a yes/no question may open
     for at in starts:
+        if re.match(_HOW_ARE_YOU + r"\s*(?:[?!.,]|$)", q[at:], re.IGNORECASE) or _statement_before(q, at, starts):
+            continue
         if _without_subject(q, at) and (_opens_later(q, at) or re.match(r"\w+n?['\u2019]?t\b", q[at:], re.IGNORECASE)
                                         and any(w < at for w in wh + aux)):
             # "was out sick tuesday 🤒 how much ...", "yo who will ..., can't find it" (a negative auxiliary after a
@@ -261,6 +321,12 @@ def split_question(question: str) -> tuple[str, str]:
             continue  # "what I need to know is who ...": "is" before a question word asks nothing itself
         if _requests(q, at) or (_TO_YOU.match(q, at) and any(w > at for w in later_wh)):
             continue  # "do you know ...", "can you look this up for me: who ..." ask the assistant, not the meeting
+        for w in sorted(w for w in later_wh + aux if w < at and not _STOP.search(q, w, at)
+                        and not re.search(r"\b(?:the|a|an|this|that|our|their|his|her|my|your)\s+\w+\s+$", q[:w],
+                                          re.IGNORECASE)):
+            joined = _SECOND.search(q, w)
+            if joined is not None and joined.end() == at:
+                return _inner(q, w, after)  # "for the meeting earlier who ..., and then when ...": from the first one
         return _inner(q, at, after)
     for at in aux:  # "what I need to know is did they ...": a yes/no question after "is"
         if re.search(r"\b(?:is|was)\s+$", q[:at]) and not any(w < at for w in later_wh):
@@ -335,7 +401,8 @@ def _inner(q: str, at: int, after: str) -> tuple[str, str]:
 # Where a second question starts inside the first: ", and when ...", "; did they ...", " also who ...", " / how much".
 _SECOND = re.compile(
     r"(?:,?\s+(?:and|oh and|plus|also|and also|btw|as well as|n|&|(?:and\s+)?(?:furthermore|moreover|additionally)|"
-    r"and then(?: also)?|(?:and\s+)?(?:then\s+)?the other (?:thing|question|one) (?:was|is))\s+(?:also\s+)?|"
+    r"and then(?: also)?|(?:and\s+)?(?:then\s+)?the other (?:thing|question|one) (?:was|is))\s+"
+    r"(?:(?:also|second(?:ly)?|third(?:ly)?|finally|lastly)\s*,?\s+)?|"
     r"\s*;\s*(?:and\s+)?|,\s+(?:also|plus|btw|furthermore|moreover|additionally)\s+|\s+\+\s+|"
     r"\s+[-\u2013\u2014(]+" + _JOIN_ASIDE + r")(?=" + _OPENS + r")", re.IGNORECASE)
 _FIRST_WH = re.compile(r"^(?:(?:by|on|until) )?(?:who|whom|whose|what|when|where|which|why|"
@@ -354,7 +421,7 @@ def split_questions(question: str) -> list[str]:
     when does she start?", "first, who ... second, did ...", "1. ... 2. ..." and "How much will it cost and who
     pays?" are two each; "Who will send the contract and when?" asks when of the same thing ("When will send the
     contract?"). One question comes back as it was asked."""
-    text = _ITEM.sub("\n", str(question))
+    text = _ITEM.sub("\n", _marks_said(str(question)))
     pieces = [" ".join(p.split()) for p in re.split(r"\n+|(?<=[?.!])\s+", text)]
     asked: list[str] = []
     holds: list[bool] = []  # whether each of them holds a question yet ("two things:" does not)
@@ -395,8 +462,11 @@ def split_questions(question: str) -> list[str]:
 def _is_question(piece: str) -> bool:
     """Whether a piece of a message is a question of its own: asked with a question mark, or opening with a question
     word ("The client needs it by noon." is not; "oh and who ..." is)."""
-    if _pleads(piece):
-        return False  # "Can you help?" after a question asks nothing of its own
+    if _pleads(piece) or _GREETS.fullmatch(piece):
+        return False  # "Can you help?" after a question, "hey, how are you?" ask nothing of the meeting
+    if piece.startswith(">") and "?" not in piece and piece.endswith((".", "!")) and not (
+            _FIRST_WH.match(_unmarked(piece)) or _AUX_SUBJECT.match(_unmarked(piece))):
+        return False  # a statement quoted from someone else's message ("> Let me know if anything is unclear.")
     if "?" in piece:
         return _asks(piece)
     rest = _unmarked(piece)

@@ -139,6 +139,40 @@ def test_question_types(question, qtype):
      "Did they hire her", QuestionType.YES_NO),
     ("what was decided about the supplier, if anyone knows. Boss is asking", "What was decided about the supplier",
      QuestionType.WHAT_DECIDED),
+    # session 32, a ninth helper's wrappers (development seeds): a statement with a question word before the question
+    # (a sentence that ends before it, a relative clause after a name), "lol" or an emoji and more after an unpunctuated
+    # question, ", my notes are a mess", punctuation said aloud, a greeting asked first, a quoted statement
+    ("I'm piecing it together from the slides alone, which isn't easy. Would you happen to know who will send the "
+     "contract?\n\nThanks,\nDaniel", "Who will send the contract?", QuestionType.WHO_WILL),
+    ("Forwarding on behalf of Kenji, who's on leave and asked me to check: how much is the deposit? He'll be back Monday.",
+     "How much is the deposit?", QuestionType.HOW_MUCH),
+    ("yo who will send the contract lol i totally zoned out", "Who will send the contract", QuestionType.WHO_WILL),
+    ("pls remind me how much is the deposit 🙏 was on another call", "How much is the deposit", QuestionType.HOW_MUCH),
+    ("pls remind me did they agree to hire her, my notes are a mess 😅", "Did they agree to hire her", QuestionType.YES_NO),
+    ("okay so regarding the meeting this morning who will send the contract question mark thanks bye",
+     "Who will send the contract?", QuestionType.WHO_WILL),
+    ("hey hey, how are you? hope the offsite went well! how much is the deposit? couldn't make it 🙃",
+     "How much is the deposit?", QuestionType.HOW_MUCH),
+    ("RE: sync\n\n> Let me know if anything is unclear.\n\nThanks Sam. Actually yes — who will send the contract?",
+     "Who will send the contract?", QuestionType.WHO_WILL),
+    # ... but what a reviewer's battery found the first version of those rules cut or rewrote stays as asked: a
+    # relative-looking clause that is the question, "comma" / "question mark" as a topic or in a typed question, an
+    # emoji or "lol" inside the topic, a question typed with a full stop before a plea
+    ("Thanks Sam, who will send the contract?", "Who will send the contract?", QuestionType.WHO_WILL),
+    ("what does the question mark in the chart mean", "What does the question mark in the chart mean",
+     QuestionType.OTHER),
+    ("what did they decide about the question mark so we can print the banners",
+     "What did they decide about the question mark so we can print the banners", QuestionType.WHAT_DECIDED),
+    ("Did the copy team agree to drop the comma and use a dash?", "Did the copy team agree to drop the comma and use a dash?",
+     QuestionType.YES_NO),
+    ("what was decided about the 🎉 celebration budget", "What was decided about the 🎉 celebration budget",
+     QuestionType.WHAT_DECIDED),
+    ("who is writing the haha section of the newsletter", "Who is writing the haha section of the newsletter",
+     QuestionType.WHO_WILL),
+    ("How was the trip? Did the client sign?", "Did the client sign?", QuestionType.YES_NO),  # a greeting asks nothing
+    ("Hope you had a good weekend! How was the trip? Who will send the report?", "Who will send the report?",
+     QuestionType.WHO_WILL),
+    ("Who is the contact at Acme. Can you check?", "Who is the contact at Acme", QuestionType.WHO_WILL),
 ])
 def test_a_question_is_answered_as_the_question_inside_its_wrapping(asked, plain, qtype):
     """People wrap questions ("hey, ...", "... thanks!", "do you know ..."): "Do you know who gave the rate?" was
@@ -231,6 +265,19 @@ def test_a_question_is_answered_as_the_question_inside_its_wrapping(asked, plain
      ["Can you tell me the launch date?", "And who is presenting?"]),
     # a quoted question ("> ...") is a question, so the line after it that asks nothing ends it
     ("> who will send it\n^ same question, nobody answered", ["> who will send it. ^ same question, nobody answered"]),
+    # session 32, a ninth helper's joins (development seeds): "first ..., and second ...", "comma and then" said aloud
+    # after an unpunctuated lead-in, "plus" with an emoji and an aside after it
+    ("I want to know two thing: first who will send it, and second how much is the deposit. thank you!",
+     ["Who will send it? I want to know two thing: first . thank you!", "How much is the deposit?"]),
+    ("okay so for the meeting earlier did they agree to hire her comma and then who will send it question mark thanks",
+     ["Did they agree to hire her? okay so for the meeting earlier thanks", "Who will send it?"]),
+    ("pls tell me who will send it plus how much is the deposit 🙏 was on another call",
+     ["Who will send it? pls tell me 🙏 was on another call", "How much is the deposit?"]),
+    # ... and a relative clause before a joined question is no question of its own
+    ("Following up on the vendor who raised prices, and when is the renewal?",
+     ["Following up on the vendor who raised prices, and when is the renewal?"]),
+    ("Forwarding Sam's q:\n> when is the launch.\nand who is presenting?",
+     ["Forwarding Sam's q: > when is the launch.", "and who is presenting?"]),
 ])
 def test_a_message_asking_two_things_is_split_into_its_questions(asked, parts):
     assert split_questions(asked) == parts
