@@ -118,6 +118,7 @@ class Meeting:
     token_turn: Any = None  # [T] index into turns (-1 for the header / BOS)
     full_tokens: int = 0  # length of the whole transcript before truncation
     entity_tokens: list[int] = field(default_factory=list)  # positions kvstore.annotations.EntityFinder marks
+    line_index: Any = None  # (app.retrieval.SentenceIndex over the turns in context, their turn indices); built once
 
 
 SUBJECTS = ["Falcon", "Orchid", "Granite", "Nimbus", "Juniper", "Cobalt", "Saffron", "Tundra", "Meridian",
@@ -585,6 +586,68 @@ def exact_match(generated: str, gold: str) -> bool:
     return not rest or not rest[0].isalnum()
 
 
+def focus_turns(meeting: Meeting, question: str, k: int) -> list[int]:
+    """The turns holding the ``k`` sentences the app's retrieval ranks highest for ``question``
+    (app.retrieval.SentenceIndex: BM25 + MiniLM over sentences, as ``minutia ask`` picks its evidence lines)."""
+    import torch
+
+    from app.retrieval import SentenceIndex, default_embedder
+    from app.sentences import split_sentences
+    from app.transcript import Transcript, Turn as LineTurn
+
+    if meeting.line_index is None:
+        in_context = sorted({int(t) for t in torch.unique(meeting.token_turn).tolist() if t >= 0})
+        lines = Transcript(turns=[LineTurn(meeting.turns[i].speaker, meeting.turns[i].text) for i in in_context])
+        meeting.line_index = (SentenceIndex(split_sentences(lines), default_embedder()), in_context)
+    index, in_context = meeting.line_index
+    found: list[int] = []
+    for hit in index.search(question, k):
+        sentence = index.sentences[hit.index]
+        # a sentence runs on into the next turn when its turn ends without a stop ("{vocalsound}"): all the turns
+        # it spans, as the app's focus takes the sentence's whole time window
+        first = last = sentence.turn_index
+        said = " ".join(sentence.text.split())
+        while last + 1 < min(len(in_context), first + 4) and said not in " ".join(
+                " ".join(meeting.turns[in_context[i]].text.split()) for i in range(first, last + 1)):
+            last += 1
+        found += [in_context[i] for i in range(first, last + 1)]
+    return list(dict.fromkeys(found))
+
+
+def turn_token_ranges(meeting: Meeting, turns: list[int]) -> list[tuple[int, int]]:
+    import torch
+
+    ranges = []
+    for i in turns:
+        where = torch.nonzero(meeting.token_turn == i).flatten()
+        if where.numel():
+            ranges.append((int(where.min()), int(where.max()) + 1))
+    return ranges
+
+
+class _Focus:
+    """The app's answer path for one question (app/context.py): the blocks of the lines retrieval found are
+    pinned and, inside the question's checkpoint, recalled from the cold tier / read from their exact copies."""
+
+    def __init__(self, prepared: Prepared, meeting: Meeting, question: str, k: int) -> None:
+        self.prepared = prepared
+        self.turns = focus_turns(meeting, question, k) if k and "pin" in prepared.extra else []
+        self.ranges = turn_token_ranges(meeting, self.turns)
+
+    def __enter__(self) -> Any:
+        if self.ranges:
+            self.prepared.extra["pin"](self.ranges)
+        state = self.prepared.save()
+        if self.ranges:
+            self.prepared.extra["recall"](self.ranges)
+        return state
+
+    def leave(self, state: Any) -> None:
+        self.prepared.restore(state)
+        if self.ranges:
+            self.prepared.extra["unpin"]()
+
+
 def evaluate(model, prepared: Prepared, meeting: Meeting, queries: list[Query], tokenizer, args,
              progress=None, task=None) -> dict[str, Any]:
     import torch
@@ -595,13 +658,14 @@ def evaluate(model, prepared: Prepared, meeting: Meeting, queries: list[Query], 
     for q in queries:
         span = query_span_tokens(meeting, q)
         retention = (sum(float(torch.isin(span, k).float().mean()) for k in kept) / len(kept)) if span.numel() else None
-        state = prepared.save()
+        focus = _Focus(prepared, meeting, q.question, args.focus_lines)
+        state = focus.__enter__()
         if prepared.extra.get("stepwise"):
             nll = answer_nll_stepwise(model, prepared.cache, tokenizer, q.question, q.answer, args.max_answer_tokens,
                                       prepared.extra.setdefault("step_seconds", []))
         else:
             nll = answer_nll(model, prepared.cache, tokenizer, q.question, q.answer, args.max_answer_tokens)
-        prepared.restore(state)
+        focus.leave(state)
         result["queries"].append({"retention": retention, "nll": nll, "span_tokens": int(span.numel())})
         if progress is not None:
             progress.advance(task)
@@ -610,13 +674,15 @@ def evaluate(model, prepared: Prepared, meeting: Meeting, queries: list[Query], 
             continue
         span = torch.arange(needle.token_start, needle.token_end)
         retention = sum(float(torch.isin(span, k).float().mean()) for k in kept) / len(kept)
-        state = prepared.save()
+        focus = _Focus(prepared, meeting, needle.question, args.focus_lines)
+        state = focus.__enter__()
         max_new = len(tokenizer(" " + needle.answer, add_special_tokens=False)["input_ids"]) + 3
         generated = needle_answer(model, prepared.cache, tokenizer, needle, max_new)
-        prepared.restore(state)
+        focus.leave(state)
+        found = bool(focus.turns) and int(meeting.token_turn[needle.token_start]) in focus.turns
         result["needles"].append({"answer": needle.answer, "generated": generated, "kind": needle.kind,
                                   "depth": needle.depth, "correct": exact_match(generated, needle.answer),
-                                  "retention": retention})
+                                  "retention": retention, **({"retrieved": found} if focus.turns else {})})
         if progress is not None:
             progress.advance(task)
     return result
@@ -707,6 +773,7 @@ def prepare_minutia(model, ids, meeting: Meeting, budget: float, args, mode: str
     from kvstore.annotations import TokenFlag
     from kvstore.attention import MINUTIA_ATTENTION, use_minutia_attention
     from kvstore.cache import TieredCache
+    from kvstore.manager import KVCacheManager
 
     use_minutia_attention(model)
     if mode in ("bytes", "cold", "exact"):
@@ -756,9 +823,16 @@ def prepare_minutia(model, ids, meeting: Meeting, budget: float, args, mode: str
             formats[kind] = formats.get(kind, 0) + info["blocks"]
     tokens_kept = sum(layer.kept_tokens() for layer in cache.tiered_layers) / max(cache.num_tiered_layers, 1)
     sliding = cache.kv_bytes() - cache.kv_bytes(include_sliding=False)
+    manager = KVCacheManager(cache)
+
+    def recall(ranges: list[tuple[int, int]]) -> None:
+        if cache.cold_tier is not None:
+            manager.recall_tokens(ranges)
+
     return Prepared(cache, MINUTIA_ATTENTION, cache.checkpoint, cache.rollback, kept_positions,
                     cache.kv_bytes(include_sliding=False), sliding, elapsed,
-                    extra={"blocks_per_format": formats, "tokens_kept_per_layer": tokens_kept,
+                    extra={"pin": lambda ranges: cache.promote_tokens(ranges, pin=True), "recall": recall,
+                           "unpin": cache.unpin, "blocks_per_format": formats, "tokens_kept_per_layer": tokens_kept,
                            "budget_bytes": cache.budget_bytes(), "full_precision_bytes": cache.full_precision_bytes(),
                            **({"stepwise": True} if mode in ("cold", "exact") or args.stepwise else {})})
 
@@ -978,6 +1052,7 @@ def aggregate(per_meeting: list[dict[str, Any]], full_key: str = "full") -> dict
             for n in res["needles"]:
                 m.setdefault("by_kind", {}).setdefault(n["kind"], []).append(n["correct"])
             m["needle_retention"] += [n["retention"] for n in res["needles"]]
+            m.setdefault("retrieved", []).extend(n["retrieved"] for n in res["needles"] if "retrieved" in n)
             m["full_bytes"].append(res["full_bytes"])
             m["full_ref_bytes"].append(full["full_bytes"])
             m["sliding_bytes"].append(res["sliding_bytes"])
@@ -1004,6 +1079,8 @@ def aggregate(per_meeting: list[dict[str, Any]], full_key: str = "full") -> dict
             "kv_bytes_sliding": sum(m["sliding_bytes"]),
             "prefill_s": sum(m["prefill_s"]),
         }
+        if m.get("retrieved"):  # --focus-lines: how often retrieval found the needle's line
+            out[key]["needle_line_retrieved"] = mean([float(x) for x in m["retrieved"]])
         if m["cold"]:
             out[key]["cold"] = {
                 # a meeting whose cold tier was never read has no hit rate (None), not a rate of 1
@@ -1227,7 +1304,7 @@ def target_lines(agg: dict[str, Any], press_names: list[str], budgets: list[floa
 # minutes into the run.
 _LEAST = {"limit": 1, "max_tokens": 1, "max_queries": 1, "needles": 0, "chunk": 1, "block_size": 1,
           "recent_tokens": 0, "live_chunk": 1, "live_floor": 0, "live_hysteresis": 0.0, "max_answer_tokens": 1,
-          "cold_top_k": 0, "exact_max_blocks": 0, "cold_staging_mib": 1, "memory_tokens": 1, "memory_budget": 0.0}
+          "cold_top_k": 0, "exact_max_blocks": 0, "focus_lines": 0, "cold_staging_mib": 1, "memory_tokens": 1, "memory_budget": 0.0}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -1286,6 +1363,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cold-top-k", type=int, default=8, help="'cold' mode: cold blocks per layer a step may recall")
     p.add_argument("--exact-max-blocks", type=int, default=None,
                    help="'exact' mode: blocks per layer a question may read from their copies (default: --cold-top-k)")
+    p.add_argument("--focus-lines", type=int, default=0,
+                   help="answer as the app does: pin the blocks of the N sentences its retrieval ranks highest for "
+                        "the question and, with a cold tier, recall / read them exactly (0: the KV alone)")
     p.add_argument("--cold-staging-mib", type=int, default=16, help="'cold' mode: device staging for prefetched blocks")
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--threads", type=int, default=0,

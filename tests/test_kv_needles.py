@@ -105,3 +105,24 @@ def test_bad_budgets_and_settings_stop_before_any_model_loads(argv, fragment, tm
     assert kv_quality.main([*argv, "--out", str(tmp_path / "out")]) == 2
     assert fragment in capsys.readouterr().err.replace("\n", " ")
     assert not (tmp_path / "out").exists()
+
+
+def test_focus_finds_the_needle_line_among_the_turns_in_context() -> None:
+    """--focus-lines asks the app's retrieval for the question's lines: their turns and token ranges, nothing from
+    a turn the truncated context does not hold."""
+    import torch
+
+    turns = [kv_quality.Turn("A", "We looked at the churn numbers for the quarter.", 0),
+             kv_quality.Turn("B", "The access code for project Falcon is 4471.", None, needle=0),
+             kv_quality.Turn("A", "Lunch is at noon on Friday.", 1),
+             kv_quality.Turn("C", "The access code for project Orchid is 9120.", 2)]
+    meeting = kv_quality.Meeting("m", turns, [])
+    meeting.token_turn = torch.tensor([-1, 0, 0, 0, 1, 1, 1, 2, 2])  # turn 3 fell outside the context
+    found = kv_quality.focus_turns(meeting, "What is the access code for project Falcon?", 1)
+    assert found == [1]
+    assert kv_quality.focus_turns(meeting, "What is the access code for project Orchid?", 3)[0] != 3
+    assert kv_quality.turn_token_ranges(meeting, [1, 3, 0]) == [(4, 7), (1, 4)]
+    # a speaker's turn that ends without a stop runs on into their next one as one sentence: both turns are the line
+    meeting.turns[0] = kv_quality.Turn("B", "{vocalsound}", 0)  # the same speaker, no stop
+    meeting.line_index = None
+    assert kv_quality.focus_turns(meeting, "What is the access code for project Falcon?", 1) == [0, 1]

@@ -39,7 +39,7 @@ def quick_report(tmp_path_factory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("kvq")
     # every core: inside the test suite the bench would see a busy machine and take one thread
     proc = subprocess.run([sys.executable, str(BENCH), "--quick", "--threads", str(os.cpu_count() or 1),
-                           "--out", str(out)], cwd=ROOT,
+                           "--focus-lines", "2", "--out", str(out)], cwd=ROOT,
                           capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return out, json.loads((out / "kv_quality.json").read_text())
@@ -79,6 +79,9 @@ def test_quick_numbers_in_range(quick_report) -> None:
         assert 0.0 <= row["needle_retention"] <= 1.0, key
         assert 0.0 < row["nll_recovery"] < 2.0, key
         assert 0.0 < row["kv_fraction"] <= 1.0, key
+        # --focus-lines: minutia's answers went through the app's retrieval (pin + recall); a press has no such path
+        assert ("needle_line_retrieved" in row) == key.startswith("minutia"), key
+    assert results["minutia@0.25"]["needle_line_retrieved"] == pytest.approx(1.0)
     assert measured >= 5
     for key in ("SnapKV@0.25", "StreamingLLM@0.25", "Knorm@0.25", "TOVA@0.25"):
         assert results[key]["kv_fraction"] == pytest.approx(0.25, abs=0.01), key
