@@ -126,3 +126,21 @@ def test_focus_finds_the_needle_line_among_the_turns_in_context() -> None:
     meeting.turns[0] = kv_quality.Turn("B", "{vocalsound}", 0)  # the same speaker, no stop
     meeting.line_index = None
     assert kv_quality.focus_turns(meeting, "What is the access code for project Falcon?", 1) == [0, 1]
+
+
+def test_runs_pool_their_needles_not_their_ratios() -> None:
+    """bench/kv_pool.py: needles right over needles the full cache got right, summed over the runs (a run with more
+    needles counts more), NLL recovery averaged, the single runs' spread kept; a method some run lacks is left out."""
+    from bench.kv_pool import pool
+
+    def run(full_acc, acc, needles, nll, extra=None):
+        results = {"full": {"needle_accuracy": full_acc, "needles": needles, "nll_recovery": 1.0, "span_retention": 1.0},
+                   "m": {"needle_accuracy": acc, "needles": needles, "nll_recovery": nll, "span_retention": 0.9}}
+        return {"results": {**results, **(extra or {})}}
+
+    pooled = pool([run(0.5, 0.25, 40, 0.9), run(1.0, 1.0, 10, 1.0, {"only-here": {}})])
+    assert set(pooled) == {"full", "m"}
+    m = pooled["m"]
+    assert m["needle_vs_full"] == pytest.approx((10 + 10) / (20 + 10))  # not the mean of 0.5 and 1.0
+    assert (m["needle_vs_full_min"], m["needle_vs_full_max"]) == (0.5, 1.0)
+    assert m["nll_recovery"] == pytest.approx(0.95) and m["needles"] == 50 and m["runs"] == 2
