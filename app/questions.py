@@ -194,6 +194,8 @@ _OPENS = (r"(?!(?:do|does|did|can|could|would|will)\s+(?:you|u|ya|anyone|anybody
 # aside, or both ("... - which starts in May?" and "... (which room)?" say more about the first question).
 _ASIDE = r"(?:while (?:i'?m|you'?re|we'?re) at it|one more thing|on another note|separately|unrelated)\s*,?\s*"
 _JOIN_ASIDE = r"\s*(?:(?:and|also|plus|oh and)\s+(?:" + _ASIDE + r")?|" + _ASIDE + r")"
+# Where a sentence ends (after a word of two letters or more that is no abbreviation: "Mr. Okafor", "etc.").
+_SENTENCE_END = r"(?<=\w\w)(?<!\bmr)(?<!\bms)(?<!\bdr)(?<!\bst)(?<!\bvs)(?<!\bjr)(?<!\bsr)(?<!\bmrs)(?<!\betc)"
 # What people say after a question they do not punctuate: which meeting they mean, a hedge, a sign-off ("... from the
 # meeting we just had", "... i think someone brought it up", "... and then im done").
 _TRAILING = re.compile(
@@ -212,22 +214,23 @@ _TRAILING = re.compile(
     r"don'?t|do not|not sure|no idea|my\s+(?:\w+\s+){0,2}?(?:is|are|was|were|got|went|died|crashed|dropped|"
     r"broke|froze|cut)|if (?:anyone|anybody|someone|somebody|you|u) (?:\w+ )?(?:knows?|remembers?|recalls?|"
     r"caught it|has it|have it)|if (?:it|that|this|they) (?:\w+ )?(?:came up|come up|was (?:said|mentioned|discussed|"
-    r"covered)))\b.*$|(?<=\w\w)(?<!\bmr)(?<!\bms)(?<!\bdr)(?<!\bst)(?<!\bvs)(?<!\bjr)(?<!\bsr)(?<!\bmrs)(?<!\betc)"
-    r"\s?[.!]+\s+\S.*$",
+    r"covered)))\b.*$|" + _SENTENCE_END + r"\s?[.!]+\s+\S.*$",
     re.IGNORECASE)
 
 
 # Punctuation said aloud in a dictated message ("... question mark thanks", "... comma and then who ..."); "comma" only
 # before a joining word or a question word, where no topic says it.
 _SPOKEN_MARK = re.compile(r"\s+(?:question mark(?=\s*$|\s*[.!,]|\s+(?:thanks|thank|thx|ty|please|pls|bye|cheers|and|also|"
-                          r"plus|then|so|btw|oh|ok|okay|" + _QWORD[3:-1] + r")\b)|(?P<comma>comma)(?=\s+(?:and|then|also|"
-                          r"plus|so|btw|or|but|" + _QWORD[3:-1] + r")\b))", re.IGNORECASE)
+                          r"plus|then|so|btw|oh|ok|okay|" + _QWORD + r")\b)|(?P<comma>comma)(?=\s+(?:and|then|also|"
+                          r"plus|so|btw|or|but|" + _QWORD + r")\b))", re.IGNORECASE)
 # A greeting asked as a question ("hey, how are you?", "how was the trip?"): nothing to find in the meeting.
 _HOW_ARE_YOU = (r"(?:how are (?:you|u|ya|things)(?: doing)?|how'?s it going|how have you been|how'?s (?:everything|life|"
                 r"your (?:day|week))|how was (?:your|the) (?:weekend|trip|holiday|vacation|day|week|flight))")
 _GREETS = re.compile(r"\W*(?:\w+\W+){0,3}?" + _HOW_ARE_YOU + r"\W*", re.IGNORECASE)
 _GREETING_ENDS = re.compile(r"(?:^|[.!?,]\s*)(?:(?:hey|hi|hello|so|and|also)\W+)*" + _HOW_ARE_YOU + r"\s*\?$",
                             re.IGNORECASE)
+# A sentence that ends before the question mark.
+_STOP = re.compile(_SENTENCE_END + r"[.!]+\s+(?=\S)", re.IGNORECASE)
 
 
 def _greeting_only(prefix: str) -> bool:
@@ -235,9 +238,6 @@ def _greeting_only(prefix: str) -> bool:
     weekend! How was the trip?"."""
     found = _GREETING_ENDS.search(prefix)
     return found is not None and "?" not in prefix[: found.start()] and not _WH.search(prefix[: found.start()])
-# A sentence that ends (not an abbreviation: "Mr. Okafor") before the question mark.
-_STOP = re.compile(r"(?<=\w\w)(?<!\bmr)(?<!\bms)(?<!\bdr)(?<!\bst)(?<!\bvs)(?<!\bjr)(?<!\bsr)(?<!\bmrs)(?<!\betc)[.!]+\s+(?=\S)",
-                   re.IGNORECASE)
 
 
 def _marks_said(text: str) -> str:
@@ -464,12 +464,12 @@ def _is_question(piece: str) -> bool:
     word ("The client needs it by noon." is not; "oh and who ..." is)."""
     if _pleads(piece) or _GREETS.fullmatch(piece):
         return False  # "Can you help?" after a question, "hey, how are you?" ask nothing of the meeting
+    rest = _unmarked(piece)
     if piece.startswith(">") and "?" not in piece and piece.endswith((".", "!")) and not (
-            _FIRST_WH.match(_unmarked(piece)) or _AUX_SUBJECT.match(_unmarked(piece))):
+            _FIRST_WH.match(rest) or _AUX_SUBJECT.match(rest)):
         return False  # a statement quoted from someone else's message ("> Let me know if anything is unclear.")
     if "?" in piece:
         return _asks(piece)
-    rest = _unmarked(piece)
     rest = rest[_THEN.match(rest).end():]
     if _FIRST_WH.match(rest) or _AUX_SUBJECT.match(rest) or _PATTERNS[0][1].match(rest.lower()) or _BUT_ASKS.match(rest):
         return True
