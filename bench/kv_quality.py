@@ -40,6 +40,7 @@ Writes ``kv_quality.md``, ``kv_quality.json`` and ``kv_quality.png`` into ``--ou
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import functools
 import json
@@ -55,7 +56,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
@@ -513,7 +514,8 @@ class Prepared:
     full_bytes: int  # KV bytes of the full-attention layers at question time
     sliding_bytes: int
     prefill_s: float
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # reported with the method's results
+    manager: Any = None  # minutia's KVCacheManager: the app's answer path (--focus-lines)
 
 
 def answer_nll(model, cache, tokenizer, question: str, answer: str, max_answer_tokens: int) -> float:
@@ -625,27 +627,23 @@ def turn_token_ranges(meeting: Meeting, turns: list[int]) -> list[tuple[int, int
     return ranges
 
 
-class _Focus:
-    """The app's answer path for one question (app/context.py): the blocks of the lines retrieval found are
-    pinned and, inside the question's checkpoint, recalled from the cold tier / read from their exact copies."""
-
-    def __init__(self, prepared: Prepared, meeting: Meeting, question: str, k: int) -> None:
-        self.prepared = prepared
-        self.turns = focus_turns(meeting, question, k) if k and "pin" in prepared.extra else []
-        self.ranges = turn_token_ranges(meeting, self.turns)
-
-    def __enter__(self) -> Any:
-        if self.ranges:
-            self.prepared.extra["pin"](self.ranges)
-        state = self.prepared.save()
-        if self.ranges:
-            self.prepared.extra["recall"](self.ranges)
-        return state
-
-    def leave(self, state: Any) -> None:
-        self.prepared.restore(state)
-        if self.ranges:
-            self.prepared.extra["unpin"]()
+@contextlib.contextmanager
+def answering(prepared: Prepared, meeting: Meeting, question: str, k: int) -> Iterator[list[int]]:
+    """One question on the prepared cache, rolled back afterwards. With ``k`` (``--focus-lines``) and a minutia
+    cache, the app's answer path (app/context.py): the blocks of the lines retrieval found are pinned
+    (``KVCacheManager.focus``) and, inside the question's checkpoint, recalled from the cold tier / read from their
+    exact copies (``recall_tokens``). Yields the turns retrieval found ([] without focus)."""
+    manager = prepared.manager
+    turns = focus_turns(meeting, question, k) if k and manager is not None else []
+    ranges = turn_token_ranges(meeting, turns)
+    with manager.focus(ranges) if ranges else contextlib.nullcontext():
+        state = prepared.save()
+        try:
+            if ranges:
+                manager.recall_tokens(ranges)
+            yield turns
+        finally:
+            prepared.restore(state)
 
 
 def evaluate(model, prepared: Prepared, meeting: Meeting, queries: list[Query], tokenizer, args,
@@ -658,14 +656,12 @@ def evaluate(model, prepared: Prepared, meeting: Meeting, queries: list[Query], 
     for q in queries:
         span = query_span_tokens(meeting, q)
         retention = (sum(float(torch.isin(span, k).float().mean()) for k in kept) / len(kept)) if span.numel() else None
-        focus = _Focus(prepared, meeting, q.question, args.focus_lines)
-        state = focus.__enter__()
-        if prepared.extra.get("stepwise"):
-            nll = answer_nll_stepwise(model, prepared.cache, tokenizer, q.question, q.answer, args.max_answer_tokens,
-                                      prepared.extra.setdefault("step_seconds", []))
-        else:
-            nll = answer_nll(model, prepared.cache, tokenizer, q.question, q.answer, args.max_answer_tokens)
-        focus.leave(state)
+        with answering(prepared, meeting, q.question, args.focus_lines):
+            if prepared.extra.get("stepwise"):
+                nll = answer_nll_stepwise(model, prepared.cache, tokenizer, q.question, q.answer,
+                                          args.max_answer_tokens, prepared.extra.setdefault("step_seconds", []))
+            else:
+                nll = answer_nll(model, prepared.cache, tokenizer, q.question, q.answer, args.max_answer_tokens)
         result["queries"].append({"retention": retention, "nll": nll, "span_tokens": int(span.numel())})
         if progress is not None:
             progress.advance(task)
@@ -674,15 +670,13 @@ def evaluate(model, prepared: Prepared, meeting: Meeting, queries: list[Query], 
             continue
         span = torch.arange(needle.token_start, needle.token_end)
         retention = sum(float(torch.isin(span, k).float().mean()) for k in kept) / len(kept)
-        focus = _Focus(prepared, meeting, needle.question, args.focus_lines)
-        state = focus.__enter__()
         max_new = len(tokenizer(" " + needle.answer, add_special_tokens=False)["input_ids"]) + 3
-        generated = needle_answer(model, prepared.cache, tokenizer, needle, max_new)
-        focus.leave(state)
-        found = bool(focus.turns) and int(meeting.token_turn[needle.token_start]) in focus.turns
+        with answering(prepared, meeting, needle.question, args.focus_lines) as turns:
+            generated = needle_answer(model, prepared.cache, tokenizer, needle, max_new)
+        found = int(meeting.token_turn[needle.token_start]) in turns
         result["needles"].append({"answer": needle.answer, "generated": generated, "kind": needle.kind,
                                   "depth": needle.depth, "correct": exact_match(generated, needle.answer),
-                                  "retention": retention, **({"retrieved": found} if focus.turns else {})})
+                                  "retention": retention, **({"retrieved": found} if turns else {})})
         if progress is not None:
             progress.advance(task)
     return result
@@ -823,18 +817,12 @@ def prepare_minutia(model, ids, meeting: Meeting, budget: float, args, mode: str
             formats[kind] = formats.get(kind, 0) + info["blocks"]
     tokens_kept = sum(layer.kept_tokens() for layer in cache.tiered_layers) / max(cache.num_tiered_layers, 1)
     sliding = cache.kv_bytes() - cache.kv_bytes(include_sliding=False)
-    manager = KVCacheManager(cache)
-
-    def recall(ranges: list[tuple[int, int]]) -> None:
-        if cache.cold_tier is not None:
-            manager.recall_tokens(ranges)
-
     return Prepared(cache, MINUTIA_ATTENTION, cache.checkpoint, cache.rollback, kept_positions,
                     cache.kv_bytes(include_sliding=False), sliding, elapsed,
-                    extra={"pin": lambda ranges: cache.promote_tokens(ranges, pin=True), "recall": recall,
-                           "unpin": cache.unpin, "blocks_per_format": formats, "tokens_kept_per_layer": tokens_kept,
+                    extra={"blocks_per_format": formats, "tokens_kept_per_layer": tokens_kept,
                            "budget_bytes": cache.budget_bytes(), "full_precision_bytes": cache.full_precision_bytes(),
-                           **({"stepwise": True} if mode in ("cold", "exact") or args.stepwise else {})})
+                           **({"stepwise": True} if mode in ("cold", "exact") or args.stepwise else {})},
+                    manager=KVCacheManager(cache))
 
 
 # ------------------------------------------------------------------------------------------------
