@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import logging
 import re
+from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Sequence
 
@@ -49,6 +50,9 @@ class FocusSettings:
     speaker_weight: float = 0.5  # ... + this for a speaker the query names ("What did Marketing think of ...")
     max_overlap: float = 0.5  # a sentence sharing more than this share of its content words with one taken: skipped
     whole_words: int = 138  # word budget of a whole-meeting summary (QMSum's general references average 110)
+    feedback_windows: int = 3  # pseudo-relevance feedback: the query's best windows ...
+    feedback_terms: int = 3  # ... lend this many of their most telling words to the query ...
+    feedback_weight: float = 0.25  # ... each weighing this much of a query word
 
 
 @dataclass
@@ -98,6 +102,10 @@ def topic_line(query: str) -> str:
     return f"On {text}:"
 
 
+FEEDBACK_SHARE = 4  # feedback only where the meeting has at least this many times as many windows as it reads
+MIN_SAID = 3  # a feedback word said at least this often in those windows (one mention is as often chatter)
+
+
 class FocusedSummarizer:
     """One meeting indexed once (sentences and windows of turns); summarises it about any number of queries."""
 
@@ -119,7 +127,9 @@ class FocusedSummarizer:
         if starts and starts[-1] + width < self.turns:
             starts.append(self.turns - width)
         self._window_starts = starts
-        self._window_index = _index([sum(per_turn[a:a + width], []) for a in starts])
+        self._window_bags = [sum(per_turn[a:a + width], []) for a in starts]
+        self._window_index = _index(self._window_bags)
+        self._window_df = Counter(word for bag in self._window_bags for word in set(bag))
 
     def about(self, query: str, words: int | None = None) -> FocusedSummary | None:
         """The passage the query is about, as minutes of about ``words`` words; None when no sentence shares
@@ -132,6 +142,11 @@ class FocusedSummarizer:
         if not own.any():
             return None
         windows = self._window_index.get_scores(terms)
+        extra = self.feedback_terms(terms, windows)
+        if extra:
+            weight = self.settings.feedback_weight
+            own = own + weight * self._sentence_index.get_scores(extra)
+            windows = windows + weight * self._window_index.get_scores(extra)
         own = own / own.max()
         windows = windows / (windows.max() or 1.0)
         width = max(1, self.settings.window_turns)
@@ -147,6 +162,27 @@ class FocusedSummarizer:
         budget = words or min(self.settings.words, max(30, self.words // 8))
         found = self.take(ranked, max(budget - len(head.split()), min(budget, 30)))  # the topic line counts
         return FocusedSummary(f"{head}\n{found.text}" if head else found.text, found.sentences)
+
+    def feedback_terms(self, terms: list[str], window_scores: np.ndarray) -> list[str]:
+        """Words the best-matching windows use that the query does not (pseudo-relevance feedback): a query says
+        "the remote's buttons", the passage about them says "scroll wheel" and "menu"; a window's word counts by its
+        share of the window, its rarity across windows (idf) and the window's score."""
+        count = self.settings.feedback_windows
+        if not self.settings.feedback_terms or count < 1 or len(self._window_bags) < FEEDBACK_SHARE * count:
+            return []  # in a short meeting the best windows are much of it: their words say nothing of the passage
+        weights: Counter[str] = Counter()
+        said: Counter[str] = Counter()
+        total = len(self._window_bags)
+        for j in np.argsort(-window_scores, kind="stable")[:count]:
+            bag = self._window_bags[j]
+            if window_scores[j] <= 0 or not bag:
+                continue
+            for word, n in Counter(bag).items():
+                if word not in terms and word not in QUERY_STOPWORDS:
+                    weights[word] += n / len(bag) * np.log(total / self._window_df[word]) * window_scores[j]
+                    said[word] += n
+        ranked = [word for word, weight in weights.most_common() if weight > 0 and said[word] >= MIN_SAID]
+        return ranked[:self.settings.feedback_terms]
 
     def whole(self, transcript: Transcript, words: int | None = None) -> FocusedSummary | None:
         """The whole meeting in about ``words`` words: each topic's most central sentences taken in turn (so a

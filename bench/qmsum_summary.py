@@ -120,10 +120,15 @@ class Tuned:
     window_weight: float = FocusSettings.window_weight
     speaker_weight: float = FocusSettings.speaker_weight
     max_overlap: float = FocusSettings.max_overlap
+    feedback_windows: int = FocusSettings.feedback_windows
+    feedback_terms: int = FocusSettings.feedback_terms
+    feedback_weight: float = FocusSettings.feedback_weight
 
     def focus(self) -> FocusSettings:
         return FocusSettings(window_turns=self.window_turns, window_weight=self.window_weight,
-                             speaker_weight=self.speaker_weight, max_overlap=self.max_overlap)
+                             speaker_weight=self.speaker_weight, max_overlap=self.max_overlap,
+                             feedback_windows=self.feedback_windows, feedback_terms=self.feedback_terms,
+                             feedback_weight=self.feedback_weight)
 
 
 class Minutia:
@@ -248,7 +253,8 @@ def evaluate(meetings: list[Meeting], lengths: dict[str, int], tuned: Tuned) -> 
 
 
 def tune(meetings: list[Meeting], lengths: dict[str, int]) -> Tuned:
-    """A small grid on the tuning split by mean rougeLsum: specific-query settings, then the general budget."""
+    """A small grid on the tuning split by mean rougeLsum: specific-query settings, then the query feedback
+    (app/focused.py), then the general budget."""
     systems = build(meetings)
 
     def kind_score(tuned: Tuned, kind: str) -> float:
@@ -257,10 +263,17 @@ def tune(meetings: list[Meeting], lengths: dict[str, int]) -> Tuned:
     best, best_score = Tuned(), -1.0
     grid = list(itertools.product((1.0, 1.25, 1.5), (5, 10, 20), (0.5, 0.7, 0.9), (0.0, 0.5), (1.0, 0.5)))
     with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("tuning", total=len(grid) + 4)
+        task = progress.add_task("tuning", total=len(grid) + 19 + 4)
         for budget, width, weight, speaker, overlap in grid:
             tuned = replace(best, specific_budget=budget, window_turns=width, window_weight=weight, speaker_weight=speaker,
                             max_overlap=overlap)
+            score = kind_score(tuned, "specific")
+            if score > best_score:
+                best_candidate, best_score = tuned, score
+            progress.advance(task)
+        best = best_candidate
+        for windows, terms, weight in [(1, 0, 0.125), *itertools.product((1, 2, 3), (2, 3, 5), (0.125, 0.25))]:
+            tuned = replace(best, feedback_windows=windows, feedback_terms=terms, feedback_weight=weight)
             score = kind_score(tuned, "specific")
             if score > best_score:
                 best_candidate, best_score = tuned, score

@@ -167,6 +167,38 @@ def test_a_summary_about_a_topic_comes_from_that_part_of_the_meeting(two_topics)
     assert summarizer.about("the quantum computer") is None
 
 
+CHARGING = [
+    ("Ann", "The battery of the remote should last a year."),
+    ("Ben", "A charger would help; it sits by the television."),
+    ("Ann", "The charger costs two euros, the cable one more."),
+    ("Ben", "Users forget things, so the charger must look nice."),
+    ("Ann", "Then a charger is in, with a blue light."),
+    ("Ben", "Its light blinks while the charger works."),
+    ("Ann", "A charger made of recycled plastic suits the company line."),
+    ("Ben", "The charger goes behind the television, out of sight."),
+    ("Ann", "So the charger, its cable and the light are settled."),
+]
+
+
+def test_a_query_borrows_the_words_its_passage_uses(two_topics):
+    """Pseudo-relevance feedback: "battery" is said once, at the start of a passage that goes on about the charger;
+    the summary about it follows the passage past the windows that hold the word."""
+    from dataclasses import replace
+
+    from app.focused import FocusedSummarizer, FocusSettings
+    from app.summary import content_words
+
+    meeting = _meeting(BUDGET + CHARGING + HIRING + BUDGET)  # enough windows for feedback from three of them
+    summarizer = FocusedSummarizer(meeting)
+    terms = content_words("battery")
+    scores = summarizer._window_index.get_scores(terms)
+    assert summarizer.feedback_terms(terms, scores)[:1] == ["charger"]  # said most in the windows with "battery"
+    past_the_word = len(BUDGET) + 5  # the last window that holds "battery" ends at the passage's fifth turn
+    with_feedback = summarizer.about("battery", words=80).sentences
+    assert any(s.turn_index >= past_the_word for s in with_feedback)
+    no_feedback = FocusedSummarizer(meeting, settings=replace(FocusSettings(), feedback_terms=0))
+    assert all(s.turn_index < past_the_word for s in no_feedback.about("battery", words=80).sentences)
+
 @pytest.mark.parametrize("query, line", [
     ("Summarize the discussion about industrial components.", "On industrial components:"),
     ("Could you please summarize what was discussed about the launch?", "On the launch:"),
