@@ -155,7 +155,7 @@ _CLAUSE = re.compile(
     r"whether\b|" + _QWORD + r"\b)", re.IGNORECASE)
 # The clause openers a mid-sentence question word may follow without punctuation ("... but who", "... know when").
 _EMBEDS = re.compile(r"(?:^|[,:;.!?\-\u2013\u2014]\s*|\b(?:but|so|and|then|know|me|us|out|wondering|wonder|confirm|"
-                     r"(?<!whose )idea|ask|asking|remember|recall|forget|sure|see|check|clarify|explain|verify|first|firstly|second|"
+                     r"(?<!whose )idea|clue|curious(?=\s+(?:whether|if)\b)|ask|asking|remember|recall|forget|sure|see|check|clarify|explain|verify|first|firstly|second|"
                      r"secondly|third|thirdly|finally|lastly)\s+)$",
                      re.IGNORECASE)
 # An auxiliary that opens a request to the assistant, not the question: "do you know ...", "can u tell me ...".
@@ -201,20 +201,23 @@ _SENTENCE_END = r"(?<=\w\w)(?<!\bmr)(?<!\bms)(?<!\bdr)(?<!\bst)(?<!\bvs)(?<!\bjr
 _TRAILING = re.compile(
     r"\s+(?:(?:from|in|during|at|on|of)\s+(?:the|this|that|today'?s|todays|our|yesterday'?s|yesterdays|last|earlier)"
     r"\s+(?:\w+\s+){0,2}?(?:meeting|call|session|sync|standup|stand-up)\b|(?:and\s+)?then\s+(?:i'?m|im|i am|we'?re)\s+"
-    r"(?:done|good|set)\b|(?<!while )(?<!when )(?<!after )(?<!before )(?<!since )(?<!that )(?<!what )(?<!which )"
+    r"(?:done|good|set)\b|(?:and\s+)?while\s+(?:i'?m|im|you'?re|we'?re)\s+at\s+it[\s.!]*$|(?<!while )(?<!when )(?<!after )(?<!before )(?<!since )(?<!that )(?<!what )(?<!which )"
     r"(?<!as )(?<!if )(?<!where )(?:(?:and|but|so)\s+)?i\s+(?:(?:honestly|really|just|still|actually|totally)\s+)?"
     r"(?:think|guess|believe|remember|recall|didn'?t|did not|don'?t|do not|can'?t|cannot|couldn'?t|missed|forgot|"
     r"wasn'?t|was not|was|had|have|need|needed)\b|(?:i'?m|im)\s+(?:pretty\s+)?sure\b|(?:i'?m|im|i am)\s+\w+ing\b|"
     r"(?:because|cause|cuz|bc)\b|[-\u2013\u2014]+\s(?!" + _JOIN_ASIDE + _OPENS + r")|(?:(?:lol|lmao|rofl|haha+|hehe)\b|"
     r"[\U0001F300-\U0001FAFF\u2600-\u27BF])(?=\s*(?:$|[^\w\s]|(?:i|i'?m|im|we|u|you|my|was|were|sorry|ok|okay|so|but|"
     r"and|just|totally|no|nobody|need|asking|thanks|thx)\b))|"
-    r"(?:you know|or something|or what)\s*[.!?]*$|(?:please|pls|plz|thx|thanks|thank you|ty|cheers|asap|"
-    r"urgent(?:ly)?|lol|lmao|haha+|hehe|rofl|tia|(?:yeah|yep|ok|okay|so)\s+that'?s (?:it|all))\b[\s.!:)(]*$|[:;]-?[)(dp]\s*$)"
-    r".*$|\s*,\s*(?:i\s+)?(?:need|needed|want|have to|gotta|couldn'?t|can'?t|cannot|could not|didn'?t|did not|"
+    r"(?:you know|or something|or what)\s*[.!?]*$|(?:(?:ok|okay|alright)[\s,]+(?=(?:thanks|thank you|thx|ty|cheers)[\s,.!]+bye\b))?(?:please|pls|plz|thx|thanks|"
+    r"thank you|ty|cheers|asap|urgent(?:ly)?|lol|lmao|haha+|hehe|rofl|tia|(?:yeah|yep|ok|okay|so)\s+that'?s (?:it|all))\b"
+    r"[\s.!,:)(]*(?:bye\b[\s.!]*)?$|"
+    r"[:;]-?[)(dp]\s*$|and\s+(?-i:[A-Z][a-z]+)\s+(?:from\s+\w+\s+)?(?:keeps|kept|(?:is|was)\s+(?:asking|waiting|chasing|"
+    r"bugging|pinging|pestering)|wants to know|needs to know|asked (?:me|us))\b)"
+    r".*$|\s*,\s*(?:otherwise(?!\s+" + _OPENS + r")|(?:i\s+)?(?:need|needed|want|have to|gotta|couldn'?t|can'?t|cannot|could not|didn'?t|did not|"
     r"don'?t|do not|not sure|no idea|my\s+(?:\w+\s+){0,2}?(?:is|are|was|were|got|went|died|crashed|dropped|"
     r"broke|froze|cut)|if (?:anyone|anybody|someone|somebody|you|u) (?:\w+ )?(?:knows?|remembers?|recalls?|"
     r"caught it|has it|have it)|if (?:it|that|this|they) (?:\w+ )?(?:came up|come up|was (?:said|mentioned|discussed|"
-    r"covered)))\b.*$|" + _SENTENCE_END + r"\s?[.!]+\s+\S.*$",
+    r"covered))))\b.*$|" + _SENTENCE_END + r"\s?[.!]+\s+\S.*$",
     re.IGNORECASE)
 
 
@@ -229,6 +232,9 @@ _HOW_ARE_YOU = (r"(?:how are (?:you|u|ya|things)(?: doing)?|how'?s it going|how 
 _GREETS = re.compile(r"\W*(?:\w+\W+){0,3}?" + _HOW_ARE_YOU + r"\W*", re.IGNORECASE)
 _GREETING_ENDS = re.compile(r"(?:^|[.!?,]\s*)(?:(?:hey|hi|hello|so|and|also)\W+)*" + _HOW_ARE_YOU + r"\s*\?$",
                             re.IGNORECASE)
+# What someone does not know or care about, said before the question ("no idea who was there, but ...").
+_UNKNOWN = re.compile(r"\b(?:no idea|no clue|not sure|unsure|(?:don'?t|do not|didn'?t|did not)\s+(?:know|remember|care|"
+                      r"recall|see)|never mind|whatever)\s+$", re.IGNORECASE)
 # A sentence that ends before the question mark.
 _STOP = re.compile(_SENTENCE_END + r"[.!]+\s+(?=\S)", re.IGNORECASE)
 
@@ -300,6 +306,8 @@ def split_question(question: str) -> tuple[str, str]:
             # "If Dana is away, who will run the demo?", "... . If you can point me to it, even better.": a condition,
             # not a yes/no question
             continue
+        if re.match(r"what an?\s+\w+\s*(?:[.!)\]\-\u2013\u2014]|$" + (r"|," if at else "") + ")", q[at:], re.IGNORECASE):
+            continue  # "(stuck in traffic, what a mess) - who ...": an exclamation, not a question
         courtesy = re.match(r"(?:when|whenever)\s+(?:you|u)\b", q[at:], re.IGNORECASE)  # "when you get a sec: who ..."
         if (found.group("start").lower() in ("if", "whether") or courtesy) and re.search(
                 r"(?:\b(?:but|so)\s+|[,:;]\s*)(?:(?:by|on|until|in|at|for|from|to|of)\s+(?:when|what|which|whom)\b|"
@@ -312,6 +320,10 @@ def split_question(question: str) -> tuple[str, str]:
     for at in starts:
         if re.match(_HOW_ARE_YOU + r"\s*(?:[?!.,]|$)", q[at:], re.IGNORECASE) or _statement_before(q, at, starts):
             continue
+        if _UNKNOWN.search(q[:at]):
+            but = [w for w in later_wh + aux if w > at and re.search(r"\bbut\s+(?:[\w']+\s+){0,4}$", q[:w])]
+            if but:  # "no idea who was there and don't care, but when ...?": before "but" it is said, not asked
+                return _inner(q, but[0], after)
         if _without_subject(q, at) and (_opens_later(q, at) or re.match(r"\w+n?['\u2019]?t\b", q[at:], re.IGNORECASE)
                                         and any(w < at for w in wh + aux)):
             # "was out sick tuesday 🤒 how much ...", "yo who will ..., can't find it" (a negative auxiliary after a
@@ -477,8 +489,9 @@ def _is_question(piece: str) -> bool:
     return any(_EMBEDDING.search(rest[:found.start("start")]) for found in _CLAUSE.finditer(rest) if found.start("start"))
 
 
-_EMBEDDING = re.compile(r"\b(?:know|wondering|wonder|confirm|remember|recall|forget|tell me|tell us|check|idea|clarify|"
-                        r"explain|verify)\s+$", re.IGNORECASE)
+_EMBEDDING = re.compile(r"\b(?:know|wondering|wonder|curious|(?:wanted|want|meant|like|have) to ask|"
+                        r"(?:(?:just|also|i'?m|was)\s+|^)asking|confirm|remember|recall|forget|tell me|tell us|check|idea|"
+                        r"clarify|explain|verify)\s+$", re.IGNORECASE)
 # "unrelated but what ...": a few words, "but", then a question word that does not open a clause of a statement ("... but
 # when I checked it was gone")
 _BUT_ASKS = re.compile(r"^(?:\S+\s+){0,3}?but\s+(?:who|whom|whose|what|when|where|which|why|how)\b"

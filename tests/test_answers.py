@@ -173,6 +173,37 @@ def test_question_types(question, qtype):
     ("Hope you had a good weekend! How was the trip? Who will send the report?", "Who will send the report?",
      QuestionType.WHO_WILL),
     ("Who is the contact at Acme. Can you check?", "Who is the contact at Acme", QuestionType.WHO_WILL),
+    # session 33, a tenth helper's wrappers (development seeds): a statement with question words before ", but ...",
+    # an exclamation in parentheses, "no clue", a new subject after an unpunctuated question, ", otherwise ...",
+    # sign-offs in a row
+    ("When you get a sec - no idea who was there or how long it ran, and honestly don't care, but how much is the "
+     "deposit?", "How much is the deposit?", QuestionType.HOW_MUCH),
+    ("Not sure who took notes, but I'm curious who will send the contract?", "Who will send the contract?",
+     QuestionType.WHO_WILL),
+    ("quick q (was stuck in traffic, what a mess) - who will send the contract?", "Who will send the contract?",
+     QuestionType.WHO_WILL),
+    ("I hate to be that person, but I genuinely have no clue how much is the deposit and Karen from legal keeps pinging "
+     "me about it.", "How much is the deposit", QuestionType.HOW_MUCH),
+    ("I need to know who will send the contract, otherwise finance will chase me again.",
+     "Who will send the contract", QuestionType.WHO_WILL),
+    ("hi it's Luis um could you tell me how much is the deposit okay thanks bye", "How much is the deposit",
+     QuestionType.HOW_MUCH),
+    # ... while a name after "and" inside the question, "what a/an" that asks, and "but" inside it stay
+    ("when will Tom and Karen finish the report", "When will Tom and Karen finish the report", QuestionType.WHEN),
+    ("What an increase did they approve for the budget?", "What an increase did they approve for the budget?",
+     QuestionType.HOW_MUCH),
+    # ... and what a reviewer's battery found the first version of those rules cut: a question before "but", a clause
+    # of the question after "but", a name after "and" that is part of it, "ok" that is the matter, a question after
+    # ", otherwise"
+    ("Who is leading the migration, but when does it start?", "Who is leading the migration, but when does it start?",
+     QuestionType.WHO_WILL),
+    ("which candidate passed the interview but was not hired?", "Which candidate passed the interview but was not hired?",
+     QuestionType.OTHER),
+    ("what happens if Raj leaves and Dana is the only one left",
+     "What happens if Raj leaves and Dana is the only one left", QuestionType.OTHER),
+    ("is the budget ok thanks", "Is the budget ok", QuestionType.YES_NO),
+    ("is the launch on time, otherwise what's the new date", "Is the launch on time, otherwise what's the new date",
+     QuestionType.YES_NO),
 ])
 def test_a_question_is_answered_as_the_question_inside_its_wrapping(asked, plain, qtype):
     """People wrap questions ("hey, ...", "... thanks!", "do you know ..."): "Do you know who gave the rate?" was
@@ -278,6 +309,11 @@ def test_a_question_is_answered_as_the_question_inside_its_wrapping(asked, plain
      ["Following up on the vendor who raised prices, and when is the renewal?"]),
     ("Forwarding Sam's q:\n> when is the launch.\nand who is presenting?",
      ["Forwarding Sam's q: > when is the launch.", "and who is presenting?"]),
+    # session 33, a tenth helper's joins: a question after "wanted to ask" ended by a full stop, and a second after it
+    ("wanted to ask who will send it. and how much is the deposit while i'm at it",
+     ["wanted to ask who will send it.", "and how much is the deposit while i'm at it"]),
+    ("When is the launch? I'll ask who owns marketing tomorrow.",
+     ["When is the launch? I'll ask who owns marketing tomorrow."]),  # a plan to ask is no question
 ])
 def test_a_message_asking_two_things_is_split_into_its_questions(asked, parts):
     assert split_questions(asked) == parts
