@@ -270,7 +270,7 @@ def _statement_before(q: str, at: int, starts: list[int]) -> bool:
     stop = _STOP.search(q, at)
     if q.endswith("?") and stop is not None and any(s >= stop.end() for s in later):
         return True
-    return bool(re.search(r"\w\s+[A-Z][a-z]+,\s*$", q[:at])) and any(
+    return bool(re.search(r"(?:^|\w\s+)[A-Z][a-z]+,\s*$", q[:at])) and any(
         re.search(r"(?::|\b(?:know|check|confirm|wondering|ask(?:ed|ing)?))\s*$", q[:s]) for s in later)
 
 
@@ -459,7 +459,7 @@ def split_questions(question: str) -> list[str]:
         second = inner[found.end():].rstrip(" ?.!")
         if second.endswith(")") and "(" not in second:  # "... (and while you're at it, who ...)", "... (and when)?"
             second = second[:-1].rstrip(" ?.!")
-        if not re.search(r"\w", re.sub(r"^\w+", "", second)):  # "... and when?": when of the same thing
+        if not re.search(r"\w", re.sub(r"^(?:(?:by|until|till)\s+)?\w+", "", second)):  # "... and (by) when?": of the same thing
             if not _WH.match(first):
                 questions.append(piece)  # "Did they decide who will send it and when?": no second question to make
                 continue

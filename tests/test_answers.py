@@ -204,6 +204,9 @@ def test_question_types(question, qtype):
     ("is the budget ok thanks", "Is the budget ok", QuestionType.YES_NO),
     ("is the launch on time, otherwise what's the new date", "Is the launch on time, otherwise what's the new date",
      QuestionType.YES_NO),
+    # a relative clause after a name that opens the message ("Elena, who leads QA, asked me to check: ...")
+    ("Elena, who leads QA, asked me to check: when is the code freeze?", "When is the code freeze?", QuestionType.WHEN),
+    ("Tom, who will send the contract?", "Who will send the contract?", QuestionType.WHO_WILL),
 ])
 def test_a_question_is_answered_as_the_question_inside_its_wrapping(asked, plain, qtype):
     """People wrap questions ("hey, ...", "... thanks!", "do you know ..."): "Do you know who gave the rate?" was
@@ -314,6 +317,7 @@ def test_a_question_is_answered_as_the_question_inside_its_wrapping(asked, plain
      ["wanted to ask who will send it.", "and how much is the deposit while i'm at it"]),
     ("When is the launch? I'll ask who owns marketing tomorrow.",
      ["When is the launch? I'll ask who owns marketing tomorrow."]),  # a plan to ask is no question
+    ("Who will send the contract (and by when)?", ["Who will send the contract?", "By when will send the contract?"]),
 ])
 def test_a_message_asking_two_things_is_split_into_its_questions(asked, parts):
     assert split_questions(asked) == parts
