@@ -31,7 +31,7 @@ import re
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Callable
 
@@ -125,10 +125,9 @@ class Tuned:
     feedback_weight: float = FocusSettings.feedback_weight
 
     def focus(self) -> FocusSettings:
-        return FocusSettings(window_turns=self.window_turns, window_weight=self.window_weight,
-                             speaker_weight=self.speaker_weight, max_overlap=self.max_overlap,
-                             feedback_windows=self.feedback_windows, feedback_terms=self.feedback_terms,
-                             feedback_weight=self.feedback_weight)
+        """app/focused.py's settings with this run's values for every field the two share."""
+        shared = {f.name: getattr(self, f.name) for f in fields(FocusSettings) if hasattr(self, f.name)}
+        return replace(FocusSettings(), **shared)
 
 
 class Minutia:
@@ -260,33 +259,30 @@ def tune(meetings: list[Meeting], lengths: dict[str, int]) -> Tuned:
     def kind_score(tuned: Tuned, kind: str) -> float:
         return summarise_rows(score_ours(systems, lengths, tuned))[kind]["rougeLsum"]
 
-    best, best_score = Tuned(), -1.0
-    grid = list(itertools.product((1.0, 1.25, 1.5), (5, 10, 20), (0.5, 0.7, 0.9), (0.0, 0.5), (1.0, 0.5)))
+    grid = [replace(Tuned(), specific_budget=budget, window_turns=width, window_weight=weight, speaker_weight=speaker,
+                    max_overlap=overlap)
+            for budget, width, weight, speaker, overlap in
+            itertools.product((1.0, 1.25, 1.5), (5, 10, 20), (0.5, 0.7, 0.9), (0.0, 0.5), (1.0, 0.5))]
+    feedback = [(1, 0, 0.125), *itertools.product((1, 2, 3), (2, 3, 5), (0.125, 0.25))]
+    general_budgets = (0.8, 1.0, 1.25, 1.5)
     with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("tuning", total=len(grid) + 19 + 4)
-        for budget, width, weight, speaker, overlap in grid:
-            tuned = replace(best, specific_budget=budget, window_turns=width, window_weight=weight, speaker_weight=speaker,
-                            max_overlap=overlap)
-            score = kind_score(tuned, "specific")
-            if score > best_score:
-                best_candidate, best_score = tuned, score
-            progress.advance(task)
-        best = best_candidate
-        for windows, terms, weight in [(1, 0, 0.125), *itertools.product((1, 2, 3), (2, 3, 5), (0.125, 0.25))]:
-            tuned = replace(best, feedback_windows=windows, feedback_terms=terms, feedback_weight=weight)
-            score = kind_score(tuned, "specific")
-            if score > best_score:
-                best_candidate, best_score = tuned, score
-            progress.advance(task)
-        best, best_score = best_candidate, -1.0
-        for budget in (0.8, 1.0, 1.25, 1.5):
-            tuned = replace(best, general_budget=budget)
-            score = kind_score(tuned, "general")
-            if score > best_score:
-                best_candidate, best_score = tuned, score
-            progress.advance(task)
-    console.print(f"[bold]tuned[/] {best_candidate}")
-    return best_candidate
+        task = progress.add_task("tuning", total=len(grid) + len(feedback) + len(general_budgets))
+
+        def best_of(candidates: list[Tuned], kind: str, best: tuple[float, Tuned | None] = (-1.0, None)):
+            """(score, settings) of the best of ``candidates`` and ``best``: on a tie the earlier one stays."""
+            for tuned in candidates:
+                score = kind_score(tuned, kind)
+                if score > best[0]:
+                    best = (score, tuned)
+                progress.advance(task)
+            return best
+
+        specific = best_of(grid, "specific")
+        specific = best_of([replace(specific[1], feedback_windows=windows, feedback_terms=terms, feedback_weight=weight)
+                            for windows, terms, weight in feedback], "specific", specific)
+        _, tuned = best_of([replace(specific[1], general_budget=budget) for budget in general_budgets], "general")
+    console.print(f"[bold]tuned[/] {tuned}")
+    return tuned
 
 
 def segmentation_pk(meetings: list[Meeting]) -> float:
