@@ -6,6 +6,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from app.sentences import split_sentences as sentences
@@ -126,6 +127,20 @@ def test_rouge_prefers_the_perfect_summary_to_lead_k(bench, two_topics):
     assert perfect["rougeLsum"] == pytest.approx(100.0) and perfect["rouge1"] == pytest.approx(100.0)
     for metric in bench.METRICS:
         assert perfect[metric] > lead[metric]
+
+
+def test_bootstrap_pairs_the_queries_across_methods(bench):
+    """A method one point behind on every query is one point behind in every resample (paired), while the means'
+    own intervals overlap: an unpaired resample would give the difference an interval of several points."""
+    rng = np.random.default_rng(1)
+    ours = rng.uniform(10, 40, 60)
+    rows = {"minutia": [("specific", {"rougeLsum": float(v)}) for v in ours],
+            "lead-k": [("specific", {"rougeLsum": float(v - 1)}) for v in ours]}
+    got = bench.bootstrap(rows, draws=2000)
+    assert got["minutia minus"]["lead-k"] == pytest.approx([1.0, 1.0, 1.0])
+    low, high = got["mean"]["minutia"]
+    assert low < ours.mean() < high and high - low > 2
+    assert got["mean"]["lead-k"] == pytest.approx([low - 1, high - 1], abs=0.011)
 
 
 @pytest.mark.parametrize("said, speaker, minutes", [
