@@ -253,6 +253,29 @@ def insert_needles(meeting: Meeting, needles: list[Needle], depths: list[float],
     meeting.needles = needles
 
 
+def rank_meetings(files: list[Path], tokenizer, max_tokens: int) -> list[tuple[Meeting, int]]:
+    """(meeting, turns in context) of the meetings with a query whose gold span fits the truncated context,
+    those with the most such queries first (ties by file name): the meetings a ``--limit`` takes."""
+    candidates = []
+    for path in files:
+        meeting = load_meeting(path)
+        n_fit = turns_in_context(meeting, tokenizer, max_tokens)
+        fits = sum(all(b < n_fit for _, b in q.spans) for q in meeting.queries)
+        if fits:
+            candidates.append((-fits, path.name, meeting, n_fit))
+    return [(meeting, n_fit) for _, _, meeting, n_fit in sorted(candidates, key=lambda c: (c[0], c[1]))]
+
+
+def usable_queries(meeting: Meeting, tokenizer) -> list[Query]:
+    """The queries of an encoded meeting with at least half of their gold span's tokens in the context."""
+    used = []
+    for q in meeting.queries:
+        span = query_span_tokens(meeting, q)
+        if span.numel() and span.numel() >= 0.5 * query_span_total_tokens(meeting, q, tokenizer):
+            used.append(q)
+    return used
+
+
 def query_span_tokens(meeting: Meeting, query: Query) -> Any:
     """Token positions (in the truncated context) of the query's gold turns."""
     import torch
@@ -1500,15 +1523,7 @@ def main(argv: list[str] | None = None) -> int:
     _warm_up(model)
     console.log(f"model loaded and warmed up ({time.perf_counter() - t_start:.1f} s)")
 
-    # Meeting selection: the ones with the most queries whose gold span fits the truncated context.
-    candidates = []
-    for path in files:
-        meeting = load_meeting(path)
-        n_fit = turns_in_context(meeting, tokenizer, max_tokens)
-        fits = [q for q in meeting.queries if all(b < n_fit for _, b in q.spans)]
-        candidates.append((-len(fits), path.name, meeting, n_fit))
-    candidates.sort(key=lambda c: (c[0], c[1]))
-    chosen = [c for c in candidates if c[0] < 0][: args.limit or len(candidates)]
+    chosen = rank_meetings(files, tokenizer, max_tokens)[: args.limit or None]
     if not chosen:
         console.print("[red]no meeting has a query whose span fits in the context")
         return 2
@@ -1519,19 +1534,13 @@ def main(argv: list[str] | None = None) -> int:
     meetings: list[Meeting] = []
     meeting_queries: list[list[Query]] = []
     meeting_info = []
-    for (neg_fit, _, meeting, n_fit), own in zip(chosen, per_meeting_needles):
+    for (meeting, n_fit), own in zip(chosen, per_meeting_needles):
         k = len(own)
         depths = [min(0.95, max(0.05, (i + rng.uniform(0.15, 0.85)) / k)) for i in range(k)]
         insert_needles(meeting, own, depths, n_fit)
         encode(meeting, tokenizer, max_tokens)
-        used, skipped = [], 0
-        for q in meeting.queries:
-            span = query_span_tokens(meeting, q)
-            total = query_span_total_tokens(meeting, q, tokenizer)
-            if span.numel() == 0 or span.numel() < 0.5 * total:
-                skipped += 1
-            else:
-                used.append(q)
+        used = usable_queries(meeting, tokenizer)
+        skipped = len(meeting.queries) - len(used)
         if args.max_queries is not None:
             skipped += max(0, len(used) - args.max_queries)
             used = used[: args.max_queries]

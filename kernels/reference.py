@@ -36,13 +36,13 @@ from typing import Literal, Sequence
 
 import torch
 
-from kvstore.formats import BY_NAME, QUANTIZED, QUANTIZED_NAMES
+from kvstore.formats import BY_NAME, CODEC_NAMES, CODECS
 
-QuantKind = Literal[QUANTIZED_NAMES]
+QuantKind = Literal[CODEC_NAMES]  # a split format (kvstore.formats) is two of these
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = float(torch.finfo(torch.float8_e4m3fn).max)  # 448
 # The integer formats: asymmetric with 2^bits levels (FP8 is the one float format, absmax-scaled).
-_INT_LEVELS = {f.name: (1 << f.bits) - 1 for f in QUANTIZED if f.name != "fp8"}
+_INT_LEVELS = {f.name: (1 << f.bits) - 1 for f in CODECS if f.name != "fp8"}
 
 
 def codes_per_byte(kind: str) -> int:
@@ -191,7 +191,7 @@ def quantize(
     and zero points; they are rounded conservatively so the per-element error bound of the integer
     formats (half a step) holds with the stored parameters.
     """
-    if kind not in QUANTIZED_NAMES:
+    if kind not in CODEC_NAMES:
         raise ValueError(f"unknown quantization kind {kind!r}")
     axis = _normalize_axis(axis, x.ndim)
     outlier_values = None
@@ -515,7 +515,7 @@ def _outlier_rows(qt: QuantizedTensor, n_heads: int) -> torch.Tensor | None:
 
 
 def _fused_layout_ok(qt: QuantizedTensor, axis: int) -> bool:
-    if len(qt.shape) != 4 or qt.axis != axis or qt.kind not in QUANTIZED_NAMES:
+    if len(qt.shape) != 4 or qt.axis != axis or qt.kind not in CODEC_NAMES:
         return False
     length = qt.shape[axis]
     if qt.group_size <= 0 or length % qt.group_size:

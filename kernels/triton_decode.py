@@ -33,7 +33,7 @@ import triton.language as tl
 
 from kernels import reference as ref
 from kernels.reference import AttentionPartial, GlobalSummary, PagedSource, QuantizedTensor
-from kvstore.formats import QUANTIZED, BlockFormat
+from kvstore.formats import CODECS, BlockFormat
 
 # KIND: the format's code (kvstore.formats); the literals the device code branches on are checked against it.
 KIND_FULL = int(BlockFormat.FULL)
@@ -41,7 +41,7 @@ KIND_INT8 = int(BlockFormat.INT8)
 KIND_INT4 = int(BlockFormat.INT4)
 KIND_FP8 = int(BlockFormat.FP8)
 KIND_INT2 = int(BlockFormat.INT2)
-_KIND_CODES = {f.name: f.code for f in QUANTIZED}
+_KIND_CODES = {f.name: f.code for f in CODECS}
 MAX_SOURCES = 4
 _LOG2E = 1.4426950408889634
 

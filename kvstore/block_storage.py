@@ -17,7 +17,8 @@ from kernels import dispatch as ops  # Triton on CUDA, the torch reference elsew
 from kernels.reference import GlobalSummary, QuantizedTensor
 from kvstore.blocks import HEAD_MAJOR, BlockFormat, BlockPool, PageTable, SlotSpec
 from kvstore.config import TieredCacheConfig
-from kvstore.quant import get_quantizer
+from kvstore.formats import BY_NAME
+from kvstore.quant import GroupQuantizer, get_quantizer
 
 
 def select_rows(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -72,11 +73,14 @@ class BlockStorage:
         }
         self.key_quantizers = {}
         self.value_quantizers = {}
+
+        def codec(name: str) -> GroupQuantizer:
+            return get_quantizer(name, group_size=settings.group_size, param_dtype=settings.param_dtype)
+
         for kind in settings.warm_kinds:
-            fmt = BlockFormat.from_kind(kind)
-            base = get_quantizer(kind, group_size=settings.group_size, param_dtype=settings.param_dtype)
-            self.key_quantizers[fmt] = base.for_keys(token_axis=1)  # block layout [n, bs, H, D]
-            self.value_quantizers[fmt] = base.for_values()
+            fmt, row = BlockFormat.from_kind(kind), BY_NAME[kind]  # a split row: keys and values in different codecs
+            self.key_quantizers[fmt] = codec(row.key_codec).for_keys(token_axis=1)  # block layout [n, bs, H, D]
+            self.value_quantizers[fmt] = codec(row.value_codec).for_values()
             self.pools[fmt] = BlockPool(self._quantized_specs(fmt), g.device)
         self.outlier_idx: dict[str, torch.Tensor | None] = {"k": None, "v": None}
         self.summary = GlobalSummary.empty(g.batch, g.n_heads, g.head_dim, g.device)

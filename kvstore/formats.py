@@ -8,6 +8,11 @@ persisted in checkpoints and branched on by the kernels, so a row's ``code`` nev
 
 A block's bytes are not in the table: a pool measures its slot layout on a probe quantization
 (kvstore.block_storage), so scales, zero points and outlier channels are counted as the quantizer stores them.
+
+A split format (``parts``) stores a block's keys as one codec's codes and its values as another's: the kernels
+see two ordinary quantized tensors (each carries its own kind), so a split row needs no kernel code. Keys carry
+most of a low-bit cache's loss (bench/kv_formats.py: INT2 keys with exact values lose about twice what INT2 values
+with exact keys do), so ``k4v2`` spends INT4's bits on keys and INT2's on values.
 Pure Python (no torch), so the app's settings can import it cheaply.
 """
 
@@ -27,7 +32,8 @@ class Format:
     about 1 - its relative error on KV activations, so quantizing usually beats dropping.
     ``cpu_code``: the C++ decode kernel's ``enum Kind`` value (None for full precision, whose dtype
     picks the kind). ``native_from``: the CUDA compute capability computing on the format natively
-    (None: everywhere; storage works on every device).
+    (None: everywhere; storage works on every device). ``parts``: (key codec, value codec) of a split
+    format, which has no codes of its own (``bits`` and ``cpu_code`` None).
     """
 
     name: str
@@ -36,10 +42,20 @@ class Format:
     fidelity: float
     cpu_code: int | None = None
     native_from: tuple[int, int] | None = None
+    parts: tuple[str, str] | None = None
 
     @property
     def codes_per_byte(self) -> int:
         return 8 // (self.bits or 8)
+
+    @property
+    def key_codec(self) -> str:
+        """The codec (a row without parts) that stores this format's keys."""
+        return self.parts[0] if self.parts else self.name
+
+    @property
+    def value_codec(self) -> str:
+        return self.parts[1] if self.parts else self.name
 
 
 FORMATS: tuple[Format, ...] = (
@@ -48,8 +64,12 @@ FORMATS: tuple[Format, ...] = (
     Format("int4", 2, 4, 0.9, cpu_code=4),  # asymmetric, ~8%: the warm/cold workhorse (KIVI)
     Format("fp8", 3, 8, 0.97, cpu_code=5, native_from=(8, 9)),  # e4m3, absmax scale, ~2.5%
     Format("int2", 4, 2, 0.7, cpu_code=6),  # asymmetric, ~30%: the last step before dropping
+    Format("k4v2", 5, None, 0.83, parts=("int4", "int2")),  # INT4 keys, INT2 values: INT2's loss at 4/5 of INT4's bytes
 )
 QUANTIZED: tuple[Format, ...] = tuple(f for f in FORMATS if f.name != "full")
+# The quantized formats with codes of their own: what the kernels quantize, pack and branch on.
+CODECS: tuple[Format, ...] = tuple(f for f in QUANTIZED if f.parts is None)
+CODEC_NAMES: tuple[str, ...] = tuple(f.name for f in CODECS)
 BY_NAME: dict[str, Format] = {f.name: f for f in FORMATS}
 NAMES: tuple[str, ...] = tuple(BY_NAME)
 QUANTIZED_NAMES: tuple[str, ...] = tuple(f.name for f in QUANTIZED)

@@ -15,21 +15,32 @@ import pytest
 from app.config import KVSettings, ModalitySettings
 from kernels import cpu_decode, reference
 from kvstore.config import ModalityPolicy, TieredCacheConfig
-from kvstore.formats import BY_NAME, FORMATS, NAMES, QUANTIZED, QUANTIZED_NAMES, BlockFormat, Format
+from kvstore.formats import BY_NAME, CODEC_NAMES, CODECS, FORMATS, NAMES, QUANTIZED, QUANTIZED_NAMES, BlockFormat, Format
 from kvstore.quant import QUANTIZERS, get_quantizer
 from kvstore.quant.registry import quantizer_class
 
 KERNELS = Path(__file__).resolve().parent.parent / "kernels"
-CODES = {"full": 0, "int8": 1, "int4": 2, "fp8": 3, "int2": 4}
+CODES = {"full": 0, "int8": 1, "int4": 2, "fp8": 3, "int2": 4, "k4v2": 5}
 CPU_CODES = {"int8": 3, "int4": 4, "fp8": 5, "int2": 6}
 
 
 def test_codes_are_unchanged_unique_and_dense():
     assert {f.name: f.code for f in FORMATS} == CODES
-    assert {f.name: f.cpu_code for f in QUANTIZED} == CPU_CODES
+    assert {f.name: f.cpu_code for f in CODECS} == CPU_CODES
     # Page tables index per-format tensors by code (range(len(BlockFormat))).
     assert sorted(f.code for f in FORMATS) == list(range(len(FORMATS)))
-    assert FORMATS[0].name == "full" and all(f.bits for f in QUANTIZED)
+    assert FORMATS[0].name == "full" and all(f.bits for f in CODECS)
+
+
+def test_a_split_format_is_two_codecs_and_nothing_of_its_own():
+    split = [f for f in QUANTIZED if f.parts]
+    assert [f.name for f in split] == ["k4v2"] and BY_NAME["k4v2"].parts == ("int4", "int2")
+    for f in split:
+        assert f.bits is None and f.cpu_code is None and f.name not in CODEC_NAMES
+        assert {f.key_codec, f.value_codec} <= set(CODEC_NAMES)
+        # between its parts in what it keeps, so the planner's hull can use it between INT2 and INT4
+        assert BY_NAME[f.value_codec].fidelity < f.fidelity < BY_NAME[f.key_codec].fidelity
+    assert all((f.key_codec, f.value_codec) == (f.name, f.name) for f in CODECS)
 
 
 def test_enum_follows_the_table():
@@ -38,8 +49,8 @@ def test_enum_follows_the_table():
 
 
 def test_every_quantized_format_has_a_quantizer():
-    assert tuple(QUANTIZERS) == QUANTIZED_NAMES
-    for f in QUANTIZED:
+    assert tuple(QUANTIZERS) == CODEC_NAMES
+    for f in CODECS:
         q = get_quantizer(f.name, group_size=16)
         assert (q.kind, q.bits) == (f.name, f.bits)
     # A new row needs no quantizer module.
@@ -55,7 +66,7 @@ def test_configs_accept_the_table_names_only():
     warm = KVSettings.model_fields["warm_kinds"].annotation
     assert get_args(get_args(warm)[0]) == QUANTIZED_NAMES
     assert get_args(get_args(ModalitySettings.model_fields["preferred"].annotation)[0]) == NAMES
-    assert get_args(reference.QuantKind) == QUANTIZED_NAMES
+    assert get_args(reference.QuantKind) == CODEC_NAMES
 
 
 def test_kernel_code_maps_follow_the_table():
@@ -67,7 +78,7 @@ def test_kernel_code_maps_follow_the_table():
 def test_codes_hard_coded_in_kernel_sources_agree():
     cpp = (KERNELS / "csrc" / "cpu_decode.cpp").read_text()
     kinds = dict(re.findall(r"K_(\w+) = (\d+)", re.search(r"enum Kind \{([^}]*)\}", cpp).group(1)))
-    for f in QUANTIZED:
+    for f in CODECS:
         assert int(kinds[f.name.upper()]) == f.cpu_code, f.name
     # Triton device code branches on literals, each marked with its format's name.
     for name in ("triton_decode.py", "triton_quant.py"):

@@ -129,6 +129,7 @@ def _storage_bytes(layer: TieredLayer) -> int:
         ("qwen2", "sdpa", 0.6, ("int8", "int4")),  # stock SDPA: quantize only, never drop
         ("llama", MINUTIA_ATTENTION, 0.4, ("fp8",)),
         ("llama", MINUTIA_ATTENTION, 0.25, ("int8", "int4", "int2")),
+        ("llama", MINUTIA_ATTENTION, 0.5, ("int8", "int4", "k4v2", "int2")),
     ],
 )
 def test_budget_respected_after_compressed_chunked_prefill(arch, attn, ratio, kinds) -> None:
@@ -164,7 +165,7 @@ def test_budget_respected_after_compressed_chunked_prefill(arch, attn, ratio, ki
     assert cache.kv_bytes(include_sliding=False) <= cache.budget_bytes()
 
 
-@pytest.mark.parametrize("kinds,ratio", [(("int8", "int4"), 0.5), (("int4", "int2"), 0.3)])
+@pytest.mark.parametrize("kinds,ratio", [(("int8", "int4"), 0.5), (("int4", "int2"), 0.3), (("k4v2",), 0.3)])
 def test_sparse_attention_over_quantized_blocks_equals_sdpa_over_dequantized_cache(kinds, ratio) -> None:
     """One compressed state (quantized blocks, no drops), read by both attention paths."""
     model = tiny_model("llama", attn=MINUTIA_ATTENTION)
@@ -181,6 +182,26 @@ def test_sparse_attention_over_quantized_blocks_equals_sdpa_over_dequantized_cac
         outs.append(feed(model, cache, probe))
         cache.rollback(checkpoint)
     assert _max_diff(*outs) <= EXACT
+
+
+def test_a_split_block_keeps_int4_keys_and_int2_values_at_bytes_between_theirs() -> None:
+    model = tiny_model("llama", attn=MINUTIA_ATTENTION)
+    # half the bytes: in a model this small the scoring state and the scales take most of a lower budget
+    cache = TieredCache(config=model.config, block_size=16, compress=True, budget_ratio=0.5, recent_tokens=32,
+                        allow_drop=False, warm_kinds=("int4", "k4v2", "int2"))
+    feed(model, cache, token_ids(256), chunk=256)
+    storage = cache.tiered_layers[0].storage
+    split, int4, int2 = (BlockFormat.from_kind(k) for k in ("k4v2", "int4", "int2"))
+    assert (storage.table.format == int(split)).any(), "the planner uses the split format"
+    assert (storage.paged_quantized(split, "k").kind, storage.paged_quantized(split, "v").kind) == ("int4", "int2")
+    assert storage.block_bytes(int2) < storage.block_bytes(split) < storage.block_bytes(int4)
+    # what it reads back: at most 16 levels in a key group (a channel over the block's tokens), at most 4 in a
+    # value group (a token's channels), and more than 4 in some key group: INT4 keys, INT2 values
+    row = torch.nonzero(storage.table.format == int(split))[0, 0].view(1)
+    keys, values = storage.rows_dense(row)  # [1, B, bs, H, D]
+    key_levels = [len(torch.unique(keys[0, 0, :, h, d])) for h in range(keys.shape[3]) for d in range(keys.shape[4])]
+    value_levels = [len(torch.unique(values[0, 0, t, h])) for t in range(values.shape[2]) for h in range(values.shape[3])]
+    assert max(key_levels) <= 16 and max(value_levels) <= 4 and max(key_levels) > 4
 
 
 def test_compressed_cache_at_half_budget_stays_close() -> None:

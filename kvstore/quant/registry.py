@@ -1,4 +1,5 @@
-"""Quantizers by name, so configs can say ``warm_kinds: [int8, int4]``: one per quantized row of kvstore.formats.
+"""Quantizers by name, so configs can say ``warm_kinds: [int8, int4]``: one per codec row of kvstore.formats (a
+split format such as ``k4v2`` uses two of them, one for keys and one for values: kvstore.block_storage).
 
 Every format quantizes group-wise through the kernels (:class:`GroupQuantizer`); a row only sets the
 class's ``kind`` and ``bits``, so the registry is built from the table and a new format needs no module here.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from kvstore.formats import BY_NAME, QUANTIZED, Format
+from kvstore.formats import BY_NAME, CODECS, Format
 from kvstore.quant.base import GroupQuantizer
 
 Q = TypeVar("Q", bound=type[GroupQuantizer])
@@ -20,14 +21,14 @@ def quantizer_class(fmt: Format) -> type[GroupQuantizer]:
     return type(name, (GroupQuantizer,), {"kind": fmt.name, "bits": fmt.bits, "__module__": __name__, "__qualname__": name})
 
 
-QUANTIZERS: dict[str, type[GroupQuantizer]] = {f.name: quantizer_class(f) for f in QUANTIZED}
+QUANTIZERS: dict[str, type[GroupQuantizer]] = {f.name: quantizer_class(f) for f in CODECS}
 globals().update({cls.__name__: cls for cls in QUANTIZERS.values()})  # module attributes, so instances pickle
 
 
 def register_quantizer(cls: Q) -> Q:
     """Class decorator: serve the table's format ``cls.kind`` with ``cls`` (a quantizer that is not a plain group one)."""
-    if cls.kind not in BY_NAME or BY_NAME[cls.kind] not in QUANTIZED:
-        raise ValueError(f"{cls.__name__}: {cls.kind!r} is not a quantized format of kvstore.formats")
+    if cls.kind not in BY_NAME or BY_NAME[cls.kind] not in CODECS:
+        raise ValueError(f"{cls.__name__}: {cls.kind!r} is not a codec of kvstore.formats")
     QUANTIZERS[cls.kind] = cls
     return cls
 

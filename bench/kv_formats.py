@@ -1,0 +1,167 @@
+#!/usr/bin/env python
+"""Which half of the KV a low-bit format hurts: answer NLL with every settled token stored in one format.
+
+    python bench/kv_formats.py [--part tuning|held-out] [--limit 4] [--max-tokens 4096]
+                               [--pairs full:int2,int2:full,int2:int2,int4:int2,int4:int4]
+
+The same QMSum meetings and answer NLL as bench/kv_quality.py (its meeting selection, prompt and teacher-forced
+gold answers), but no planner, budget or scorer: each meeting is prefilled once into a full cache, then for each
+``KEY:VALUE`` pair of codecs (kvstore.formats; ``full`` = left as is) every token of the full-attention layers
+but the last ``--recent`` is quantized and read back with the library's quantizers (KIVI layout: keys per
+channel along the tokens, values per token, groups of ``--group-size``; a key group stays inside one
+``--block-size`` block, as in the cache), and the answers are scored again.
+NLL recovery = mean full-cache NLL / mean NLL, as in kv_quality. Bits per element count the scale and zero
+point (fp16) of each group.
+
+It isolates the codec from the budget planner, so it says what a block format costs wherever it is used:
+keys or values, and how a split format (``int4:int2`` is the ``k4v2`` row) compares with its parts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+import warnings
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench import kv_quality as kq  # noqa: E402
+from bench.qmsum_split import PARTS, kv_part_of  # noqa: E402
+from kvstore.formats import BY_NAME, CODEC_NAMES  # noqa: E402
+
+DEFAULT_PAIRS = "full:int2,int2:full,int2:int2,int4:int2,int4:int4"
+
+
+def parse_pairs(text: str) -> list[tuple[str, str]]:
+    pairs = []
+    for item in (p.strip() for p in text.split(",") if p.strip()):
+        key, _, value = item.partition(":")
+        for name in (key, value):
+            if name != "full" and name not in CODEC_NAMES:
+                raise ValueError(f"unknown codec {name!r} in {item!r}; known: full, {', '.join(CODEC_NAMES)}")
+        pairs.append((key, value))
+    if not pairs:
+        raise ValueError("no KEY:VALUE pairs given")
+    return pairs
+
+
+def bits_per_element(codec: str, group: int) -> float:
+    """Stored bits per K or V element: the code plus its group's fp16 scale and zero point."""
+    return 16.0 if codec == "full" else BY_NAME[codec].bits + 32.0 / group
+
+
+def read_back(x, codec: str, keys: bool, group: int):
+    """``x`` [B, H, T, D] quantized with the library's codec in the cache's layout and dequantized."""
+    from kvstore.quant import get_quantizer
+
+    if codec == "full":
+        return x
+    base = get_quantizer(codec, group_size=group)
+    quantizer = base.for_keys(token_axis=2) if keys else base.for_values()
+    return quantizer.dequantize(quantizer.quantize(x))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=kq.DEFAULT_DATA)
+    ap.add_argument("--model", type=Path, default=kq.default_model_dir())
+    ap.add_argument("--part", choices=PARTS, default="tuning")
+    ap.add_argument("--limit", type=int, default=4)
+    ap.add_argument("--max-tokens", type=int, default=4096)
+    ap.add_argument("--pairs", default=DEFAULT_PAIRS, help="KEY:VALUE codecs, comma-separated")
+    ap.add_argument("--recent", type=int, default=256, help="last tokens left at full precision (the recent window)")
+    ap.add_argument("--group-size", type=int, default=32)
+    ap.add_argument("--block-size", type=int, default=64, help="the cache's block: key groups do not cross it")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "kv_formats.json")
+    args = ap.parse_args(argv)
+    try:
+        pairs = parse_pairs(args.pairs)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not (args.model / "config.json").is_file():
+        print(f"error: model folder {args.model} not found (set --model or MINUTIA_HOME)", file=sys.stderr)
+        return 2
+
+    import torch
+    import transformers
+    from rich.console import Console
+    from rich.progress import Progress
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    warnings.filterwarnings("ignore")
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    torch.set_num_threads(args.threads)
+    console = Console(stderr=True)
+    started = time.time()
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16, attn_implementation="sdpa").eval()
+    files = [f for f in sorted(args.data.glob("*.json")) if kv_part_of(f.name) == args.part]
+    chosen = [meeting for meeting, _ in kq.rank_meetings(files, tokenizer, args.max_tokens)[: args.limit]]
+    if not chosen:
+        print(f"error: no meeting of part {args.part} in {args.data} has a query that fits", file=sys.stderr)
+        return 2
+    layers = kq.full_attention_layers(model)
+    groups = {"keys": math.gcd(args.group_size, args.block_size), "values": args.group_size}
+    names = ["full"] + [f"{k}:{v}" for k, v in pairs]
+    nll: dict[str, list[float]] = {name: [] for name in names}
+    per_meeting = []
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("meetings", total=len(chosen) * (len(pairs) + 1))
+        for meeting in chosen:
+            kq.encode(meeting, tokenizer, args.max_tokens)
+            queries = kq.usable_queries(meeting, tokenizer)
+            prepared = kq.prepare_full(model, meeting.input_ids, None)
+            base = prepared.save()
+
+            def score(name: str) -> None:
+                snapshot = prepared.save()
+                for q in queries:
+                    prepared.restore(snapshot)
+                    nll[name].append(kq.answer_nll(model, prepared.cache, tokenizer, q.question, q.answer, 96))
+                progress.advance(task)
+
+            score("full")
+            for key_codec, value_codec in pairs:
+                prepared.restore(base)
+                for index in layers:  # new tensors: the snapshot shares the old ones
+                    layer = prepared.cache.layers[index]
+                    cut = (layer.keys.shape[2] - args.recent) // args.block_size * args.block_size
+                    for attr, codec, keys in (("keys", key_codec, True), ("values", value_codec, False)):
+                        whole = getattr(layer, attr)
+                        settled = read_back(whole[:, :, :cut].float(), codec, keys, groups[attr])
+                        setattr(layer, attr, torch.cat([settled.to(whole.dtype), whole[:, :, cut:]], 2))
+                score(f"{key_codec}:{value_codec}")
+            per_meeting.append({"meeting": meeting.name, "tokens": int(meeting.input_ids.shape[1]),
+                                "queries": len(queries)})
+    full = sum(nll["full"]) / len(nll["full"])
+    rows = []
+    for name in names:
+        key_codec, _, value_codec = (name if name != "full" else "full:full").partition(":")
+        mean = sum(nll[name]) / len(nll[name])
+        bits = (bits_per_element(key_codec, groups["keys"]) + bits_per_element(value_codec, groups["values"])) / 2
+        rows.append({"keys:values": name, "bits_per_element": round(bits, 2), "of_bf16": round(bits / 16, 3),
+                     "answer_nll": round(mean, 4), "nll_recovery": round(full / mean, 4)})
+    report = {"part": args.part, "meetings": per_meeting, "queries": len(nll["full"]), "recent": args.recent,
+              "groups": groups, "rows": rows, "seconds": round(time.time() - started, 1)}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"{args.part} part: {', '.join(m['meeting'] for m in per_meeting)}; {report['queries']} queries\n")
+    print("| keys : values | bits per element (with scales) | of bf16 | answer NLL | NLL recovery |")
+    print("|---|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['keys:values']} | {r['bits_per_element']} | {r['of_bf16']} | {r['answer_nll']} | {r['nll_recovery']} |")
+    console.print(f"[green]wrote[/] {args.out} in {report['seconds']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

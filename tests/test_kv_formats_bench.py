@@ -1,0 +1,56 @@
+"""bench/kv_formats.py: the codec pairs it takes, the bits it counts, and one small real run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench.kv_formats import bits_per_element, parse_pairs, read_back
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_pairs_name_codecs_only():
+    assert parse_pairs("full:int2, int4:int2") == [("full", "int2"), ("int4", "int2")]
+    for bad in ("k4v2:int2", "int3:int2", ""):  # a split format is given as its two codecs
+        with pytest.raises(ValueError):
+            parse_pairs(bad)
+
+
+def test_bits_count_the_group_scales():
+    assert bits_per_element("full", 32) == 16
+    assert bits_per_element("int2", 32) == 3 and bits_per_element("int4", 64) == 4.5
+
+
+def test_read_back_uses_the_cache_layout():
+    x = torch.randn(1, 2, 64, 32)
+    keys, values = read_back(x, "int2", True, 32), read_back(x, "int2", False, 32)
+    # keys: a channel's 32 tokens share a scale (<= 4 levels); values: a token's 32 channels do
+    assert max(len(torch.unique(keys[0, h, :32, d])) for h in range(2) for d in range(32)) <= 4
+    assert max(len(torch.unique(values[0, h, t])) for h in range(2) for t in range(64)) <= 4
+    assert max(len(torch.unique(keys[0, h, t])) for h in range(2) for t in range(64)) > 4
+    assert read_back(x, "full", True, 32) is x
+
+
+def test_a_small_run_ranks_int8_above_int2(tmp_path):
+    from tests.test_kv_quality_bench import DATA, _model_dir
+
+    if not (_model_dir() / "config.json").is_file() or not DATA.is_dir():
+        pytest.skip("needs the embedded Gemma 3 270M and QMSum validation (make setup)")
+    out = tmp_path / "f.json"
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "kv_formats.py"), "--limit", "1", "--max-tokens", "768",
+                           "--recent", "128", "--pairs", "int8:int8,int2:int2", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {r["keys:values"]: r for r in json.loads(out.read_text())["rows"]}
+    assert rows["int8:int8"]["nll_recovery"] > 0.995
+    assert rows["int2:int2"]["nll_recovery"] < rows["int8:int8"]["nll_recovery"]
+    assert rows["int2:int2"]["of_bf16"] == 0.188
+    bad = subprocess.run([sys.executable, str(ROOT / "bench" / "kv_formats.py"), "--pairs", "int3:int2"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert bad.returncode == 2 and "unknown codec 'int3'" in bad.stderr and "Traceback" not in bad.stderr
