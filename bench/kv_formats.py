@@ -158,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     print("| keys : values | bits per element (with scales) | of bf16 | answer NLL | NLL recovery |")
     print("|---|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['keys:values']} | {r['bits_per_element']} | {r['of_bf16']} | {r['answer_nll']} | {r['nll_recovery']} |")
+        cells = (r["keys:values"], r["bits_per_element"], r["of_bf16"], r["answer_nll"], r["nll_recovery"])
+        print("| " + " | ".join(str(c) for c in cells) + " |")
     console.print(f"[green]wrote[/] {args.out} in {report['seconds']} s")
     return 0
 

@@ -11,8 +11,9 @@ A block's bytes are not in the table: a pool measures its slot layout on a probe
 
 A split format (``parts``) stores a block's keys as one codec's codes and its values as another's: the kernels
 see two ordinary quantized tensors (each carries its own kind), so a split row needs no kernel code. Keys carry
-most of a low-bit cache's loss (bench/kv_formats.py: INT2 keys with exact values lose about twice what INT2 values
-with exact keys do), so ``k4v2`` spends INT4's bits on keys and INT2's on values.
+most of a low-bit cache's loss (bench/kv_formats.py: INT2 keys with exact values lose two to four times what
+INT2 values with exact keys do), so ``k4v2`` spends INT4's bits on keys and INT2's on values.
+
 Pure Python (no torch), so the app's settings can import it cheaply.
 """
 

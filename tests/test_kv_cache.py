@@ -200,7 +200,8 @@ def test_a_split_block_keeps_int4_keys_and_int2_values_at_bytes_between_theirs()
     row = torch.nonzero(storage.table.format == int(split))[0, 0].view(1)
     keys, values = storage.rows_dense(row)  # [1, B, bs, H, D]
     key_levels = [len(torch.unique(keys[0, 0, :, h, d])) for h in range(keys.shape[3]) for d in range(keys.shape[4])]
-    value_levels = [len(torch.unique(values[0, 0, t, h])) for t in range(values.shape[2]) for h in range(values.shape[3])]
+    value_levels = [len(torch.unique(values[0, 0, t, h]))
+                    for t in range(values.shape[2]) for h in range(values.shape[3])]
     assert max(key_levels) <= 16 and max(value_levels) <= 4 and max(key_levels) > 4
 
 
