@@ -154,8 +154,10 @@ _CLAUSE = re.compile(
     r"(?:^|(?<=[\s,:;.!?-]))(?P<start>(?:by|on|at|until|till|in|for|from|to|of) (?:when|what|which|whom)\b|if\b|"
     r"whether\b|" + _QWORD + r"\b)", re.IGNORECASE)
 # The clause openers a mid-sentence question word may follow without punctuation ("... but who", "... know when").
-_EMBEDS = re.compile(r"(?:^|[,:;.!?\-\u2013\u2014]\s*|\b(?:but|so|and|then|know|me|us|out|wondering|wonder|confirm|"
-                     r"(?<!whose )idea|clue|curious(?=\s+(?:whether|if)\b)|ask|asking|remember|recall|forget|sure|see|check|clarify|explain|verify|first|firstly|second|"
+# The verbs both _EMBEDS and _EMBEDDING take a question after ("... wondering when", "Wondering who will send it.").
+_QUESTION_VERBS = r"know|wondering|wonder|confirm|remember|recall|forget|check|clarify|explain|verify"
+_EMBEDS = re.compile(r"(?:^|[,:;.!?\-\u2013\u2014]\s*|\b(?:but|so|and|then|me|us|out|" + _QUESTION_VERBS + r"|"
+                     r"(?<!whose )idea|clue|curious(?=\s+(?:whether|if)\b)|ask|asking|sure|see|first|firstly|second|"
                      r"secondly|third|thirdly|finally|lastly)\s+)$",
                      re.IGNORECASE)
 # An auxiliary that opens a request to the assistant, not the question: "do you know ...", "can u tell me ...".
@@ -489,9 +491,8 @@ def _is_question(piece: str) -> bool:
     return any(_EMBEDDING.search(rest[:found.start("start")]) for found in _CLAUSE.finditer(rest) if found.start("start"))
 
 
-_EMBEDDING = re.compile(r"\b(?:know|wondering|wonder|curious|(?:wanted|want|meant|like|have) to ask|"
-                        r"(?:(?:just|also|i'?m|was)\s+|^)asking|confirm|remember|recall|forget|tell me|tell us|check|idea|"
-                        r"clarify|explain|verify)\s+$", re.IGNORECASE)
+_EMBEDDING = re.compile(r"\b(?:" + _QUESTION_VERBS + r"|curious|(?:wanted|want|meant|like|have) to ask|"
+                        r"(?:(?:just|also|i'?m|was)\s+|^)asking|tell me|tell us|idea)\s+$", re.IGNORECASE)
 # "unrelated but what ...": a few words, "but", then a question word that does not open a clause of a statement ("... but
 # when I checked it was gone")
 _BUT_ASKS = re.compile(r"^(?:\S+\s+){0,3}?but\s+(?:who|whom|whose|what|when|where|which|why|how)\b"
