@@ -33,7 +33,7 @@ import triton.language as tl
 
 from kernels import reference as ref
 from kernels.reference import AttentionPartial, GlobalSummary, PagedSource, QuantizedTensor
-from kvstore.formats import CODECS, BlockFormat
+from kvstore.formats import CODECS, FORMATS, BlockFormat
 
 # KIND: the format's code (kvstore.formats); the literals the device code branches on are checked against it.
 KIND_FULL = int(BlockFormat.FULL)
@@ -42,7 +42,7 @@ KIND_INT4 = int(BlockFormat.INT4)
 KIND_FP8 = int(BlockFormat.FP8)
 KIND_INT2 = int(BlockFormat.INT2)
 _KIND_CODES = {f.name: f.code for f in CODECS}
-MAX_SOURCES = 4
+MAX_SOURCES = len(FORMATS)  # one pool per format of the table, all read in one launch
 _LOG2E = 1.4426950408889634
 
 

@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernels import reference as ref
+from kvstore.formats import BY_NAME, QUANTIZED
 
 ROOT = Path(__file__).resolve().parent.parent
 ON_GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "1"
@@ -181,21 +182,22 @@ def _check_decode(q, k_src, v_src, table, seq_lens, softcap=None, num_splits=Non
     _close(lse, exp_lse)
 
 
-def _sources_for(tier: str, k_pages, v_pages, table, seq_lens, block_size: int, group: int):
-    """Split the listed blocks into tier sources: all full, all quantized, or mixed (4 pools)."""
+def _sources_for(tier: str, k_pages, v_pages, table, seq_lens, block_size: int, group: int,
+                 kinds: tuple = (None, "int8", "int4", "fp8")):
+    """Split the listed blocks into tier sources: all full, all quantized, or mixed (one pool per kind; a
+    (key kind, value kind) pair is a split format such as k4v2)."""
     if tier == "full":
         return [ref.PagedSource(k_pages, v_pages, table, seq_lens)]
     if tier == "int4":
         k = _quantized(k_pages, "int4", True, group, n_out=2)
         v = _quantized(v_pages, "int4", False, group, n_out=2)
         return [ref.PagedSource(k, v, table, seq_lens)]
-    # Mixed: block column m goes to tier m % 4 (full, int8, int4, fp8); every source gets its own
-    # table whose listed blocks are full except its last one (seq_lens per source).
-    kinds = [None, "int8", "int4", "fp8"]
+    # Mixed: block column m goes to tier m % len(kinds) (full, int8, int4, fp8 by default); every source
+    # gets its own table whose listed blocks are full except its last one (seq_lens per source).
     width = table.shape[2]
     sources = []
     for tier_idx, kind in enumerate(kinds):
-        cols = [m for m in range(width) if m % 4 == tier_idx]
+        cols = [m for m in range(width) if m % len(kinds) == tier_idx]
         if not cols:
             continue
         sub = table[..., cols]
@@ -207,8 +209,9 @@ def _sources_for(tier: str, k_pages, v_pages, table, seq_lens, block_size: int, 
         if kind is None:
             sources.append(ref.PagedSource(k_pages, v_pages, sub, lens))
         else:
-            k = _quantized(k_pages, kind, True, group, n_out=1 if kind == "int8" else 0)
-            v = _quantized(v_pages, kind, False, group, n_out=1 if kind == "int8" else 0)
+            k_kind, v_kind = kind if isinstance(kind, tuple) else (kind, kind)
+            k = _quantized(k_pages, k_kind, True, group, n_out=1 if k_kind == "int8" else 0)
+            v = _quantized(v_pages, v_kind, False, group, n_out=1 if v_kind == "int8" else 0)
             sources.append(ref.PagedSource(k, v, sub, lens))
     return sources
 
@@ -264,6 +267,17 @@ def test_mixed_tiers_in_one_launch_with_summary_and_extra_partial() -> None:
     summary = ref.GlobalSummary.empty(2, 2, 64).absorb(torch.randn(2, 2, 5, 64), torch.randn(2, 2, 5, 64))
     chunk, _ = ref.dense_attention_partial(q, torch.randn(2, 2, 2, 64), torch.randn(2, 2, 2, 64), 64**-0.5)
     _check_mixed(q, sources, summary=summary, extra=[chunk], num_splits=3)
+
+
+def test_every_format_of_the_table_in_one_launch() -> None:
+    """One pool per format (kvstore.formats), the split k4v2 as INT4 keys with INT2 values: the fused kernel takes
+    them all at once instead of falling back to the reference."""
+    kinds = (None, *(f.parts or f.name for f in QUANTIZED))
+    assert len(kinds) == len(BY_NAME) <= td.MAX_SOURCES
+    q, k, v, table, seq = _problem(13, 2, 2, 4, 64, 16, [[190, 161], [16, 192]], n_queries=1)
+    sources = _sources_for("mixed", k, v, table, seq, 16, 8, kinds)
+    assert len(sources) == len(kinds) and ("int4", "int2") in [(s.k_pages.kind, s.v_pages.kind) for s in sources[1:]]
+    _check_mixed(q, sources, num_splits=2)
 
 
 @pytest.mark.parametrize("n_queries,n_extra", [(1, 2), (20, 1), (2, 3)])
