@@ -81,6 +81,21 @@ def test_resumed_session_gives_the_same_logits(arch: str, compress: bool, tmp_pa
     store.close()
 
 
+def test_a_session_with_split_format_blocks_resumes_exactly(tmp_path: Path) -> None:
+    model = tiny_model("llama", attn=MINUTIA_ATTENTION, sharpen=4.0)
+    cache = TieredCache(config=model.config, block_size=8, warm_kinds=("int4", "k4v2", "int2"),
+                        **{**COMPRESSED, "budget_ratio": 0.5})
+    _prefill(model, cache)
+    assert any(bool((layer.table.format == BlockFormat.K4V2).any()) for layer in cache.tiered_layers)
+    store = DiskStore(tmp_path / "s")
+    save_session(store, "meeting", cache)
+    resumed, _ = load_session(store, "meeting", model.config, settings=cache.settings)
+    for layer, again in zip(cache.tiered_layers, resumed.tiered_layers):
+        assert torch.equal(layer.table.format, again.table.format)
+    nxt = token_ids(1, seed=70)
+    assert (feed(model, cache, nxt) - feed(model, resumed, nxt)).abs().max().item() <= EXACT
+
+
 def test_incremental_saves_and_crash_consistency(tmp_path: Path) -> None:
     model = tiny_model("llama", attn=MINUTIA_ATTENTION)
     cache = _cache(model, compress=False)
