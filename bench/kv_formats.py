@@ -33,7 +33,7 @@ if str(REPO) not in sys.path:
 
 from bench import kv_quality as kq  # noqa: E402
 from bench.qmsum_split import PARTS, kv_part_of  # noqa: E402
-from kvstore.formats import BY_NAME, CODEC_NAMES  # noqa: E402
+from kvstore.formats import CODEC_NAMES  # noqa: E402
 
 DEFAULT_PAIRS = "full:int2,int2:full,int2:int2,int4:int2,int4:int4"
 
@@ -52,8 +52,17 @@ def parse_pairs(text: str) -> list[tuple[str, str]]:
 
 
 def bits_per_element(codec: str, group: int) -> float:
-    """Stored bits per K or V element: the code plus its group's fp16 scale and zero point."""
-    return 16.0 if codec == "full" else BY_NAME[codec].bits + 32.0 / group
+    """Stored bits per K or V element: its code plus its group's parameters (fp16 scale, and zero point where the
+    codec has one), measured on a probe quantization."""
+    import torch
+
+    from kvstore.quant import get_quantizer
+
+    if codec == "full":
+        return 16.0
+    qt = get_quantizer(codec, group_size=group).quantize(torch.zeros(1, group * 4))
+    stored = [t for t in (qt.data, qt.scale, qt.zero) if t is not None]
+    return 8.0 * sum(t.numel() * t.element_size() for t in stored) / (group * 4)
 
 
 def read_back(x, codec: str, keys: bool, group: int):
@@ -105,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16, attn_implementation="sdpa").eval()
     files = [f for f in sorted(args.data.glob("*.json")) if kv_part_of(f.name) == args.part]
-    chosen = [meeting for meeting, _ in kq.rank_meetings(files, tokenizer, args.max_tokens)[: args.limit]]
+    chosen = [meeting for meeting, _ in kq.rank_meetings(files, tokenizer, args.max_tokens)[: args.limit or None]]
     if not chosen:
         print(f"error: no meeting of part {args.part} in {args.data} has a query that fits", file=sys.stderr)
         return 2
@@ -134,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                 prepared.restore(base)
                 for index in layers:  # new tensors: the snapshot shares the old ones
                     layer = prepared.cache.layers[index]
-                    cut = (layer.keys.shape[2] - args.recent) // args.block_size * args.block_size
+                    cut = max(0, layer.keys.shape[2] - args.recent) // args.block_size * args.block_size
                     for attr, codec, keys in (("keys", key_codec, True), ("values", value_codec, False)):
                         whole = getattr(layer, attr)
                         settled = read_back(whole[:, :, :cut].float(), codec, keys, groups[attr])

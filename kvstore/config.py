@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kvstore.formats import FORMATS, QUANTIZED_NAMES
+from kvstore.formats import FORMATS, NAMES, QUANTIZED_NAMES
 from kvstore.modality import MODALITY_NAMES
 from kvstore.scoring.combined import ScoreWeights
 from kvstore.scoring.registry import check_scorer_names
@@ -93,6 +93,10 @@ class TieredCacheConfig:
         unknown = set(self.warm_kinds) - set(QUANTIZED_NAMES)
         if unknown:
             raise ValueError(f"unknown warm formats {sorted(unknown)}")
+        if set(self.fidelity) - set(NAMES):
+            raise ValueError(f"fidelity of unknown formats {sorted(set(self.fidelity) - set(NAMES))}")
+        # a partial map overrides the table's defaults (a format added later keeps its own)
+        object.__setattr__(self, "fidelity", {**_default_fidelity(), **self.fidelity})
         check_scorer_names(self.weights)
         if self.budget_ratio is not None and self.budget_ratio < 0:
             raise ValueError("budget_ratio must be >= 0")

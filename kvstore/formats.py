@@ -47,6 +47,8 @@ class Format:
 
     @property
     def codes_per_byte(self) -> int:
+        if self.parts:
+            raise ValueError(f"{self.name} stores two codecs' codes: ask its key_codec and value_codec")
         return 8 // (self.bits or 8)
 
     @property

@@ -63,6 +63,11 @@ def test_configs_accept_the_table_names_only():
     TieredCacheConfig(warm_kinds=QUANTIZED_NAMES, modalities={"audio": ModalityPolicy(preferred="full")})
     with pytest.raises(ValueError, match="unknown warm formats"):
         TieredCacheConfig(warm_kinds=("int3",))
+    with pytest.raises(ValueError, match="fidelity of unknown formats"):
+        TieredCacheConfig(fidelity={"int3": 0.8})
+    # a partial fidelity map (say, written before a format was added) keeps the table's value for the rest
+    partial = TieredCacheConfig(fidelity={"int4": 0.95}).fidelity
+    assert partial["int4"] == 0.95 and partial["k4v2"] == BY_NAME["k4v2"].fidelity and set(partial) == set(NAMES)
     warm = KVSettings.model_fields["warm_kinds"].annotation
     assert get_args(get_args(warm)[0]) == QUANTIZED_NAMES
     assert get_args(get_args(ModalitySettings.model_fields["preferred"].annotation)[0]) == NAMES
@@ -72,7 +77,11 @@ def test_configs_accept_the_table_names_only():
 def test_kernel_code_maps_follow_the_table():
     assert cpu_decode._QUANT_KINDS == CPU_CODES
     for f in FORMATS:
-        assert reference.codes_per_byte(f.name) == 8 // (f.bits or 8)
+        if f.parts:  # two codecs' codes: no one packing to give
+            with pytest.raises(ValueError, match="two codecs"):
+                reference.codes_per_byte(f.name)
+        else:
+            assert reference.codes_per_byte(f.name) == 8 // (f.bits or 8)
 
 
 def test_codes_hard_coded_in_kernel_sources_agree():

@@ -25,6 +25,7 @@ def test_pairs_name_codecs_only():
 def test_bits_count_the_group_scales():
     assert bits_per_element("full", 32) == 16
     assert bits_per_element("int2", 32) == 3 and bits_per_element("int4", 64) == 4.5
+    assert bits_per_element("fp8", 32) == 8.5  # a scale, no zero point
 
 
 def test_read_back_uses_the_cache_layout():
