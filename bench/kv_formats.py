@@ -120,26 +120,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     layers = kq.full_attention_layers(model)
     groups = {"keys": math.gcd(args.group_size, args.block_size), "values": args.group_size}
-    names = ["full"] + [f"{k}:{v}" for k, v in pairs]
-    nll: dict[str, list[float]] = {name: [] for name in names}
+    runs = [("full", "full", "full")] + [(f"{k}:{v}", k, v) for k, v in pairs]  # (name, key codec, value codec)
+    nll: dict[str, list[float]] = {name: [] for name, _, _ in runs}
     per_meeting = []
     with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("meetings", total=len(chosen) * (len(pairs) + 1))
+        task = progress.add_task("meetings", total=len(chosen) * len(runs))
         for meeting in chosen:
             kq.encode(meeting, tokenizer, args.max_tokens)
             queries = kq.usable_queries(meeting, tokenizer)
             prepared = kq.prepare_full(model, meeting.input_ids, None)
             base = prepared.save()
-
-            def score(name: str) -> None:
-                snapshot = prepared.save()
-                for q in queries:
-                    prepared.restore(snapshot)
-                    nll[name].append(kq.answer_nll(model, prepared.cache, tokenizer, q.question, q.answer, 96))
-                progress.advance(task)
-
-            score("full")
-            for key_codec, value_codec in pairs:
+            for name, key_codec, value_codec in runs:
                 prepared.restore(base)
                 for index in layers:  # new tensors: the snapshot shares the old ones
                     layer = prepared.cache.layers[index]
@@ -148,13 +139,16 @@ def main(argv: list[str] | None = None) -> int:
                         whole = getattr(layer, attr)
                         settled = read_back(whole[:, :, :cut].float(), codec, keys, groups[attr])
                         setattr(layer, attr, torch.cat([settled.to(whole.dtype), whole[:, :, cut:]], 2))
-                score(f"{key_codec}:{value_codec}")
+                stored = prepared.save()
+                for q in queries:  # each answer from the same stored meeting
+                    prepared.restore(stored)
+                    nll[name].append(kq.answer_nll(model, prepared.cache, tokenizer, q.question, q.answer, 96))
+                progress.advance(task)
             per_meeting.append({"meeting": meeting.name, "tokens": int(meeting.input_ids.shape[1]),
                                 "queries": len(queries)})
     full = sum(nll["full"]) / len(nll["full"])
     rows = []
-    for name in names:
-        key_codec, _, value_codec = (name if name != "full" else "full:full").partition(":")
+    for name, key_codec, value_codec in runs:
         mean = sum(nll[name]) / len(nll[name])
         bits = (bits_per_element(key_codec, groups["keys"]) + bits_per_element(value_codec, groups["values"])) / 2
         rows.append({"keys:values": name, "bits_per_element": round(bits, 2), "of_bf16": round(bits / 16, 3),

@@ -95,27 +95,28 @@ def main(argv: list[str] | None = None) -> int:
         diarizer.diarize(load_audio(audio_path))
         who = window_speakers(diarizer.windows, reference)
         emb, labels = diarizer.embeddings, diarizer.labels
-        n = len({t.speaker for t in reference})
-        wrong += len(np.unique(labels)) != n
-        clusters: dict[int, list[str]] = {}
-        names = sorted({t.speaker for t in reference})
+        names = sorted({t.speaker for t in reference})  # window_speakers' indices
+        n, found = len(names), len(np.unique(labels))
+        wrong += found != n
+        # each reference speaker's cluster: the one most of its windows went to
+        cluster_of = {i: int(np.bincount(labels[who == i]).argmax()) for i in range(n) if (who == i).any()}
         for i in range(n):
-            if (who == i).any():
-                clusters.setdefault(int(np.bincount(labels[who == i]).argmax()), []).append(names[i])
             if (who == i).sum() >= 6:
                 single.append(one_speaker_split(emb[who == i]))
             for j in range(i + 1, n):
-                if not ((who == i).any() and (who == j).any()):
+                if i not in cluster_of or j not in cluster_of:
                     continue
                 c = cross_cosine(emb[who == i], emb[who == j])
                 pairs.append(c)
-                cluster_i, cluster_j = (np.bincount(labels[who == k]).argmax() for k in (i, j))
-                if cluster_i == cluster_j:
+                if cluster_of[i] == cluster_of[j]:
                     merged.append((name, c, int(min((who == i).sum(), (who == j).sum()))))
-        if len(np.unique(labels)) < n:
+        if found < n:
             under += 1
-            shared = [group for group in clusters.values() if len(group) > 1]
-            split_by_intros += bool(shared) and all(set(group) <= introduced for group in shared)
+            groups: dict[int, set[str]] = {}
+            for i, cluster in cluster_of.items():
+                groups.setdefault(cluster, set()).add(names[i])
+            shared = [group for group in groups.values() if len(group) > 1]
+            split_by_intros += bool(shared) and all(group <= introduced for group in shared)
     single_arr, pairs_arr = np.array(single), np.array(pairs)
     pct = (5, 10, 25, 50)
     print(f"`python bench/speaker_separation.py {args.suite}{f' --condition {args.condition}' if args.condition else ''}`"

@@ -48,7 +48,7 @@ def test_enum_follows_the_table():
     assert [int(BlockFormat.from_kind(f.name)) for f in FORMATS] == [f.code for f in FORMATS]
 
 
-def test_every_quantized_format_has_a_quantizer():
+def test_every_codec_has_a_quantizer():
     assert tuple(QUANTIZERS) == CODEC_NAMES
     for f in CODECS:
         q = get_quantizer(f.name, group_size=16)
