@@ -92,6 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         pairs = parse_pairs(args.pairs)
+        for flag in ("group_size", "block_size", "max_tokens"):
+            if getattr(args, flag) <= 0:
+                raise ValueError(f"--{flag.replace('_', '-')} must be positive")
+        if args.recent < 0 or args.limit < 0:
+            raise ValueError("--recent and --limit must be >= 0")
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

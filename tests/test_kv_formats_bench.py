@@ -55,3 +55,6 @@ def test_a_small_run_ranks_int8_above_int2(tmp_path):
     bad = subprocess.run([sys.executable, str(ROOT / "bench" / "kv_formats.py"), "--pairs", "int3:int2"],
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert bad.returncode == 2 and "unknown codec 'int3'" in bad.stderr and "Traceback" not in bad.stderr
+    bad = subprocess.run([sys.executable, str(ROOT / "bench" / "kv_formats.py"), "--group-size", "0"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert bad.returncode == 2 and "--group-size must be positive" in bad.stderr and "Traceback" not in bad.stderr
