@@ -1,7 +1,8 @@
 """The speaker-attributed transcript: one data model, its readers and its writers.
 
 Readers: minutia's own JSON (``minutia.transcript/1``), QMSum JSON, and plain text
-(``Speaker: text`` per line, optionally prefixed with ``[mm:ss]``). Writers: JSON, SRT, VTT,
+(``Speaker: text`` per line, optionally prefixed with ``[mm:ss]``; or ``(Speaker) text`` opening a turn whose
+next lines are the same speaker's, as ELITR's minuting transcripts write it). Writers: JSON, SRT, VTT,
 Markdown. Every writer goes through :func:`atomic_write`, so a failure never leaves a half file.
 """
 
@@ -225,20 +226,53 @@ _MD_LINE = re.compile(r"^\*\*(?:\[(?P<time>(?:\d+:)?\d{1,2}:\d{2}|--:--|turn \d+
 _TEXT_LINE = re.compile(r"^\s*(?:\[(?P<time>(?:\d+:)?\d{1,2}:\d{2})\]\s*)?(?P<speaker>[^:\[\]]{1,60}):\s*(?P<text>.+)$")
 
 
+# ELITR's minuting corpus: "(PERSON4) text" opens a turn, the lines after it are the same speaker's; "<laugh/>",
+# "<unintelligible/>" are annotators' tags, not words.
+_PAREN_LINE = re.compile(r"^\s*\((?P<speaker>[A-Z][A-Za-z0-9_ .'-]{0,40})\)\s*(?P<text>.*)$")
+_TAG = re.compile(r"</?[A-Za-z][\w-]*\s*/?>")
+
+
 def _from_text(raw: str, path: Path) -> Transcript:
+    lines = raw.splitlines()
+    marked = sum(1 for line in lines if _PAREN_LINE.match(line))
+    if marked >= 2 and marked > sum(1 for line in lines if _TEXT_LINE.match(line)):
+        return _from_parenthesised(lines, path)
     turns: list[Turn] = []
-    for line in raw.splitlines():
-        if not line.strip() or line.lstrip().startswith("#"):
+    for line in lines:
+        line = _TAG.sub(" ", line).strip()
+        if not line or line.startswith("#"):
             continue
         match = _TEXT_LINE.match(line)
         if match:
             start = _parse_clock(match["time"]) if match["time"] else None
             turns.append(Turn(speaker=match["speaker"].strip().strip("*"), text=match["text"].strip(), start=start))
-        elif turns:
-            turns[-1].text += " " + line.strip()
-        else:
-            turns.append(Turn(speaker="SPEAKER_00", text=line.strip()))
+        elif turns and marked_speakers(turns):
+            turns[-1].text += " " + line
+        else:  # a file that names no speaker: each line is a turn, not one turn as long as the meeting
+            turns.append(Turn(speaker="SPEAKER_00", text=line))
     return Transcript(turns=turns, source=path.name)
+
+
+def marked_speakers(turns: list[Turn]) -> bool:
+    """Did the file name a speaker so far (a line with no mark then goes on the last turn)?"""
+    return any(t.speaker != "SPEAKER_00" for t in turns)
+
+
+def _from_parenthesised(lines: list[str], path: Path) -> Transcript:
+    """``(Speaker) text`` turns; lines before the first mark, or in a file that marks none, are SPEAKER_00's."""
+    turns: list[Turn] = []
+    for line in lines:
+        match = _PAREN_LINE.match(line)
+        text = " ".join(_TAG.sub(" ", match["text"] if match else line).split())
+        if match:
+            turns.append(Turn(speaker=match["speaker"].strip(), text=text))
+        elif not text:
+            continue
+        elif turns:
+            turns[-1].text = f"{turns[-1].text} {text}".strip()
+        else:
+            turns.append(Turn(speaker="SPEAKER_00", text=text))
+    return Transcript(turns=[t for t in turns if t.text], source=path.name)
 
 
 def _from_markdown(raw: str, path: Path) -> Transcript:

@@ -114,7 +114,34 @@ def test_plain_text_without_speakers(tmp_path):
     path = tmp_path / "notes.txt"
     path.write_text("just some words\nmore words\n")
     t = load_transcript(path)
-    assert [(x.speaker, x.text) for x in t.turns] == [("SPEAKER_00", "just some words more words")]
+    # each line its own turn: a meeting's worth of unmarked lines as one turn cannot be read in parts
+    assert [(x.speaker, x.text) for x in t.turns] == [("SPEAKER_00", "just some words"), ("SPEAKER_00", "more words")]
+
+
+def test_lines_after_a_speaker_go_on_their_turn(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("intro line\nAna: we start\nand go on <laugh/>\nBen: ok\n")
+    t = load_transcript(path)
+    assert [(x.speaker, x.text) for x in t.turns] == [
+        ("SPEAKER_00", "intro line"), ("Ana", "we start and go on"), ("Ben", "ok")]
+
+
+def test_parenthesised_speakers_open_turns(tmp_path):
+    """ELITR's minuting transcripts: "(PERSON4) text" opens a turn, the next lines are the same speaker's, and
+    annotators' tags are not words."""
+    path = tmp_path / "meeting.txt"
+    path.write_text("<another_language/>\nHello all.\n(PERSON4) So we start.\nThe budget: two weeks.\n<laugh/>\n"
+                    "(PERSON10) Yes, <unintelligible/> fine.\n(Ana Lee) Bye.\n")
+    t = load_transcript(path)
+    assert [(x.speaker, x.text) for x in t.turns] == [
+        ("SPEAKER_00", "Hello all."), ("PERSON4", "So we start. The budget: two weeks."), ("PERSON10", "Yes, fine."),
+        ("Ana Lee", "Bye.")]
+
+
+def test_a_parenthesis_in_colon_transcripts_is_text(tmp_path):
+    path = tmp_path / "meeting.txt"
+    path.write_text("Ana: hello\n(Laughs) that was fun\nBen: ok\n")
+    assert [x.speaker for x in load_transcript(path).turns] == ["Ana", "Ben"]
 
 
 @pytest.mark.parametrize(
