@@ -25,7 +25,8 @@ from typing import Callable, Sequence
 from app.actions import ActionItem, Decision, extract_action_items, extract_decisions
 from app.entities import Entity, find_entities, merge_date_time
 from app.focused import FocusedSummarizer, FocusedSummary
-from app.questions import Question, QuestionType, content_words, parse_question, split_questions, topic_words
+from app.meeting_record import MeetingAsk, attendees, leader, meeting_ask, purpose
+from app.questions import STOPWORDS, Question, QuestionType, content_words, parse_question, split_questions, topic_words
 from app.retrieval import Embedder, Hit, SentenceIndex, stems
 from app.sentences import Sentence, split_sentences
 from app.textnorm import NUMBER_WORDS, normalize
@@ -99,6 +100,10 @@ class AnswerOptions:
     near_best: float = 0.6  # hits within this share of the best score compete for the entity
     heard_alike: float = 80.0  # a focus word counts as said when a word (or two run together) is this close in
     # spelling (RapidFuzz ratio, 0-100), at half weight: the recogniser hears "data storage" as "latest story"
+    # When no single line says most of the question, the meeting still answers it if it says this share of the
+    # question's focus (weighted by rarity) somewhere: people ask in their own words, and a line seldom repeats
+    # all of them. A question about something the meeting never mentions says none of it.
+    min_meeting_coverage: float = 0.34
 
 
 # A pronoun that points back at a topic said before the question ("the vendor contract, is it signed?").
@@ -122,6 +127,8 @@ class AnswerFinder:
         self._items: list[ActionItem] | None = None
         self._decisions: list[Decision] | None = None
         self._df: Counter[str] | None = None
+        self._said: set[str] | None = None
+        self._figures: set[str] | None = None
         self._focused: FocusedSummarizer | None = None
 
     # ------------------------------------------------------------------ entry point
@@ -140,9 +147,13 @@ class AnswerFinder:
 
     def _answer_one(self, question: str) -> Answer:
         q = self._with_aside(parse_question(question))
+        about = meeting_ask(q.text, self.index.embedder)
+        if about is not None:
+            return self._about_meeting(q, about)
         if q.type is QuestionType.SUMMARY and not q.focus:
             return self._whole_meeting(q)
-        hits = [h for h in self.index.search(q.text, self.options.top_k) if self._supports(q, h)]
+        found_hits = self.index.search(q.text, self.options.top_k)
+        hits = [h for h in found_hits if self._supports(q, h)] or self._said_in_meeting(q, found_hits)
         if not hits:
             return Answer(q.text, NOT_IN_MEETING, [], 1, 0.0, q.type.value)
         if q.type is QuestionType.SUMMARY:
@@ -181,7 +192,40 @@ class AnswerFinder:
             return q
         return replace(q, text=f"{q.text.rstrip('?.! ')} ({', '.join(said)})?", focus=q.focus + said)
 
+    def _about_meeting(self, q: Question, about: MeetingAsk) -> Answer:
+        """Who attended, who led it, what it was for: from the whole record (app/meeting_record.py)."""
+        if about is MeetingAsk.ATTENDEES:
+            text, evidence = attendees(self.transcript, self.sentences)
+        elif about is MeetingAsk.LEADER:
+            text, evidence = leader(self.transcript, self.sentences)
+        else:
+            found = self._summarizer().whole(self.transcript)
+            text, evidence = purpose(sorted(found.sentences, key=lambda s: s.turn_index)[:2] if found else [])
+            text = _tidy(text)
+        if not text:
+            return Answer(q.text, NOT_IN_MEETING, [], 1, 0.0, about.value)
+        return Answer(q.text, text, [self._cite(s) for s in evidence], 1, 1.0, about.value)
+
     # ------------------------------------------------------------------ support
+    def _said_in_meeting(self, q: Question, hits: list[Hit]) -> list[Hit]:
+        """The best lines when the meeting says what the question is about somewhere, though no one line says
+        most of it ("Why is Ana nervous?" - "I'm a bit stressed, the officer watches the demo"); none when the
+        meeting never mentions it."""
+        focus = set(stems(" ".join(q.focus))) or set(stems(" ".join(topic_words(q.text))))
+        if not focus or not hits or q.type in _WANTED:  # a figure or a date must come from a line about its topic
+            return []
+        if self._figures is None:
+            self._figures = {normalize(e.text) for s in self.sentences for e in find_entities(s.text)}
+        if any(normalize(e.text) not in self._figures for e in find_entities(q.text)):
+            return []  # the question states a figure the meeting never says ("who said it costs 15,000?")
+        if self._said is None:
+            self._said = {st for s in self.sentences for st in stems(f"{s.text} {s.speaker}")}
+        weight = {f: self._idf(f) for f in focus}
+        said = sum(w for f, w in weight.items() if f in self._said) / sum(weight.values())
+        if said < self.options.min_meeting_coverage:
+            return []
+        return [h for h in hits if h.score > 0]
+
     def _supports(self, q: Question, hit: Hit) -> bool:
         """Does this sentence (with the one before it) talk about what the question is about? Its focus stems,
         each weighted by how rare it is in the meeting (a word the meeting never says weighs most), must be
@@ -294,7 +338,9 @@ class AnswerFinder:
             owner = _committer(sentence, self.transcript.speakers)
             if owner:
                 return f"{owner}.", [sentence]
-        return None
+        # Nobody commits in so many words: the person the best line is about - someone it names, else who said it.
+        sentence = self.sentences[hits[0].index]
+        return f"{_person_in(sentence, self.transcript.speakers, q.text)}.", [sentence]
 
     def _who_said(self, q: Question, hits: list[Hit]) -> tuple[str, list[Sentence]]:
         """Who said it: the best-covering sentence; for an idea or suggestion, the first one proposing it."""
@@ -359,10 +405,12 @@ class AnswerFinder:
             if generated is not None:
                 text = generated[0].strip()
                 said = set(stems(" ".join(s.text for s in evidence)))
-                words = set(stems(text))
+                # What the answer adds to the question must come from the lines: an answer that only restates
+                # the question ("The one in charge of X is the one in charge of X") says nothing.
+                words = set(stems(text)) - set(stems(q.text))
                 if text and words and len(words & said) / len(words) >= 0.5:
                     return text, [s for s in evidence if set(stems(s.text)) & words] or evidence[:1]
-        return evidence[0].text, evidence[:1]
+        return _tidy(evidence[0].text) or evidence[0].text, evidence[:1]
 
     def _summary_about(self, q: Question, confidence: float) -> Answer:
         """A passage, not a fact: the meeting's part about the focus words, as a few lines of minutes."""
@@ -470,6 +518,37 @@ def _committer(sentence: Sentence, speakers: Sequence[str]) -> str | None:
     if _COMMIT.search(sentence.text):
         return sentence.speaker
     return None
+
+
+# Names a transcript writes for people it does not name: "[PERSON3]", as anonymised meeting corpora write them.
+_BRACKETED = re.compile(r"\[([A-Z][A-Za-z]*\d*)\]")
+_FIRST_PERSON = re.compile(r"\b(?:I|I'm|I'll|I've|I'd|me|my|myself)\b")
+
+
+def _person_in(sentence: Sentence, speakers: Sequence[str], question: str) -> str:
+    """The person a line is about: one it names (a participant, or a bracketed name) that the question does not
+    already name, unless the speaker talks of themself; else its speaker."""
+    names = [m["name"] for m in _NAMED_COMMIT.finditer(sentence.text) if m["name"].lower() not in STOPWORDS]
+    names += [m.group(1) for m in _BRACKETED.finditer(sentence.text)]
+    names += [s for s in speakers if s != sentence.speaker and re.search(rf"\b{re.escape(s)}\b", sentence.text)]
+    named = [n for n in dict.fromkeys(names) if n != sentence.speaker and n.lower() not in question.lower()]
+    if named and not _FIRST_PERSON.search(sentence.text):
+        return named[0]
+    return sentence.speaker
+
+
+# Hesitations and stutters of speech, which a quoted line need not keep ("So uh, I I said, that ...").
+_FILLER = re.compile(r"(?:^|(?<=\s))(?:uh|um|uhm|ehm|eh|erm|hmm|mm-hmm|mhm)(?:[,.]|(?=\s)|$)\s*", re.IGNORECASE)
+_STUTTER = re.compile(r"\b(\w+)(?:\s+\1\b)+", re.IGNORECASE)
+
+
+def _tidy(text: str) -> str:
+    """A spoken line as an answer: without hesitations, stutters and cut-off words ("alr-")."""
+    text = _FILLER.sub("", text)
+    text = re.sub(r"\b\w+-\s+(?=\w)", "", text)
+    text = _STUTTER.sub(r"\1", text)
+    text = re.sub(r"\s+([,.?!])", r"\1", re.sub(r"\s{2,}", " ", text)).strip(" ,")
+    return text[:1].upper() + text[1:] if text else text
 
 
 def _contradicts(question: str, evidence: str) -> bool:

@@ -1,0 +1,95 @@
+"""Questions about the meeting itself, answered from its record rather than from one line that happens to match.
+
+"Who attended?" is the list of speakers, not whoever said the word "attend"; "What was the meeting about?" is
+what it kept coming back to, not one sentence with "purpose" in it. A question is taken as one of these when its
+meaning (the sentence embedder) is close to the plain way of asking it; otherwise it is an ordinary question.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections import Counter
+from typing import Sequence
+
+import numpy as np
+
+from app.sentences import Sentence
+from app.transcript import Transcript
+
+
+class MeetingAsk(str, enum.Enum):
+    ATTENDEES = "attendees"
+    LEADER = "leader"
+    PURPOSE = "purpose"
+
+
+# The plain ways of asking each, as a user would; a question must be close to one of them in meaning.
+PROTOTYPES = {
+    MeetingAsk.ATTENDEES: ("Who attended the meeting?", "Who took part in the meeting?", "Who was in the meeting?"),
+    MeetingAsk.LEADER: ("Who led the meeting?", "Who chaired the meeting?", "Who was leading the meeting?"),
+    MeetingAsk.PURPOSE: ("What was the purpose of the meeting?", "What was the meeting about?"),
+}
+MIN_SIMILARITY = 0.85  # "Who left the meeting before the end?" is 0.79 from "Who attended the meeting?"
+MIN_MARGIN = 0.03  # over the next kind: "Who ran the meeting?" is near both attendees and leader
+# Other words for the gathering itself; the embedder knows "meeting" far better than "call" (0.53 vs 0.90).
+_GATHERING = re.compile(r"\b(?:call|video ?call|conference call|session|get-together|sync|stand-?up)\b", re.IGNORECASE)
+_UNNAMED = re.compile(r"^(?:SPEAKER_\d+|\?|unknown)$", re.IGNORECASE)
+_prototype_vectors: dict[int, dict[MeetingAsk, np.ndarray]] = {}
+
+
+def meeting_ask(question: str, embedder) -> MeetingAsk | None:
+    """Which question about the meeting itself ``question`` is, or None; None without an embedder."""
+    if embedder is None:
+        return None
+    vectors = _prototype_vectors.get(id(embedder))
+    if vectors is None:
+        vectors = _prototype_vectors[id(embedder)] = {k: embedder.embed(list(v)) for k, v in PROTOTYPES.items()}
+    asked = embedder.embed([_GATHERING.sub("meeting", question)])[0]
+    score = {k: float((v @ asked).max()) for k, v in vectors.items()}
+    best, second = sorted(score, key=score.get, reverse=True)[:2]
+    if score[best] < MIN_SIMILARITY or score[best] - score[second] < MIN_MARGIN:
+        return None
+    return best
+
+
+def attendees(transcript: Transcript, sentences: Sequence[Sentence]) -> tuple[str, list[Sentence]]:
+    """Everyone who spoke, in order of first words, each cited by their first sentence."""
+    speakers = transcript.speakers
+    first = {s.speaker: s for s in reversed(sentences)}
+    named = [s for s in speakers if not _UNNAMED.match(s)]
+    unnamed = len(speakers) - len(named)
+    if not named:
+        return f"{len(speakers)} speaker{'s' if len(speakers) != 1 else ''}, none of them named.", \
+            [first[s] for s in speakers if s in first][:8]
+    said = _join(named)
+    if unnamed:
+        said += f", and {unnamed} unnamed speaker{'s' if unnamed != 1 else ''}"
+    return f"{said}.", [first[s] for s in named if s in first][:8]
+
+
+def leader(transcript: Transcript, sentences: Sequence[Sentence]) -> tuple[str, list[Sentence]]:
+    """Who led it, read as who held the floor: the most words and the most turns (a chair opens, hands over and
+    recaps). Said as a reading of the record, with each one's share."""
+    words: Counter[str] = Counter()
+    turns: Counter[str] = Counter()
+    for turn in transcript.turns:
+        words[turn.speaker] += len(turn.text.split())
+        turns[turn.speaker] += 1
+    total_words, total_turns = sum(words.values()) or 1, sum(turns.values()) or 1
+    score = {s: words[s] / total_words + turns[s] / total_turns for s in words}
+    chair = max(score, key=score.get)
+    evidence = [s for s in sentences if s.speaker == chair][:2]
+    return (f"{chair}, who led the discussion ({words[chair] / total_words:.0%} of the words, "
+            f"{turns[chair] / total_turns:.0%} of the turns)."), evidence
+
+
+def purpose(central: Sequence[Sentence]) -> tuple[str, list[Sentence]]:
+    """What it was about: the meeting's most central sentences (``central``, in time order)."""
+    if not central:
+        return "", []
+    return " ".join(s.text for s in central), list(central)
+
+
+def _join(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"

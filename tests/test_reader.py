@@ -1,0 +1,106 @@
+"""The general reader on meetings it was not written for: questions about the meeting itself, questions in the
+asker's own words, who-questions answered with a person, spoken lines tidied, and abstention only when the meeting
+never mentions the thing asked about. Real MiniLM (the packaged embedder), no LLM."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.answers import NOT_IN_MEETING, AnswerFinder, _tidy
+from app.meeting_record import MeetingAsk, meeting_ask
+from app.retrieval import default_embedder
+from app.transcript import Transcript, Turn
+
+LINES = [
+    ("PERSON2", "Okay, so welcome everyone, let's go through the agenda for the demo next week."),
+    ("PERSON5", "Ehm, I have a question about the server setup."),
+    ("PERSON2", "Sure. [PERSON7] from the data team will prepare the corpus for the shared task."),
+    ("PERSON9", "Uh, I I am a bit stressed because the project officer will watch the whole demo."),
+    ("PERSON5", "The translation module runs on the machines in Prague, the speech recognition in Trento."),
+    ("PERSON2", "Good. [PERSON5], can you check the stream with the subtitles tomorrow?"),
+    ("PERSON5", "Yes, I can do that tomorrow morning."),
+    ("PERSON2", "Then we meet again on Thursday at ten to rehearse."),
+    ("PERSON9", "And the streaming of the demo was tested yesterday, it worked with a small delay."),
+    ("PERSON2", "Fine, so the demo setup is done, thank you all."),
+]
+
+
+@pytest.fixture(scope="module")
+def finder():
+    embedder = default_embedder()
+    if embedder is None:
+        pytest.skip("the packaged sentence embedder is not installed")
+    return AnswerFinder(Transcript([Turn(s, t) for s, t in LINES]), embedder)
+
+
+@pytest.mark.parametrize("question, kind", [
+    ("Who took part in the call?", MeetingAsk.ATTENDEES),
+    ("Who was present at this meeting?", MeetingAsk.ATTENDEES),
+    ("What was this meeting for?", MeetingAsk.PURPOSE),
+    ("Who was leading the call?", MeetingAsk.LEADER),
+    ("Who left the meeting before the end?", None),
+    ("Who left the meeting early?", None),
+    ("When is the next meeting?", None),
+    ("Who will prepare the corpus?", None),
+])
+def test_questions_about_the_meeting_itself(finder, question, kind):
+    assert meeting_ask(question, finder.index.embedder) is kind
+
+
+def test_who_attended_is_every_speaker(finder):
+    answer = finder.answer("Who took part in the call?")
+    assert answer.text == "PERSON2, PERSON5 and PERSON9."
+    assert {c.speaker for c in answer.citations} == {"PERSON2", "PERSON5", "PERSON9"}
+
+
+def test_who_led_is_who_held_the_floor(finder):
+    assert finder.answer("Who was leading the call?").text.startswith("PERSON2")
+
+
+def test_the_purpose_is_read_from_central_lines(finder):
+    answer = finder.answer("What was this meeting for?")
+    assert answer.text != NOT_IN_MEETING and answer.citations
+    assert "demo" in answer.text.lower()
+
+
+def test_a_question_in_other_words_is_answered_not_abstained(finder):
+    # no one line holds "nervous" or "presenter": the meeting still says what it is about (the demo, the officer)
+    answer = finder.answer("Why is the presenter nervous about the demo with the project officer?")
+    assert answer.text != NOT_IN_MEETING
+    assert any("officer" in c.text for c in answer.citations)
+
+
+def test_who_is_answered_with_a_person_named_in_the_line(finder):
+    answer = finder.answer("Who is responsible for the corpus of the shared task?")
+    assert answer.text == "PERSON7."  # named in PERSON2's line, not PERSON2
+
+
+def test_who_commits_is_the_speaker(finder):
+    assert finder.answer("Who will check the subtitle stream?").text.startswith("PERSON5")
+
+
+@pytest.mark.parametrize("question", [
+    "How much did the catering for the party cost?",
+    "Who will hire the new graphic designer?",
+    "When does the marketing campaign launch?",
+])
+def test_what_the_meeting_never_mentions_is_not_said(finder, question):
+    answer = finder.answer(question)
+    assert answer.text == NOT_IN_MEETING and not answer.citations
+
+
+def test_a_model_answer_that_restates_the_question_is_not_kept():
+    t = Transcript([Turn(s, t) for s, t in LINES])
+    echo = AnswerFinder(t, None, generate=lambda q, ev: ("The translation module runs on the translation module.", 0.9))
+    answer = echo.answer("Where does the translation module run?")
+    assert "Prague" in answer.text  # the line itself, not the echo
+
+
+@pytest.mark.parametrize("said, tidy", [
+    ("So uh, I I said, that [PERSON8] is alr- already starting to prepare slides.",
+     "So I said, that [PERSON8] is already starting to prepare slides."),
+    ("ehm the the budget is fine", "The budget is fine"),
+    ("The e-mail went out, um, yesterday.", "The e-mail went out, yesterday."),
+])
+def test_spoken_lines_are_tidied_for_an_answer(said, tidy):
+    assert _tidy(said) == tidy
