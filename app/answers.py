@@ -212,7 +212,8 @@ class AnswerFinder:
         most of it ("Why is Ana nervous?" - "I'm a bit stressed, the officer watches the demo"); none when the
         meeting never mentions it."""
         focus = set(stems(" ".join(q.focus))) or set(stems(" ".join(topic_words(q.text))))
-        if not focus or not hits or q.type in _WANTED:  # a figure or a date must come from a line about its topic
+        # A figure or a date must come from a line about its topic; a summary about a topic needs the topic said.
+        if not focus or not hits or q.type in _WANTED or q.type is QuestionType.SUMMARY:
             return []
         if self._figures is None:
             self._figures = {normalize(e.text) for s in self.sentences for e in find_entities(s.text)}
