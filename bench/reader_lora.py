@@ -171,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, args.steps - warmup)))
 
     log = (args.out / "loss.jsonl").open("a")
+    if start == 0:  # the base model's held-out loss, what the adapter is measured against
+        log.write(json.dumps({"step": 0, "heldout_loss": round(heldout_loss(model, tokenizer, held, args.max_tokens), 4)}) + "\n")
     model.train()
     started = time.perf_counter()
     with Progress(TextColumn("[bold]reader LoRA"), BarColumn(), TextColumn("{task.completed}/{task.total} {task.fields[loss]}"),

@@ -67,8 +67,8 @@ def test_training_resumes_from_its_checkpoint(tiny_llm_dir, tmp_path):
     assert main(common + ["--steps", "2"]) == 0
     assert main(common + ["--steps", "4"]) == 0  # goes on from step 2
     log = [json.loads(line) for line in (out / "loss.jsonl").read_text().splitlines()]
-    assert [e["step"] for e in log] == [1, 2, 3, 4]
-    assert "heldout_loss" in log[1] and "heldout_loss" in log[3]
+    assert [e["step"] for e in log] == [0, 1, 2, 3, 4]  # step 0: the base model's held-out loss, once
+    assert all("heldout_loss" in log[i] for i in (0, 2, 4)) and "loss" not in log[0]
     assert (out / "adapter" / "adapter_config.json").is_file()
     import torch
 
