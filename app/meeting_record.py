@@ -15,6 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from app.sentences import Sentence
+from app.speakers import is_anonymous
 from app.transcript import Transcript
 
 
@@ -34,7 +35,6 @@ MIN_SIMILARITY = 0.85  # "Who left the meeting before the end?" is 0.79 from "Wh
 MIN_MARGIN = 0.03  # over the next kind: "Who ran the meeting?" is near both attendees and leader
 # Other words for the gathering itself; the embedder knows "meeting" far better than "call" (0.53 vs 0.90).
 _GATHERING = re.compile(r"\b(?:call|video ?call|conference call|session|get-together|sync|stand-?up)\b", re.IGNORECASE)
-_UNNAMED = re.compile(r"^(?:SPEAKER_\d+|\?|unknown)$", re.IGNORECASE)
 _prototype_vectors: dict[int, dict[MeetingAsk, np.ndarray]] = {}
 
 
@@ -57,7 +57,7 @@ def attendees(transcript: Transcript, sentences: Sequence[Sentence]) -> tuple[st
     """Everyone who spoke, in order of first words, each cited by their first sentence."""
     speakers = transcript.speakers
     first = {s.speaker: s for s in reversed(sentences)}
-    named = [s for s in speakers if not _UNNAMED.match(s)]
+    named = [s for s in speakers if not is_anonymous(s)]
     unnamed = len(speakers) - len(named)
     if not named:
         return f"{len(speakers)} speaker{'s' if len(speakers) != 1 else ''}, none of them named.", \

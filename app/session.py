@@ -39,7 +39,7 @@ from app.session_prefill import Prefiller
 from app.session_speech import SpeechLines
 from app.session_store import Checkpoints, LineLedger, LineMark, SavedState
 from app.session_vision import SlideWatcher
-from app.speakers import rename_speakers, speaker_names
+from app.speakers import is_anonymous, rename_speakers, speaker_names
 from app.transcript import Transcript, TranscriptWord, realign_to_sentences, turns_from_words
 from encoders.audio import SAMPLE_RATE
 from encoders.errors import InputError
@@ -229,6 +229,9 @@ class MeetingSession:
         time (and their image embeddings by time), ending at ``until`` if after its last word. Turns keep their
         words' times; untimed turns are timed at ``words_per_second`` after what the session holds."""
         self._ensure_open()
+        given = {label: label for label in transcript.speakers if label.strip() and not is_anonymous(label)}
+        if given:  # a transcript's speakers that are names already stay so ("Hi guys" does not rename them)
+            self.keep_names(given)
         with self._lock:
             clock = max(self.stream_seconds, self._words[-1].end if self._words else 0.0)
         waiting = sorted(slides, key=lambda slide: slide.time)

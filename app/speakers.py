@@ -68,9 +68,20 @@ _NOT_NAMES = {
     "German", "Germany", "Italian", "Italy", "Chinese", "China", "Japanese", "Japan", "Indian",
     "Canadian", "Canada", "Irish", "Ireland", "Scottish", "Scotland", "Dutch", "European", "Europe",
     "Berlin", "Remote", "Online", "Office", "Home",
+    # pronouns and words for a group: "Hi guys", "He said so" address or mean someone, they do not name them
+    "He", "She", "They", "Them", "Him", "Guys", "Folks", "People", "Everybody", "Somebody", "Someone", "Anyone",
+    "Anybody", "Nobody", "Ladies", "Gentlemen", "Colleagues", "Friends", "Boss", "Man", "Dude", "Mate",
 }
 # Words an introduction is followed by when the "name" is really an adjective ("I'm Glad to ...").
 _LOWER_NOT_NAMES = {n.lower() for n in _NOT_NAMES}
+
+
+# A label that names nobody: the diarizer's, or what a transcript writes for an unknown speaker.
+_ANONYMOUS = re.compile(r"^(?:SPEAKER_\d+|\?|unknown)$", re.IGNORECASE)
+
+
+def is_anonymous(label: str) -> bool:
+    return bool(_ANONYMOUS.match(label.strip()))
 
 
 @dataclass(frozen=True)

@@ -104,3 +104,28 @@ def test_a_model_answer_that_restates_the_question_is_not_kept():
 ])
 def test_spoken_lines_are_tidied_for_an_answer(said, tidy):
     assert _tidy(said) == tidy
+
+
+def test_pronouns_and_words_for_a_group_name_nobody():
+    from app.speakers import speaker_names
+    from test_app_actions import _diarized
+
+    t = _diarized(("SPEAKER_00", "Hi guys, can we start?"), ("SPEAKER_01", "Yes. Thanks, guys."),
+                  ("SPEAKER_00", "He said the demo works. Guys, any news?"), ("SPEAKER_01", "Thanks guys, nothing."))
+    assert not {"Guys", "He"} & set(speaker_names(t).values())
+
+
+def test_a_live_session_keeps_the_speakers_a_transcript_names(session_parts):
+    """Replayed from a transcript whose speakers are names already, a live meeting answers as the batch path does:
+    'Hi guys' used to rename PERSON10 'Guys' in the live session only."""
+    runtime, _ = session_parts
+    session = runtime.new_session("given-names", source="transcript")
+    said = [Turn("PERSON10", "Good morning. Bob, can you start with the demo?", 0.0, 3.0),
+            Turn("PERSON3", "Thanks, Alice. The server is ready.", 3.5, 6.0),
+            Turn("PERSON10", "Great. Bob, can you send the link?", 6.5, 9.0),
+            Turn("PERSON3", "Sure, Alice, I will send it today.", 9.5, 12.0),
+            Turn("SPEAKER_07", "Hi, I'm Dana, I can test it tomorrow.", 12.5, 15.0)]
+    session.add_transcript(Transcript(said))
+    session.finish(timeout=120)
+    assert session.transcript().speakers == ["PERSON10", "PERSON3", "Dana"]  # the anonymous one is still named
+    runtime.close_session("given-names")
