@@ -49,6 +49,8 @@ class LLMSettings(BaseModel):
         3, description="answer from the N turns most relevant to the question (small models); None: whole transcript"
     )
     threads: int | None = Field(None, description="torch CPU threads (None: all cores)")
+    adapter: str | None = Field(None, description="a LoRA adapter folder (peft) merged into the model at load, e.g. "
+                                "the meeting reader from bench/reader_lora.py; None: the model as it is")
 
 
 class ASRSettings(BaseModel):

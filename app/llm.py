@@ -85,6 +85,8 @@ class LLMEngine:
             self.model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)
         except (OSError, ValueError) as exc:
             raise InputError(f"cannot load the LLM from {folder}: {exc}".splitlines()[0]) from exc
+        if settings.adapter:
+            self.model = _with_adapter(self.model, Path(settings.adapter).expanduser())
         self.model.eval()
         self.settings = settings
         self.kv = kv or KVSettings()
@@ -218,6 +220,19 @@ class LLMEngine:
             kv_bytes=kv_bytes,
             kv_full_bytes=kv_full,
         )
+
+
+def _with_adapter(model, folder: Path):
+    """``model`` with a LoRA adapter merged into its weights: the same architecture and speed as before, so the KV
+    store's attention and kernels see an ordinary model."""
+    if not (folder / "adapter_config.json").is_file():
+        raise InputError(f"no LoRA adapter at {folder} (a folder with adapter_config.json, from bench/reader_lora.py)")
+    from peft import PeftModel
+
+    try:
+        return PeftModel.from_pretrained(model, str(folder)).merge_and_unload()
+    except (OSError, ValueError, RuntimeError, KeyError) as exc:
+        raise InputError(f"the adapter at {folder} does not fit this model: {exc}".splitlines()[0]) from exc
 
 
 def _cache_bytes(cache: object) -> tuple[int, int]:

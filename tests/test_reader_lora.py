@@ -91,3 +91,24 @@ def test_examples_keep_whole_lines_and_brief_answers():
     rows = [{"source": "s", "meeting": f"m{i}"} for i in range(40)]
     train, held = split_by_meeting(rows, 0.1, 0)
     assert len(held) == 4 and not {r["meeting"] for r in held} & {r["meeting"] for r in train}
+
+
+def test_the_engine_merges_a_trained_adapter_and_refuses_a_wrong_one(tiny_llm_dir, tmp_path):
+    import torch
+
+    from app.config import LLMSettings
+    from app.llm import LLMEngine
+    from encoders.errors import InputError
+
+    _data(tmp_path / "data", 6)
+    assert main(["--data", str(tmp_path / "data"), "--out", str(tmp_path / "run"), "--model", str(tiny_llm_dir),
+                 "--batch", "2", "--steps", "2", "--eval-every", "2", "--eval-rows", "2", "--max-tokens", "64",
+                 "--lr", "0.05"]) == 0
+    plain = LLMEngine(tiny_llm_dir, LLMSettings(model=str(tiny_llm_dir), dtype="float32"))
+    tuned = LLMEngine(tiny_llm_dir, LLMSettings(model=str(tiny_llm_dir), dtype="float32", adapter=str(tmp_path / "run" / "adapter")))
+    ids = plain.tokenizer("Meeting transcript:\nAlice: hi", return_tensors="pt").input_ids
+    with torch.inference_mode():
+        assert not torch.allclose(plain.model(ids).logits, tuned.model(ids).logits)
+    assert not any("lora" in name for name, _ in tuned.model.named_parameters())  # merged, an ordinary model
+    with pytest.raises(InputError, match="no LoRA adapter"):
+        LLMEngine(tiny_llm_dir, LLMSettings(model=str(tiny_llm_dir), adapter=str(tmp_path)))
