@@ -29,6 +29,7 @@ from app.meeting_record import MeetingAsk, attendees, leader, meeting_ask, purpo
 from app.questions import STOPWORDS, Question, QuestionType, content_words, parse_question, split_questions, topic_words
 from app.retrieval import Embedder, Hit, SentenceIndex, stems
 from app.sentences import Sentence, split_sentences
+from app.speakers import is_a_name
 from app.textnorm import NUMBER_WORDS, normalize
 from app.transcript import Transcript, format_time
 
@@ -213,7 +214,9 @@ class AnswerFinder:
         meeting never mentions it."""
         focus = set(stems(" ".join(q.focus))) or set(stems(" ".join(topic_words(q.text))))
         # A figure or a date must come from a line about its topic; a summary about a topic needs the topic said.
-        if not focus or not hits or q.type in _WANTED or q.type is QuestionType.SUMMARY:
+        # A yes or no on part of the question would invent one ("Is the demo cancelled?" - "Yes." where only the
+        # demo is said).
+        if not focus or not hits or q.type in _WANTED or q.type in (QuestionType.SUMMARY, QuestionType.YES_NO):
             return []
         if self._figures is None:
             self._figures = {normalize(e.text) for s in self.sentences for e in find_entities(s.text)}
@@ -522,31 +525,37 @@ def _committer(sentence: Sentence, speakers: Sequence[str]) -> str | None:
 
 
 # Names a transcript writes for people it does not name: "[PERSON3]", as anonymised meeting corpora write them.
-_BRACKETED = re.compile(r"\[([A-Z][A-Za-z]*\d*)\]")
-_FIRST_PERSON = re.compile(r"\b(?:I|I'm|I'll|I've|I'd|me|my|myself)\b")
+_BRACKETED = re.compile(r"\[([A-Z][A-Za-z]*\d+)\]")  # "[PERSON3]", not "[Inaudible]"
+_FIRST_PERSON = re.compile(r"\b(?:I|I'm|I'll|I've|I'd)\b")  # the speaker as subject ("send it to me" is not)
 
 
 def _person_in(sentence: Sentence, speakers: Sequence[str], question: str) -> str:
     """The person a line is about: one it names (a participant, or a bracketed name) that the question does not
     already name, unless the speaker talks of themself; else its speaker."""
-    names = [m["name"] for m in _NAMED_COMMIT.finditer(sentence.text) if m["name"].lower() not in STOPWORDS]
+    names = [m["name"] for m in _NAMED_COMMIT.finditer(sentence.text)
+             if m["name"].lower() not in STOPWORDS and is_a_name(m["name"])]  # "Monday will be fine" names nobody
     names += [m.group(1) for m in _BRACKETED.finditer(sentence.text)]
     names += [s for s in speakers if s != sentence.speaker and re.search(rf"\b{re.escape(s)}\b", sentence.text)]
-    named = [n for n in dict.fromkeys(names) if n != sentence.speaker and n.lower() not in question.lower()]
+    named = [n for n in dict.fromkeys(names) if n != sentence.speaker
+             and not re.search(rf"\b{re.escape(n)}\b", question, re.IGNORECASE)]
     if named and not _FIRST_PERSON.search(sentence.text):
         return named[0]
     return sentence.speaker
 
 
 # Hesitations and stutters of speech, which a quoted line need not keep ("So uh, I I said, that ...").
-_FILLER = re.compile(r"(?:^|(?<=\s))(?:uh|um|uhm|ehm|eh|erm|hmm|mm-hmm|mhm)(?:[,.]|(?=\s)|$)\s*", re.IGNORECASE)
-_STUTTER = re.compile(r"\b(\w+)(?:\s+\1\b)+", re.IGNORECASE)
+_FILLER = re.compile(r"(?:^|(?<=\s))(?:[Uu]h|[Uu]m|[Uu]hm|[Ee]hm|[Ee]h|[Ee]rm|[Hh]mm|[Mm]m-hmm|[Mm]hm)(?:[,.]|(?=\s)|$)\s*")
+# Words said twice only as a stutter ("I I said", "the the plan"); "that that" and "had had" can be meant.
+_STUTTER = re.compile(r"\b(I|we|you|they|he|she|it|the|a|an|to|of|in|and|so|is|this|my|our)(?:\s+\1\b)+",
+                      re.IGNORECASE)
+# A word broken off and said again: "alr- already" (not "short- and long-term", "10- 20").
+_RESTART = re.compile(r"\b([A-Za-z]+)-\s+(?=\1)", re.IGNORECASE)
 
 
 def _tidy(text: str) -> str:
     """A spoken line as an answer: without hesitations, stutters and cut-off words ("alr-")."""
     text = _FILLER.sub("", text)
-    text = re.sub(r"\b\w+-\s+(?=\w)", "", text)
+    text = _RESTART.sub("", text)
     text = _STUTTER.sub(r"\1", text)
     text = re.sub(r"\s+([,.?!])", r"\1", re.sub(r"\s{2,}", " ", text)).strip(" ,")
     return text[:1].upper() + text[1:] if text else text

@@ -56,6 +56,8 @@ def meeting_ask(question: str, embedder) -> MeetingAsk | None:
 def attendees(transcript: Transcript, sentences: Sequence[Sentence]) -> tuple[str, list[Sentence]]:
     """Everyone who spoke, in order of first words, each cited by their first sentence."""
     speakers = transcript.speakers
+    if not speakers:
+        return "", []
     first = {s.speaker: s for s in reversed(sentences)}
     named = [s for s in speakers if not is_anonymous(s)]
     unnamed = len(speakers) - len(named)
@@ -76,6 +78,8 @@ def leader(transcript: Transcript, sentences: Sequence[Sentence]) -> tuple[str, 
     for turn in transcript.turns:
         words[turn.speaker] += len(turn.text.split())
         turns[turn.speaker] += 1
+    if not words:
+        return "", []
     total_words, total_turns = sum(words.values()) or 1, sum(turns.values()) or 1
     score = {s: words[s] / total_words + turns[s] / total_turns for s in words}
     chair = max(score, key=score.get)

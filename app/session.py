@@ -229,7 +229,8 @@ class MeetingSession:
         time (and their image embeddings by time), ending at ``until`` if after its last word. Turns keep their
         words' times; untimed turns are timed at ``words_per_second`` after what the session holds."""
         self._ensure_open()
-        given = {label: label for label in transcript.speakers if label.strip() and not is_anonymous(label)}
+        given = {label: label for label in transcript.speakers
+                 if label.strip() and not is_anonymous(label) and label not in self.kept_names}  # a rename stays
         if given:  # a transcript's speakers that are names already stay so ("Hi guys" does not rename them)
             self.keep_names(given)
         with self._lock:

@@ -137,7 +137,8 @@ def known_spelling(name: str, known: Sequence[str]) -> str:
     return spellings[best[0]] if best else name
 
 
-def _is_name(name: str) -> bool:
+def is_a_name(name: str) -> bool:
+    """Could this capitalised word be a person's name (not "Monday", "Guys", "English", "Okay")?"""
     return name not in _NOT_NAMES and name.lower() not in _LOWER_NOT_NAMES
 
 
@@ -166,7 +167,7 @@ def _votes(turns: list[Turn], known: Sequence[str] = ()) -> _Evidence:
         return known_spelling(name, known) if known else name
 
     def vote(label: str, turn: Turn, name: str, weight: float, kind: str) -> None:
-        if _is_name(name):
+        if is_a_name(name):
             key = (label, spelled(name))
             found.votes[label][key[1]] += weight
             found.kinds[key].add(kind)

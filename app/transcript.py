@@ -234,28 +234,26 @@ _TAG = re.compile(r"</?[A-Za-z][\w-]*\s*/?>")
 
 def _from_text(raw: str, path: Path) -> Transcript:
     lines = raw.splitlines()
-    marked = sum(1 for line in lines if _PAREN_LINE.match(line))
-    if marked >= 2 and marked > sum(1 for line in lines if _TEXT_LINE.match(line)):
+    parenthesised = sum(1 for line in lines if _PAREN_LINE.match(line))
+    colon = sum(1 for line in lines if _TEXT_LINE.match(line) and not _PAREN_LINE.match(line))
+    if parenthesised >= 2 and parenthesised >= colon:  # "(PERSON4) The plan: two weeks." is a parenthesised turn
         return _from_parenthesised(lines, path)
     turns: list[Turn] = []
+    marked = False  # a line named its speaker: a line with no mark then goes on the last turn
     for line in lines:
-        line = _TAG.sub(" ", line).strip()
+        line = " ".join(_TAG.sub(" ", line).split())
         if not line or line.startswith("#"):
             continue
         match = _TEXT_LINE.match(line)
         if match:
             start = _parse_clock(match["time"]) if match["time"] else None
             turns.append(Turn(speaker=match["speaker"].strip().strip("*"), text=match["text"].strip(), start=start))
-        elif turns and marked_speakers(turns):
+            marked = True
+        elif turns and marked:
             turns[-1].text += " " + line
         else:  # a file that names no speaker: each line is a turn, not one turn as long as the meeting
             turns.append(Turn(speaker="SPEAKER_00", text=line))
     return Transcript(turns=turns, source=path.name)
-
-
-def marked_speakers(turns: list[Turn]) -> bool:
-    """Did the file name a speaker so far (a line with no mark then goes on the last turn)?"""
-    return any(t.speaker != "SPEAKER_00" for t in turns)
 
 
 def _from_parenthesised(lines: list[str], path: Path) -> Transcript:

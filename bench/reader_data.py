@@ -133,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--meeqa-per-qmsum", type=int, default=2, help="MeeQA answered examples per QMSum example, at most")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    if not 0 <= args.unanswerable_share < 1:
+        raise SystemExit("--unanswerable-share must be at least 0 and below 1")
     for repo in (args.qmsum, args.meeqa):
         if not (repo / "HEAD").exists() and not (repo / ".git").exists():
             raise SystemExit(f"not a git repository: {repo}")

@@ -89,7 +89,7 @@ def answer_loss(model, ids, labels, mask):
                                              ignore_index=-100)
 
 
-def heldout_loss(model, tokenizer, rows: list[dict], max_tokens: int) -> float:
+def heldout_loss(model, tokenizer, rows: list[dict], max_tokens: int, device: str = "cpu") -> float:
     import torch
 
     model.eval()
@@ -98,7 +98,7 @@ def heldout_loss(model, tokenizer, rows: list[dict], max_tokens: int) -> float:
         for i in range(0, len(rows), 4):
             ids, labels, mask = collate([encode(tokenizer, r, max_tokens) for r in rows[i:i + 4]], tokenizer.pad_token_id)
             n = int((labels != -100).sum())
-            total += float(answer_loss(model, ids, labels, mask)) * n
+            total += float(answer_loss(model, ids.to(device), labels.to(device), mask.to(device))) * n
             count += n
     model.train()
     return total / max(1, count)
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--eval-rows", type=int, default=48)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--device", default="cuda" if os.environ.get("CUDA_VISIBLE_DEVICES") else "cpu")
+    ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when torch sees a GPU)")
     args = ap.parse_args(argv)
     for name in ("steps", "batch", "rank", "max_tokens", "save_every", "eval_every"):
         if getattr(args, name) <= 0:
@@ -144,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     from app.config import default_home
     from app.models import EMBEDDED_LLM, resolve_model
 
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     train = load_rows(args.data / "train.jsonl")
     held = load_rows(args.data / "heldout.jsonl")[:args.eval_rows]
     folder = resolve_model(args.model or EMBEDDED_LLM, default_home(), "LLM", EMBEDDED_LLM, "config.json")
@@ -172,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
 
     log = (args.out / "loss.jsonl").open("a")
     if start == 0:  # the base model's held-out loss, what the adapter is measured against
-        log.write(json.dumps({"step": 0, "heldout_loss": round(heldout_loss(model, tokenizer, held, args.max_tokens), 4)}) + "\n")
+        log.write(json.dumps({"step": 0, "heldout_loss": round(heldout_loss(model, tokenizer, held, args.max_tokens, args.device), 4)}) + "\n")
     model.train()
     started = time.perf_counter()
     with Progress(TextColumn("[bold]reader LoRA"), BarColumn(), TextColumn("{task.completed}/{task.total} {task.fields[loss]}"),
@@ -192,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             entry = {"step": step + 1, "loss": round(loss.item(), 4), "lr": args.lr * rate(step),
                      "seconds": round(time.perf_counter() - started, 1)}
             if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
-                entry["heldout_loss"] = round(heldout_loss(model, tokenizer, held, args.max_tokens), 4)
+                entry["heldout_loss"] = round(heldout_loss(model, tokenizer, held, args.max_tokens, args.device), 4)
             log.write(json.dumps(entry) + "\n")
             log.flush()
             progress.update(task, advance=1, loss=f"loss {entry['loss']:.3f}")

@@ -321,3 +321,18 @@ def test_markdown_output_reads_back(tmp_path):
     assert [t.speaker for t in again.turns] == [t.speaker for t in original.turns]
     assert [t.text for t in again.turns] == [t.text for t in original.turns]
     assert [int(t.start) for t in again.turns] == [int(t.start) for t in original.turns]
+
+
+def test_a_colon_inside_a_parenthesised_turn_is_text(tmp_path):
+    path = tmp_path / "meeting.txt"
+    path.write_text("(PERSON4) The plan: two weeks.\n(PERSON5) Dates: Monday.\n")
+    assert [(x.speaker, x.text) for x in load_transcript(path).turns] == [
+        ("PERSON4", "The plan: two weeks."), ("PERSON5", "Dates: Monday.")]
+    path.write_text("(PERSON4) So the plan is this:\nwe do A: first\nthen B: second\n(PERSON5) Ok.\n")
+    assert [x.speaker for x in load_transcript(path).turns] == ["PERSON4", "PERSON5"]
+
+
+def test_a_line_after_a_timed_anonymous_turn_goes_on_it(tmp_path):
+    path = tmp_path / "meeting.txt"
+    path.write_text("[00:01] SPEAKER_00: hello\nwrapped <b>bold</b> claim\n")
+    assert [(x.speaker, x.text) for x in load_transcript(path).turns] == [("SPEAKER_00", "hello wrapped bold claim")]

@@ -129,3 +129,34 @@ def test_a_live_session_keeps_the_speakers_a_transcript_names(session_parts):
     session.finish(timeout=120)
     assert session.transcript().speakers == ["PERSON10", "PERSON3", "Dana"]  # the anonymous one is still named
     runtime.close_session("given-names")
+
+
+def test_a_yes_or_no_about_what_the_meeting_never_says_is_not_invented(finder):
+    # "cancel" is never said, the demo is: no "Yes." from a line about the demo
+    assert finder.answer("Is the demo cancelled?").text == NOT_IN_MEETING
+
+
+@pytest.mark.parametrize("line, question, person", [
+    ("Monday will be fine for the corpus of the shared task.", "Who will prepare the corpus of the shared task?", "Ben"),
+    ("[Inaudible] the corpus for the shared task is in progress.", "Who is responsible for the shared task corpus?",
+     "Ben"),
+    ("[PERSON1] prepares the corpus.", "Did PERSON10 or someone else prepare the corpus?", "PERSON1"),
+    ("Ed will send it to me tomorrow.", "Who needed the corpus sent?", "Ed"),
+])
+def test_the_person_a_line_is_about(line, question, person):
+    from app.answers import _person_in
+    from app.sentences import Sentence
+
+    assert _person_in(Sentence(line, "Ben", 0, None), ["Ben", "Ana"], question) == person
+
+
+@pytest.mark.parametrize("said", ["We need short- and long-term plans.", "Pages 10- 20 are done.",
+                                  "The UM team had had enough.", "I know that that is true."])
+def test_tidying_never_changes_what_a_line_says(said):
+    assert _tidy(said) == said
+
+
+def test_who_attended_and_who_led_an_empty_record_is_not_said():
+    from app.meeting_record import attendees, leader
+
+    assert attendees(Transcript([]), []) == ("", []) and leader(Transcript([]), []) == ("", [])
