@@ -12,8 +12,6 @@ import re
 from collections import Counter
 from typing import Sequence
 
-import numpy as np
-
 from app.sentences import Sentence
 from app.speakers import is_anonymous
 from app.transcript import Transcript
@@ -35,16 +33,13 @@ MIN_SIMILARITY = 0.85  # "Who left the meeting before the end?" is 0.79 from "Wh
 MIN_MARGIN = 0.03  # over the next kind: "Who ran the meeting?" is near both attendees and leader
 # Other words for the gathering itself; the embedder knows "meeting" far better than "call" (0.53 vs 0.90).
 _GATHERING = re.compile(r"\b(?:call|video ?call|conference call|session|get-together|sync|stand-?up)\b", re.IGNORECASE)
-_prototype_vectors: dict[int, dict[MeetingAsk, np.ndarray]] = {}
 
 
 def meeting_ask(question: str, embedder) -> MeetingAsk | None:
     """Which question about the meeting itself ``question`` is, or None; None without an embedder."""
     if embedder is None:
         return None
-    vectors = _prototype_vectors.get(id(embedder))
-    if vectors is None:
-        vectors = _prototype_vectors[id(embedder)] = {k: embedder.embed(list(v)) for k, v in PROTOTYPES.items()}
+    vectors = {k: embedder.embed(list(v)) for k, v in PROTOTYPES.items()}  # MiniLMEmbedder caches each text
     asked = embedder.embed([_GATHERING.sub("meeting", question)])[0]
     score = {k: float((v @ asked).max()) for k, v in vectors.items()}
     best, second = sorted(score, key=score.get, reverse=True)[:2]

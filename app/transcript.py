@@ -232,6 +232,10 @@ _PAREN_LINE = re.compile(r"^\s*\((?P<speaker>[A-Z][A-Za-z0-9_ .'-]{0,40})\)\s*(?
 _TAG = re.compile(r"</?[A-Za-z][\w-]*\s*/?>")
 
 
+def _without_tags(text: str) -> str:
+    return " ".join(_TAG.sub(" ", text).split())
+
+
 def _from_text(raw: str, path: Path) -> Transcript:
     lines = raw.splitlines()
     parenthesised = sum(1 for line in lines if _PAREN_LINE.match(line))
@@ -241,7 +245,7 @@ def _from_text(raw: str, path: Path) -> Transcript:
     turns: list[Turn] = []
     marked = False  # a line named its speaker: a line with no mark then goes on the last turn
     for line in lines:
-        line = " ".join(_TAG.sub(" ", line).split())
+        line = _without_tags(line)
         if not line or line.startswith("#"):
             continue
         match = _TEXT_LINE.match(line)
@@ -261,7 +265,7 @@ def _from_parenthesised(lines: list[str], path: Path) -> Transcript:
     turns: list[Turn] = []
     for line in lines:
         match = _PAREN_LINE.match(line)
-        text = " ".join(_TAG.sub(" ", match["text"] if match else line).split())
+        text = _without_tags(match["text"] if match else line)
         if match:
             turns.append(Turn(speaker=match["speaker"].strip(), text=text))
         elif not text:

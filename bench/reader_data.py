@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.answers import NOT_IN_MEETING  # noqa: E402
+from app.sentences import split_text  # noqa: E402
 from app.transcript import _qmsum_text  # noqa: E402
 
 WORDS_PER_TOKEN = 0.75  # English speech in Gemma's tokenizer, roughly; contexts are cut by words
@@ -48,7 +49,7 @@ def _git_files(repo: Path, under: str) -> list[str]:
 def _first_sentences(text: str, words: int = 45) -> str:
     """The answer's opening sentences, up to about ``words`` words: the reader answers briefly."""
     kept: list[str] = []
-    for sentence in re.split(r"(?<=[.!?])\s+", " ".join(text.split())):
+    for sentence in split_text(" ".join(text.split())):
         if kept and sum(len(s.split()) for s in kept) + len(sentence.split()) > words:
             break
         kept.append(sentence)

@@ -26,7 +26,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-PROMPT = "Meeting transcript:\n{context}\n\nQuestion: {question}\nAnswer:"
 TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
 
@@ -36,13 +35,22 @@ def load_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def answer_template() -> tuple[str, str]:
+    """The app's answer prompt (configs/prompts/completion.yaml) cut at ``{transcript}``: what the reader is trained
+    on is what it is asked with."""
+    from app.llm import load_prompts
+
+    head, tail = load_prompts("completion").answer.split("{transcript}", 1)
+    return head, tail
+
+
 def encode(tokenizer, row: dict, max_tokens: int) -> tuple[list[int], list[int]]:
     """Token ids and labels (-100 on the prompt): the context is cut from its end when the whole is too long."""
+    before, after = answer_template()
     answer = tokenizer(" " + row["answer"], add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
     answer = answer[:max_tokens // 4]
-    tail = tokenizer(PROMPT.format(context="", question=row["question"]).split("\n", 1)[1],
-                     add_special_tokens=False).input_ids
-    head = [tokenizer.bos_token_id] + tokenizer("Meeting transcript:\n" + row["context"], add_special_tokens=False).input_ids
+    tail = tokenizer(after.replace("{question}", row["question"]), add_special_tokens=False).input_ids
+    head = [tokenizer.bos_token_id] + tokenizer(before + row["context"], add_special_tokens=False).input_ids
     room = max_tokens - len(answer) - len(tail)
     prompt = head[:max(8, room)] + tail
     return prompt + answer, [-100] * len(prompt) + answer
