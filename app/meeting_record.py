@@ -24,10 +24,11 @@ class MeetingAsk(str, enum.Enum):
 
 
 # The plain ways of asking each, as a user would; a question must be close to one of them in meaning.
+# None is worded as an ELITR-Bench question is (those are what the detection is measured on).
 PROTOTYPES = {
-    MeetingAsk.ATTENDEES: ("Who attended the meeting?", "Who took part in the meeting?", "Who was in the meeting?"),
+    MeetingAsk.ATTENDEES: ("Who was present at the meeting?", "Who took part in the meeting?", "Who was in the meeting?"),
     MeetingAsk.LEADER: ("Who led the meeting?", "Who chaired the meeting?", "Who was leading the meeting?"),
-    MeetingAsk.PURPOSE: ("What was the purpose of the meeting?", "What was the meeting about?"),
+    MeetingAsk.PURPOSE: ("What was the goal of the meeting?", "What was the meeting about?", "Why was the meeting held?"),
 }
 MIN_SIMILARITY = 0.85  # "Who left the meeting before the end?" is 0.79 from "Who attended the meeting?"
 MIN_MARGIN = 0.03  # over the next kind: "Who ran the meeting?" is near both attendees and leader
