@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-from . import phrases as P
+from .vocabulary import phrases as P
 from .plan import CHAIR, MAX_TURN_WORDS, Fact, MeetingSpec, Turn, estimate_seconds
 from .spoken import agreement, capitalize, date_spoken, money_spoken, number_words, words
 
@@ -121,7 +121,7 @@ class Dialogue:
             if self._nameable(CHAIR) and self.rng.random() < 0.6:
                 self.say(other, self._pick(P.THANKS_NAMED).format(name=self._name(CHAIR)))
             else:
-                self.say(other, self._pick(("Thank you.", "Bye, everyone.", "Thanks, see you then.")))
+                self.say(other, self._pick(P.CLOSING_REPLIES))
         self._segment_end()
 
     def _make_everyone_heard(self) -> None:
@@ -133,8 +133,8 @@ class Dialogue:
             if self._nameable(i) or self.sp[i].named_by == "address":
                 self.say(CHAIR, self._pick(P.OPINION_PROMPTS).format(name=self._name(i)))
             else:
-                self.say(CHAIR, self._pick(("What do the others think?", "Any other thoughts?")))
-            self.say(i, self._filler(reactions=True) or "I agree.")
+                self.say(CHAIR, self._pick(P.OTHERS_PROMPTS))
+            self.say(i, self._filler(reactions=True) or P.AGREE)
             self._segment_end()
 
     # ---- one exchange per fact ----------------------------------------------------------------

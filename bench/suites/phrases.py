@@ -37,6 +37,8 @@ PLAIN_PROMPTS = ("What's the status?", "Who has the numbers?", "Any update on th
 THANKS_NAMED = ("Thanks, {name}.", "Thank you, {name}. That's helpful.", "Great, thanks {name}.",
                 "Got it, thanks, {name}.", "Perfect, thank you, {name}.")
 THANKS_PLAIN = ("Thank you.", "Great.", "Okay, good.", "Thanks, that's clear.", "Good to know.")
+OTHERS_PROMPTS = ("What do the others think?", "Any other thoughts?")
+AGREE = "I agree."  # when a speaker asked for an opinion has no filler left
 OPINION_PROMPTS = ("{name}, what do you think?", "{name}, do you agree?", "Any thoughts, {name}?")
 
 BACKCHANNELS = ("Yeah.", "Right.", "Okay.", "Mm-hm.", "Sure.", "Got it.", "I see.", "Uh-huh.", "True.")
@@ -118,6 +120,7 @@ WHO_WILL_Q = ("Who is going to {task}?", "Who's responsible for {gerund}?", "Whi
 DUE_Q = ("What is the deadline to {task}?", "By when does the team need to {task}?",
          "When is the deadline for {gerund}?", "By which date should someone {task}?")
 
+NEXT_MEETING_Q = ("When is the next meeting?", "When will they meet again?", "What date is the next meeting?")
 NEXT_MEETING = ("Let's meet again on {date}.", "Our next meeting is on {date}.", "We will meet again on {date}.")
 
 WHO_SAID_Q = ("Who reported {np}?", "Who mentioned {np}?", "Which person talked about {np}?",
@@ -137,6 +140,7 @@ FIGURE_NOT_SAID_EVENT_Q = ("How much will the {event} cost?", "What is the budge
 FIGURE_NOT_SAID_TASK_Q = ("How much will it cost to {task}?", "What is the budget for {gerund}?",
                           "How much money is set aside for {gerund}?")
 
+CLOSING_REPLIES = ("Thank you.", "Bye, everyone.", "Thanks, see you then.")
 CLOSINGS = ("Thanks, everyone.", "Great, that's all for today.", "Okay, thank you all. Talk soon.",
             "Good meeting, everyone. Thanks.", "That's it from me. Thanks for your time.")
 # Remarks a speaker can add to their own turn or say on their own; reactions only stand alone.

@@ -15,7 +15,11 @@ import random
 import re
 from dataclasses import dataclass, field
 
-from .topics import AREAS, DEPARTMENTS, NAMES, TOPICS, VENDORS, Choice, Topic
+from .topics import Choice, Topic
+from .vocabulary import topics as _vocabulary
+
+AREAS, DEPARTMENTS, NAMES = _vocabulary.AREAS, _vocabulary.DEPARTMENTS, _vocabulary.NAMES
+TOPICS, VENDORS = _vocabulary.TOPICS, _vocabulary.VENDORS
 from .voices import Voice, draw_voices
 
 SPEAKER_COUNTS = (2, 3, 4, 5, 6)

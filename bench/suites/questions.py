@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import re
 
-from . import phrases as P
+from .vocabulary import phrases as P
 from .dialogue import metric_spoken
 from .plan import Fact, MeetingSpec, Question
 from .spoken import agreement, date_keywords, date_written, gerund, money_keywords, number_keywords
@@ -63,7 +63,7 @@ class QuestionMaker:
                 *self._who_said(f, f"the date of the {event}")]
 
     def _q_next_meeting(self, f: Fact) -> list[Question]:
-        text = self._pick(("When is the next meeting?", "When will they meet again?", "What date is the next meeting?"))
+        text = self._pick(P.NEXT_MEETING_Q)
         return [self._when(text, f.data["date"], f.key)]
 
     def _q_move(self, f: Fact) -> list[Question]:

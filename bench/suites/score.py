@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .topics import NAMES
+from .vocabulary import topics as _vocabulary
 
 ROOT = Path(__file__).resolve().parents[2]
 # Question types whose right answer is that the meeting does not say (nothing to cite).
@@ -94,7 +94,7 @@ def makes_something_up(answer: str, asks: str | None = None) -> bool:
     tokens = set(re.findall(r"[a-z]+", text))
     if re.search(r"\d|\$", text) or tokens & _NUMBER_WORDS or tokens & _DATE_WORDS:
         return True
-    return asks == "person" and any(n.lower() in tokens for n in NAMES)
+    return asks == "person" and any(n.lower() in tokens for n in _vocabulary.NAMES)
 
 
 def yes_no_correct(answer: str, expected: str) -> bool:

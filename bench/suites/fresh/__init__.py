@@ -1,0 +1,1 @@
+"""A vocabulary for the suite generator written afresh, without reading the answering code."""
