@@ -1,0 +1,1 @@
+"""A third vocabulary for the suite generator, written from scratch for the generator-swap check."""
