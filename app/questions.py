@@ -33,16 +33,32 @@ STOPWORDS = frozenset(
     "team they're we're someone anyone everyone one group".split()
 )
 
+# Nouns that ask for a person (or a party: a team, an organisation) after "which" or "what": the question wants a
+# name, and the noun itself need not be said in the meeting ("Which colleague ...?").
+_PERSON_WORDS = ("person persons people one ones member members attendee attendees participant participants colleague "
+                 "colleagues speaker speakers teammate teammates individual individuals employee employees staff "
+                 "manager managers lead leader presenter presenters guest guests representative representatives rep "
+                 "contact partner partners party parties entity entities organization organisation organizations "
+                 "organisations company companies team teams department departments group groups side")
+# Words of telling: what a person said, reported, or gave as information (a general English list).
+_SPEECH_WORDS = ("spoke speak speaks stated state states described describe discussed update updates updated "
+                 "provided provide gave shared answered replied commented confirmed claimed added revealed informed "
+                 "source figures numbers estimate comment comments remark remarks point news report")
+_PERSON_NOUN = r"(?:" + "|".join(_PERSON_WORDS.split()) + r"|team member|of them|of us|of you)"
+
 # Words that frame a type of question without naming what it is about.
 _FRAME = {
     QuestionType.HOW_MUCH: "much many cost costs costing price priced prices budget budgeted spend spent spending "
-    "amount money pay paid dollars dollar euros total expensive charge charged worth figure sum",
+    "amount money pay paid dollars dollar euros total expensive charge charged worth figure sum bill invoice quote "
+    "expense expenses outlay",
     QuestionType.WHEN: "when date day time deadline due happen happens take place scheduled schedule planned "
     "start starts begin begins end ends week month",
-    QuestionType.WHO_WILL: "who person people responsible charge owner owns handle handling take care "
-    "assigned volunteer volunteered promised agreed doing take taking going supposed need needs job task",
-    QuestionType.WHO_SAID: "who whose person said say says mentioned mention raised suggested proposed reported "
-    "asked brought talked pointed noted told explained thinks thought idea suggestion proposal",
+    QuestionType.WHO_WILL: "who responsible charge owner owns handle handling take care "
+    "assigned volunteer volunteered promised agreed doing take taking going supposed need needs job task "
+    + _PERSON_WORDS,
+    QuestionType.WHO_SAID: "who whose said say says mentioned mention raised suggested proposed reported "
+    "asked brought talked pointed noted told explained thinks thought idea suggestion proposal " + _SPEECH_WORDS
+    + " " + _PERSON_WORDS,
     QuestionType.WHAT_DECIDED: "what decide decided decision decisions agreed agree settle settled conclusion "
     "concluded choose chose chosen outcome resolved final call option options pick picked select selected change "
     "changed make made regarding",
@@ -93,15 +109,17 @@ _PATTERNS: list[tuple[QuestionType, re.Pattern[str]]] = [
     (QuestionType.WHAT_DECIDED, re.compile(
         r"\b(?:decid\w*|decision|agree[ds]?|agreement|settle[ds]?|conclu\w+|outcome|resolved|go with|went with|"
         r"cho(?:ose|se|sen)|option|pick(?:ed)?|select(?:ed)?|what change)\b")),
-    (QuestionType.WHO_SAID, re.compile(r"^whose (?:idea|suggestion|proposal)\b")),
+    (QuestionType.WHO_SAID, re.compile(r"^whose (?:idea|suggestion|proposal|" + "|".join(_SPEECH_WORDS.split())
+                                       + r")\b")),
     (QuestionType.WHO_WILL, re.compile(
-        r"^(?:who|which (?:person|one|team member|of them))(?:'s| is| are)?\s+(?:will|going to|gonna|responsible|"
+        r"^(?:who|(?:which|what) " + _PERSON_NOUN + r")(?:'s| is| are)?\s+(?:will|going to|gonna|responsible|"
         r"in charge|supposed to|meant to|has to|needs to|should|taking|handling|doing|owns)\b")),
     (QuestionType.WHO_SAID, re.compile(
-        r"^(?:who|which (?:person|one|speaker|of them))\b.*\b(?:said|say|says|mention\w*|raise\w*|suggest\w*|"
+        r"^(?:who|(?:which|what) " + _PERSON_NOUN + r")\b.*\b(?:said|say|says|mention\w*|raise\w*|suggest\w*|"
         r"propos\w*|report\w*|asked|brought up|talked|point\w* out|noted|told|explain\w*|complain\w*|warn\w*|"
-        r"think|thinks|thought|shared|gave|presented|announced|introduced|ran|leads?|from)\b")),
-    (QuestionType.WHO_WILL, re.compile(r"^(?:who|whom|which (?:person|one|team member|of them))\b|\bwho(?:'s| is)\b")),
+        r"think|thinks|thought|shared|gave|presented|announced|introduced|ran|leads?|from|"
+        + "|".join(_SPEECH_WORDS.split()) + r")\b")),
+    (QuestionType.WHO_WILL, re.compile(r"^(?:who|whom|(?:which|what) " + _PERSON_NOUN + r")\b|\bwho(?:'s| is)\b")),
     # The words that say what is asked beat the topic's words: "the deadline to update the budget sheet" asks
     # for a date, "the budget for the offer deadline" for an amount, "how many cost centers" for a count, "the
     # budget utilization" for a percentage.
@@ -113,7 +131,7 @@ _PATTERNS: list[tuple[QuestionType, re.Pattern[str]]] = [
     (QuestionType.METRIC, re.compile(r"^(?!.*\bhow much\b).*\b(?:utili[sz]ation|overrun|percentage|ratio|margin|rate)\b")),
     (QuestionType.HOW_MUCH, re.compile(
         r"\bhow much\b|\b(?:cost|costs|price|prices|budget|spend|spent|amount|paid|pay|charge|expensive|fee|fees|"
-        r"salary|dollars|euros|money)\b")),
+        r"salary|dollars|euros|money|bill|invoice|quote|expense|expenses|outlay)\b")),
     (QuestionType.HOW_MANY, re.compile(r"\bhow (?:many|big|large)\b|\bwhat size\b|\bnumber of\b")),
     (QuestionType.WHEN, re.compile(
         r"^when\b|\bwhen (?:is|are|was|were|will|do|does|did|should|can)\b|\b(?:date|dates|day|deadline|due|weekday)\b|"
