@@ -27,6 +27,7 @@ from app.entities import Entity, find_entities, merge_date_time
 from app.focused import FocusedSummarizer, FocusedSummary
 from app.meeting_record import MeetingAsk, attendees, leader, meeting_ask, purpose
 from app.questions import STOPWORDS, Question, QuestionType, content_words, parse_question, split_questions, topic_words
+from app.rerank import Reranker
 from app.retrieval import Embedder, Hit, SentenceIndex, stems
 from app.sentences import Sentence, split_sentences
 from app.speakers import is_a_name
@@ -56,6 +57,8 @@ def _wanted(q: Question) -> tuple[str, ...]:
     return wanted
 
 
+# "..., or not?" offers both answers; it does not negate what is asked.
+_OR_NOT = re.compile(r",?\s*\bor not\b", re.IGNORECASE)
 _NEGATION = re.compile(r"\b(?:not|no|never|n't|cannot|won't|don't|didn't|isn't|aren't|wasn't|no longer|instead of)\b|n't\b",
                        re.IGNORECASE)
 
@@ -105,6 +108,7 @@ class AnswerOptions:
     # question's focus (weighted by rarity) somewhere: people ask in their own words, and a line seldom repeats
     # all of them. A question about something the meeting never mentions says none of it.
     min_meeting_coverage: float = 0.34
+    answer_lines: int = 2  # lines quoted when the reader gives no answer of its own
 
 
 # A pronoun that points back at a topic said before the question ("the vendor contract, is it signed?").
@@ -119,11 +123,11 @@ class AnswerFinder:
     """One meeting's sentences, indexed once; answers any number of questions about it."""
 
     def __init__(self, transcript: Transcript, embedder: Embedder | None = None, generate: Generate | None = None,
-                 options: AnswerOptions | None = None):
+                 options: AnswerOptions | None = None, reranker: Reranker | None = None):
         self.transcript = transcript
         self.options = options or AnswerOptions()
         self.sentences = split_sentences(transcript)
-        self.index = SentenceIndex(self.sentences, embedder)
+        self.index = SentenceIndex(self.sentences, embedder, reranker=reranker)
         self.generate = generate
         self._items: list[ActionItem] | None = None
         self._decisions: list[Decision] | None = None
@@ -315,7 +319,8 @@ class AnswerFinder:
         if _ASKS_LATEST.search(q.text):
             _, _, _, sentence, entities = max(current, key=lambda f: f[3].start or 0.0)
         else:
-            _, _, _, sentence, entities = max(current, key=lambda f: (f[2].score, f[3].start or 0.0))
+            # the better-ranked line: by the reranker's relevance where one reordered the hits
+            _, _, _, sentence, entities = max(current, key=lambda f: (_rank_score(f[2]), f[3].start or 0.0))
         entity = _pick(sentence.text, entities, q.focus, content_words(q.text), asks_past)
         return _capitalise(entity.text), [sentence]
 
@@ -386,11 +391,12 @@ class AnswerFinder:
         """The latest sentence that itself says what the question is about settles it, together with the
         answers it got: "Maybe we should X." - "No, let's leave that." is a no; a sentence that negates the
         question, or gives another amount or date, is a no too."""
+        asked_negated = bool(_NEGATION.search(_OR_NOT.sub("", q.text)))  # "do they X or not?" asks, it does not negate
         own = [h for h in hits if self._coverage(q, self.sentences[h.index], context_weight=0.0)
                >= self.options.min_focus_coverage]
         at = max(own, key=lambda h: h.index).index if own else hits[0].index
         sentence = self.sentences[at]
-        if _contradicts(q.text, sentence.text) or (_REJECT.search(sentence.text) and not _NEGATION.search(q.text)):
+        if _contradicts(q.text, sentence.text) or (_REJECT.search(sentence.text) and not asked_negated):
             return "No.", [sentence]
         if _PROPOSAL.search(sentence.text) or sentence.text.endswith("?"):
             # The first reply by someone else, right after the proposal, accepts or rejects it.
@@ -399,7 +405,7 @@ class AnswerFinder:
                 return "No.", [sentence, reply]
             if reply is not None and _ACCEPT.search(reply.text):
                 return "Yes.", [sentence, reply]
-        negated = bool(_NEGATION.search(sentence.text)) != bool(_NEGATION.search(q.text))
+        negated = bool(_NEGATION.search(sentence.text)) != asked_negated
         return ("No." if negated else "Yes."), [sentence]
 
     def _free_form(self, q: Question, hits: list[Hit]) -> tuple[str, list[Sentence]]:
@@ -414,7 +420,10 @@ class AnswerFinder:
                 words = set(stems(text)) - set(stems(q.text))
                 if text and words and len(words & said) / len(words) >= 0.5:
                     return text, [s for s in evidence if set(stems(s.text)) & words] or evidence[:1]
-        return _tidy(evidence[0].text) or evidence[0].text, evidence[:1]
+        # No reader's answer: the best lines themselves, in the order they were said. On real meetings the best
+        # line holds the answer far less often than the best two do (docs/benchmarks.md, issue 48).
+        quoted = sorted(evidence[:self.options.answer_lines], key=lambda s: (s.start or 0.0, s.turn_index))
+        return " ".join(_tidy(s.text) or s.text for s in quoted), quoted
 
     def _summary_about(self, q: Question, confidence: float) -> Answer:
         """A passage, not a fact: the meeting's part about the focus words, as a few lines of minutes."""
@@ -550,6 +559,10 @@ _STUTTER = re.compile(r"\b(I|we|you|they|he|she|it|the|a|an|to|of|in|and|so|is|t
                       re.IGNORECASE)
 # A word broken off and said again: "alr- already" (not "short- and long-term", "10- 20").
 _RESTART = re.compile(r"\b([A-Za-z]+)-\s+(?=\1)", re.IGNORECASE)
+
+
+def _rank_score(hit: Hit) -> float:
+    return hit.score if hit.relevance is None else hit.relevance
 
 
 def _tidy(text: str) -> str:

@@ -12,6 +12,7 @@ from typing import Sequence
 
 from app.answers import Answer, AnswerFinder, Citation  # noqa: F401  (Answer, Citation: the app's answer types)
 from app.llm import LLMEngine, join_example
+from app.rerank import default_reranker
 from app.retrieval import default_embedder
 from app.sentences import Sentence
 from app.summary import MeetingSummary, build_summary  # noqa: F401  (MeetingSummary: the app's summary type)
@@ -64,7 +65,7 @@ class Assistant:
             text, confidence, parts[0] = found
             return text, confidence
 
-        answer = AnswerFinder(transcript, default_embedder(), generate).answer(question)
+        answer = AnswerFinder(transcript, default_embedder(), generate, reranker=default_reranker()).answer(question)
         answer.parts = parts[0]
         return answer
 

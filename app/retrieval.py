@@ -20,6 +20,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from app.questions import STOPWORDS
+from app.rerank import Reranker, passage
 from app.sentences import Sentence
 from app.textnorm import numbers_as_digits, plain_figures
 
@@ -125,6 +126,7 @@ class Hit:
     score: float  # fused, 0-1
     lexical: float  # BM25 normalised by the best hit
     dense: float  # cosine similarity, or 0 without an embedder
+    relevance: float | None = None  # the meeting ranker's score (app/rerank.py), when one reordered the hits
 
 
 CONTEXT_WEIGHT = 0.5
@@ -147,12 +149,18 @@ class _Lexical:
         return np.asarray(self.bm25.get_scores(query), dtype=np.float64)
 
 
-class SentenceIndex:
-    """BM25 + dense ranking of a meeting's sentences against a question."""
+RERANK_POOL = 24  # the fused ranking's best sentences that a reranker reorders
 
-    def __init__(self, sentences: list[Sentence], embedder: Embedder | None = None, dense_weight: float = 0.5):
+
+class SentenceIndex:
+    """BM25 + dense ranking of a meeting's sentences against a question; with a reranker (app/rerank.py), the best
+    ``RERANK_POOL`` of that ranking reordered by how well each answers the question (their scores kept)."""
+
+    def __init__(self, sentences: list[Sentence], embedder: Embedder | None = None, dense_weight: float = 0.5,
+                 reranker: Reranker | None = None):
         self.sentences = sentences
         self.embedder = embedder
+        self.reranker = reranker
         self.dense_weight = dense_weight if embedder is not None else 0.0
         self._text = _Lexical([stems(s.text) for s in sentences])
         self._context = _Lexical([stems(s.context) for s in sentences])
@@ -172,5 +180,11 @@ class SentenceIndex:
         if self._vectors is not None and self.embedder is not None:
             dense = np.clip(self._vectors @ self.embedder.embed([query])[0], 0.0, 1.0).astype(np.float64)
         fused = (1 - self.dense_weight) * lexical + self.dense_weight * dense
-        order = sorted(range(n), key=lambda i: (-fused[i], i))[:k]
-        return [Hit(i, float(fused[i]), float(lexical[i]), float(dense[i])) for i in order]
+        order = sorted(range(n), key=lambda i: (-fused[i], i))
+        if self.reranker is None:
+            return [Hit(i, float(fused[i]), float(lexical[i]), float(dense[i])) for i in order[:k]]
+        pool = [i for i in order[:max(k, RERANK_POOL)] if fused[i] > 0]
+        s = self.sentences
+        relevance = self.reranker.scores(query, [passage(s[i].speaker, s[i].text, s[i].context) for i in pool])
+        ranked = sorted(zip(pool, relevance), key=lambda p: (-p[1], p[0]))[:k]
+        return [Hit(i, float(fused[i]), float(lexical[i]), float(dense[i]), float(r)) for i, r in ranked]

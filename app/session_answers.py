@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from app.answers import Answer, AnswerFinder
 from app.assistant import Assistant, MeetingSummary
 from app.context import ContextLine, MeetingContext, confidence
+from app.rerank import default_reranker
 from app.retrieval import default_embedder
 from app.summary import build_summary
 from app.transcript import Transcript, Turn
@@ -47,7 +48,8 @@ class MeetingQuestions:
         transcript = self._without_erased_pii(transcript)
         if not lines.turns:
             return Answer(question, "Nothing has been said yet.", [], 0, 0.0)
-        return AnswerFinder(lines, default_embedder(), partial(self._model_answer, transcript)).answer(question)
+        return AnswerFinder(lines, default_embedder(), partial(self._model_answer, transcript),
+                            reranker=default_reranker()).answer(question)
 
     def summary(self, transcript: Transcript) -> MeetingSummary:
         if not transcript.turns:

@@ -174,7 +174,7 @@ def _from_json(data: object, path: Path) -> Transcript:
         for number, t in enumerate(given, start=1):
             if not isinstance(t, dict) or not isinstance(t.get("content"), str) or not isinstance(t.get("speaker", ""), str):
                 raise InputError(f"{path}: QMSum turn {number} needs a 'speaker' and a 'content' string")
-        turns = [Turn(speaker=t.get("speaker") or "?", text=_qmsum_text(t["content"])) for t in given]
+        turns = [Turn(speaker=t.get("speaker") or "?", text=qmsum_text(t["content"])) for t in given]
         return Transcript(turns=turns, source=path.name)
     if isinstance(data, dict) and isinstance(data.get("turns"), list):
         try:
@@ -212,7 +212,7 @@ def _opt_float(value: object) -> float | None:
     return number
 
 
-def _qmsum_text(text: str) -> str:
+def qmsum_text(text: str) -> str:
     """QMSum is tokenised (``we 're``, ``it .``) and marks disfluencies (``{disfmarker}``): undo both."""
     text = re.sub(r"\{\w+\}", " ", text)
     text = re.sub(r"\s+", " ", text)

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.answers import NOT_IN_MEETING  # noqa: E402
 from app.sentences import split_text  # noqa: E402
-from app.transcript import _qmsum_text  # noqa: E402
+from app.transcript import qmsum_text  # noqa: E402
 
 WORDS_PER_TOKEN = 0.75  # English speech in Gemma's tokenizer, roughly; contexts are cut by words
 
@@ -73,7 +73,7 @@ def qmsum_examples(repo: Path, context_tokens: int) -> list[dict]:
     rows = []
     for path in _git_files(repo, "data/ALL/train"):
         meeting = json.loads(_git_show(repo, path))
-        turns = [f"{t.get('speaker') or '?'}: {_qmsum_text(t['content'])}" for t in meeting["meeting_transcripts"]]
+        turns = [f"{t.get('speaker') or '?'}: {qmsum_text(t['content'])}" for t in meeting["meeting_transcripts"]]
         for query in meeting.get("specific_query_list", []):
             spans = query.get("relevant_text_span") or []
             if not spans:

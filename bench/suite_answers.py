@@ -190,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     todo = meetings(args.suite, args.limit)
 
     from app.answers import AnswerFinder
+    from app.rerank import default_reranker
     from app.retrieval import default_embedder
 
     assistant = runtime = None
@@ -228,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                 if assistant is not None:
                     ask = lambda q, t=transcript: assistant.ask(t, q)  # noqa: E731
                 else:
-                    finder = AnswerFinder(transcript, default_embedder())
+                    finder = AnswerFinder(transcript, default_embedder(), reranker=default_reranker())
                     ask = finder.answer
             if args.source != "reference":
                 names.append({"meeting": meeting.name, "condition": meta.get("condition", "?"),

