@@ -126,7 +126,7 @@ class Hit:
     score: float  # fused, 0-1
     lexical: float  # BM25 normalised by the best hit
     dense: float  # cosine similarity, or 0 without an embedder
-    relevance: float | None = None  # the meeting ranker's score (app/rerank.py), when one reordered the hits
+    relevance: float | None = None  # the order's score (ranker and retriever blended), when a reranker reordered
 
 
 CONTEXT_WEIGHT = 0.5
@@ -150,11 +150,18 @@ class _Lexical:
 
 
 RERANK_POOL = 24  # the fused ranking's best sentences that a reranker reorders
+RANKER_WEIGHT = 0.5  # of the reranker's score in the new order (the rest: the fused retrieval score)
+
+
+def _z(values: np.ndarray) -> np.ndarray:
+    spread = values.std()
+    return (values - values.mean()) / spread if spread > 0 else np.zeros_like(values, dtype=np.float64)
 
 
 class SentenceIndex:
     """BM25 + dense ranking of a meeting's sentences against a question; with a reranker (app/rerank.py), the best
-    ``RERANK_POOL`` of that ranking reordered by how well each answers the question (their scores kept)."""
+    ``RERANK_POOL`` of that ranking reordered by how well each answers the question, blended with the retriever's
+    own score (their scores kept)."""
 
     def __init__(self, sentences: list[Sentence], embedder: Embedder | None = None, dense_weight: float = 0.5,
                  reranker: Reranker | None = None):
@@ -185,6 +192,9 @@ class SentenceIndex:
             return [Hit(i, float(fused[i]), float(lexical[i]), float(dense[i])) for i in order[:k]]
         pool = [i for i in order[:max(k, RERANK_POOL)] if fused[i] > 0]
         s = self.sentences
-        relevance = self.reranker.scores(query, [passage(s[i].speaker, s[i].text, s[i].context) for i in pool])
+        ranker = self.reranker.scores(query, [passage(s[i].speaker, s[i].text, s[i].context) for i in pool])
+        # Half the ranker, half the retriever, each as z-scores over the pool: the ranker reads a line with the one
+        # before it, and alone it puts a reply ("Good.") above the line it agrees with.
+        relevance = RANKER_WEIGHT * _z(np.asarray(ranker)) + (1 - RANKER_WEIGHT) * _z(fused[pool])
         ranked = sorted(zip(pool, relevance), key=lambda p: (-p[1], p[0]))[:k]
         return [Hit(i, float(fused[i]), float(lexical[i]), float(dense[i]), float(r)) for i, r in ranked]

@@ -34,7 +34,7 @@ from app.rerank import encode, passage  # noqa: E402
 from app.retrieval import stems  # noqa: E402
 from app.sentences import split_sentences  # noqa: E402
 from app.transcript import Transcript, Turn, qmsum_text  # noqa: E402
-from bench.reader_data import _git_files, _git_show, _meeqa_lines, split_by_meeting  # noqa: E402
+from bench.reader_data import git_files, git_show, meeqa_lines, split_by_meeting  # noqa: E402
 
 
 def _units(turns: list[Turn]) -> list[tuple[int, str, list[str]]]:
@@ -48,8 +48,8 @@ def qmsum_groups(repo: Path, negatives: int, rng: random.Random) -> list[dict]:
     import bm25s
 
     groups = []
-    for path in _git_files(repo, "data/ALL/train"):
-        meeting = json.loads(_git_show(repo, path))
+    for path in git_files(repo, "data/ALL/train"):
+        meeting = json.loads(git_show(repo, path))
         turns = [Turn(speaker=t.get("speaker") or "?", text=qmsum_text(t["content"])) for t in meeting["meeting_transcripts"]]
         units = _units(turns)
         unit_stems = [own for _, _, own in units]
@@ -81,13 +81,13 @@ def qmsum_groups(repo: Path, negatives: int, rng: random.Random) -> list[dict]:
 def meeqa_groups(repo: Path, negatives: int) -> list[dict]:
     groups = []
     for split in ("validation", "test"):
-        archive = zipfile.ZipFile(io.BytesIO(_git_show(repo, f"Data/original/{split}_data.json.zip")))
+        archive = zipfile.ZipFile(io.BytesIO(git_show(repo, f"Data/original/{split}_data.json.zip")))
         for item in json.loads(archive.read(archive.namelist()[0]))["data"]:
-            asked = _meeqa_lines(item["question"])
+            asked = meeqa_lines(item["question"])
             answers = [" ".join(re.sub(r"&\s*SPEAKER_\d+:\s*", " ", a).split()) for a in item["answers"]["text"] if a.strip()]
             if not asked or not answers or not item.get("isQuestionComprehensible", True):
                 continue
-            lines = _meeqa_lines(item["context"])
+            lines = meeqa_lines(item["context"])
             turns = [Turn(speaker=line.split(": ", 1)[0], text=line.split(": ", 1)[1]) for line in lines]
             units = _units(turns)
             key = set(stems(answers[0]))

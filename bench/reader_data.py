@@ -36,11 +36,11 @@ from app.transcript import qmsum_text  # noqa: E402
 WORDS_PER_TOKEN = 0.75  # English speech in Gemma's tokenizer, roughly; contexts are cut by words
 
 
-def _git_show(repo: Path, path: str) -> bytes:
+def git_show(repo: Path, path: str) -> bytes:
     return subprocess.run(["git", "-C", str(repo), "show", f"HEAD:{path}"], check=True, capture_output=True).stdout
 
 
-def _git_files(repo: Path, under: str) -> list[str]:
+def git_files(repo: Path, under: str) -> list[str]:
     out = subprocess.run(["git", "-C", str(repo), "ls-tree", "-r", "--name-only", "HEAD", under], check=True,
                          capture_output=True, text=True).stdout
     return [p for p in out.splitlines() if p.endswith(".json")]
@@ -71,8 +71,8 @@ def _cut(lines: list[str], budget_words: int, keep_end: bool = False) -> str:
 
 def qmsum_examples(repo: Path, context_tokens: int) -> list[dict]:
     rows = []
-    for path in _git_files(repo, "data/ALL/train"):
-        meeting = json.loads(_git_show(repo, path))
+    for path in git_files(repo, "data/ALL/train"):
+        meeting = json.loads(git_show(repo, path))
         turns = [f"{t.get('speaker') or '?'}: {qmsum_text(t['content'])}" for t in meeting["meeting_transcripts"]]
         for query in meeting.get("specific_query_list", []):
             spans = query.get("relevant_text_span") or []
@@ -88,7 +88,7 @@ def qmsum_examples(repo: Path, context_tokens: int) -> list[dict]:
 _MEEQA_TURN = re.compile(r"&\s*(SPEAKER_\d+):\s*")
 
 
-def _meeqa_lines(text: str) -> list[str]:
+def meeqa_lines(text: str) -> list[str]:
     parts = _MEEQA_TURN.split(text)
     return [f"{parts[i]}: {' '.join(parts[i + 1].split())}" for i in range(1, len(parts) - 1, 2)
             if parts[i + 1].strip(" .")]
@@ -97,16 +97,16 @@ def _meeqa_lines(text: str) -> list[str]:
 def meeqa_examples(repo: Path, context_tokens: int) -> list[dict]:
     rows = []
     for split in ("validation", "test"):
-        archive = zipfile.ZipFile(io.BytesIO(_git_show(repo, f"Data/original/{split}_data.json.zip")))
+        archive = zipfile.ZipFile(io.BytesIO(git_show(repo, f"Data/original/{split}_data.json.zip")))
         for item in json.loads(archive.read(archive.namelist()[0]))["data"]:
-            asked = _meeqa_lines(item["question"])
+            asked = meeqa_lines(item["question"])
             if not asked or not item.get("isQuestionComprehensible", True):
                 continue
             question = asked[-1].split(": ", 1)[1]
             answers = [a for a in item["answers"]["text"] if a.strip()]
             answer = " ".join(" ".join(_MEEQA_TURN.sub(" ", answers[0]).split()).split()[:45]) if answers else NOT_IN_MEETING
             # MeeQA's context is what was said after the question: the reader sees the question's lines, then it
-            context = _cut(asked + _meeqa_lines(item["context"]), int(context_tokens * WORDS_PER_TOKEN))
+            context = _cut(asked + meeqa_lines(item["context"]), int(context_tokens * WORDS_PER_TOKEN))
             meeting = item["id"].split("_", 1)[0]
             rows.append({"source": "meeqa", "meeting": meeting, "context": context,
                          "question": f"{asked[-1].split(': ', 1)[0]} asked: {question}", "answer": answer})

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bench.reader_data import _cut, _first_sentences, _meeqa_lines, split_by_meeting
+from bench.reader_data import _cut, _first_sentences, meeqa_lines, split_by_meeting
 from bench.reader_lora import answer_loss, batches, collate, encode, main
 
 
@@ -83,7 +83,7 @@ def test_bad_settings_and_missing_data_are_one_line(tmp_path):
 
 
 def test_examples_keep_whole_lines_and_brief_answers():
-    assert _meeqa_lines("& SPEAKER_0: how much is it? & SPEAKER_1: . & SPEAKER_1: ten euros") == [
+    assert meeqa_lines("& SPEAKER_0: how much is it? & SPEAKER_1: . & SPEAKER_1: ten euros") == [
         "SPEAKER_0: how much is it?", "SPEAKER_1: ten euros"]
     assert _cut(["a b c", "d e", "f g h"], 5) == "a b c\nd e"
     assert _cut(["a b c", "d e", "f g h"], 5, keep_end=True) == "d e\nf g h"
