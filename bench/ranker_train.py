@@ -2,15 +2,17 @@
 that is not ELITR.
 
     .venv/bin/python -m bench.ranker_train --qmsum QMSUM_REPO --meeqa MEEQA_REPO [--out bench/out/ranker]
-        [--steps 600] [--ship]   # --ship copies the adapter to app/weights/meeting-ranker
+        [--steps 300] [--groups-per-step 6] [--ship]   # --ship copies the adapter to app/weights/meeting-ranker
 
 Groups of one line that answers and ``--negatives`` that do not, from the same meeting; the loss is the softmax
-cross-entropy of the answering line among its group (listwise, on cosines times ``SCALE``):
+cross-entropy of the answering line among all the step's lines (its group's and the other groups', on cosines times
+``SCALE``):
 - QMSum's train split (Yale-LILY/QMSum, ``data/ALL/train``): a specific query, the sentences of its span of turns
   that share most words with the written answer (positives), and sentences outside the span: half the ones BM25
   ranks highest for the query (hard), half at random;
 - MeeQA (reutapel/MeeQA, validation and test files; the train file is not in the mirror): a question asked in a
-  meeting, the reply line that holds the answer span, the other lines after the question as negatives.
+  meeting, the reply line that holds the answer span, the other lines after the question as negatives; as many
+  groups as QMSum gives (its in-meeting questions are not the kind people ask afterwards).
 Whole meetings (5%) are held out; the held-out accuracy (answering line ranked first in its group) is printed
 before and after, next to BM25's. Each step is checkpointed in ``--out/checkpoint`` so the run resumes.
 """
