@@ -20,10 +20,11 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from app.sentence_encoder import encode, load_encoder
+
 log = logging.getLogger(__name__)
 
 ADAPTER = Path(__file__).resolve().parent / "weights" / "meeting-ranker"
-MAX_TOKENS = 128
 
 
 def passage(speaker: str, text: str, context: str = "") -> str:
@@ -34,33 +35,6 @@ def passage(speaker: str, text: str, context: str = "") -> str:
 class Reranker(Protocol):
     def scores(self, question: str, passages: Sequence[str]) -> np.ndarray:
         """One relevance score per passage (higher answers better)."""
-
-
-def load_encoder(base: str | Path, adapter: str | Path | None = None):
-    """(tokenizer, model): the base encoder, the adapter merged in when given."""
-    import transformers
-    from transformers import AutoModel, AutoTokenizer
-
-    transformers.utils.logging.disable_progress_bar()
-    transformers.logging.set_verbosity_error()
-    tokenizer = AutoTokenizer.from_pretrained(str(base))
-    model = AutoModel.from_pretrained(str(base))
-    if adapter is not None:
-        from peft import PeftModel
-
-        model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
-    return tokenizer, model.eval()
-
-
-def encode(tokenizer, model, texts: Sequence[str]):
-    """Mean-pooled, L2-normalised vectors (a torch tensor; gradients flow when the model trains)."""
-    import torch
-
-    batch = tokenizer(list(texts), padding=True, truncation=True, max_length=MAX_TOKENS, return_tensors="pt")
-    hidden = model(**batch).last_hidden_state
-    mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-    pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
-    return torch.nn.functional.normalize(pooled, dim=-1)
 
 
 class MeetingRanker:

@@ -21,6 +21,7 @@ import numpy as np
 
 from app.questions import STOPWORDS
 from app.rerank import Reranker, passage
+from app.sentence_encoder import encode, load_encoder
 from app.sentences import Sentence
 from app.textnorm import numbers_as_digits, plain_figures
 
@@ -68,14 +69,9 @@ class MiniLMEmbedder:
 
     def __init__(self, folder: str | Path):
         import torch
-        import transformers
-        from transformers import AutoModel, AutoTokenizer
 
-        transformers.utils.logging.disable_progress_bar()
-        transformers.logging.set_verbosity_error()
         self._torch = torch
-        self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
-        self.model = AutoModel.from_pretrained(str(folder)).eval()
+        self.tokenizer, self.model = load_encoder(folder)
         self._lock = threading.Lock()
         self._cache: dict[str, np.ndarray] = {}
 
@@ -93,13 +89,8 @@ class MiniLMEmbedder:
             return np.stack([self._cache[t] for t in texts]) if texts else np.zeros((0, 384), dtype=np.float32)
 
     def _encode(self, texts: list[str]) -> np.ndarray:
-        torch = self._torch
-        with torch.inference_mode():
-            batch = self.tokenizer(texts, padding=True, truncation=True, max_length=128, return_tensors="pt")
-            hidden = self.model(**batch).last_hidden_state
-            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
-            return torch.nn.functional.normalize(pooled, dim=-1).numpy()
+        with self._torch.inference_mode():
+            return encode(self.tokenizer, self.model, texts).numpy()
 
 
 _default: list[Embedder | None] = []

