@@ -331,15 +331,7 @@ def live(
     try:
         if questions:
             # Asked once the meeting has been *committed* up to that moment (what a listener has heard).
-            while session.committed_seconds < when and session.state != "error" and (
-                feeder.is_alive() or session.backlog_seconds > 0
-            ):
-                # A finished feeder's join returns at once: sleep instead of spinning on the session's
-                # locks (a spinning loop starved the recogniser's thread: 54 s -> 186 s a replay).
-                if feeder.is_alive():
-                    feeder.join(timeout=0.2)
-                else:
-                    time.sleep(0.2)
+            session.wait_until_committed(when, input_ended=lambda: not feeder.is_alive())
             for q in questions:
                 out.print(f"[bold]question at {_at(session.committed_seconds, 0)}:[/] {escape(q)}")
                 answer = session.ask(q)

@@ -223,6 +223,21 @@ class MeetingSession:
         if not self._finished.wait(timeout):
             raise TimeoutError(f"session {self.session_id} did not finish within {timeout} s")
 
+    def wait_until_committed(self, seconds: float, input_ended: Callable[[], bool], poll: float = 0.1) -> None:
+        """Return once words are committed up to ``seconds`` of meeting time (asking "at T" asks what a listener has
+        heard by T). Once ``input_ended()`` and the recogniser has nothing more to read, the words it still holds
+        (the last, uncommitted ones, or less than one fixed step of audio) come only with the end of input: the
+        input is finished then, so this always returns and never asks before T's words are in."""
+        seen: int | None = None  # empty reads counted when the input was first seen ended
+        while self.committed_seconds < seconds and self.state != "error" and not self._speech_done.is_set():
+            if seen is None and input_ended():
+                seen = self._speech.empty_reads
+            elif seen is not None and self._speech.empty_reads > seen:  # a read after the end found nothing
+                break
+            time.sleep(poll)
+        if self.committed_seconds < seconds and self.state != "error":
+            self.finish()
+
     def add_transcript(self, transcript: Transcript, words_per_second: float = 2.5, slides: Sequence[Slide] = (),
                        until: float | None = None, slide_embeddings: dict[float, np.ndarray] | None = None) -> None:
         """Add an earlier part of the meeting as committed text (a transcript, e.g. QMSum) with its ``slides`` by

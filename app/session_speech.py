@@ -99,12 +99,16 @@ class SpeechLines:
         # not depend on how fast or busy the machine is (None: live, steps follow what has arrived).
         self.fixed_step_seconds: float | None = None
         self.decoded_seconds = 0.0  # meeting time up to which the recogniser has decoded the audio
+        # Reads of the audio ring that came back empty: one that starts after the input stopped coming and finds
+        # nothing means every word the recogniser will give without more audio (or the end) has been committed.
+        self.empty_reads = 0
         self._diarized: list[int] = []  # the diarizer's word number -> index in the word list
 
     def wait_for_audio(self, audio: RingBuffer, closed: Event) -> bool:
         """Wait until audio arrives (True), or the input ends or the session closes without any (False). Call it
         before :meth:`run`: ``fixed_step_seconds`` is set before the first write, so run's first read sees it."""
         while not audio.wait_for(1, timeout=0.2):
+            self.empty_reads += 1
             if audio.exhausted or closed.is_set():
                 self.close_line()
                 return False
@@ -128,7 +132,9 @@ class SpeechLines:
             else:
                 behind = audio.available >= 2 * piece
                 chunk = audio.read(max_items=catch_up if behind else piece, timeout=0.2)
-            if len(chunk.data):
+            if not len(chunk.data):
+                self.empty_reads += 1
+            else:
                 asr.insert_audio(chunk.data)
                 diarizer.insert_audio(chunk.data)
                 pending += len(chunk.data) / SAMPLE_RATE

@@ -32,7 +32,9 @@ from app.cost import GIB, Usage, meeting_cost  # noqa: E402
 from app.runtime import Runtime  # noqa: E402
 from app.transcript import load_transcript  # noqa: E402
 
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "qmsum" / "val"
+from bench.shared_data import qmsum_val  # noqa: E402
+
+DEFAULT_DATA = qmsum_val()
 MIB = 1024 * 1024
 
 

@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.answers import NOT_IN_MEETING  # noqa: E402
+from bench.shared_data import elitr  # noqa: E402
 from app.transcript import Transcript, load_transcript  # noqa: E402
 
 # Published answers put beside ours in a judge batch: a spread of GPT-4's scores (the judge is checked on them).
@@ -55,10 +56,7 @@ Names like [PERSON3], PERSON3 and (PERSON3) are the same person."""
 
 def data_dir(given: Path | None) -> Path:
     """``--data``, else ``$MINUTIA_SHARED_DATA/elitr``, else ``../shared/data/elitr`` beside the checkout."""
-    if given is not None:
-        return given
-    shared = os.environ.get("MINUTIA_SHARED_DATA")
-    return Path(shared) / "elitr" if shared else ROOT.parent / "shared" / "data" / "elitr"
+    return given if given is not None else elitr()
 
 
 def load_questions(folder: Path) -> list[dict]:

@@ -63,8 +63,9 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.qmsum_split import PARTS, kv_part_of  # noqa: E402
+from bench.shared_data import qmsum_val  # noqa: E402
 
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "qmsum" / "val"
+DEFAULT_DATA = qmsum_val()
 PRESS_NAMES = ("StreamingLLM", "SnapKV", "Knorm", "TOVA", "ExpectedAttention")
 QUERY_TEMPLATE = "\n\nQuestion: {question}\nAnswer:"
 CONTEXT_HEADER = "Meeting transcript:\n"
@@ -1484,13 +1485,6 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     t_start = time.perf_counter()
-    if not (args.model / "config.json").is_file():
-        console.print(f"[red]model folder {args.model} not found (set --model or MINUTIA_HOME)")
-        return 2
-    files = [f for f in sorted(Path(args.data).glob("*.json")) if args.part == "all" or kv_part_of(f.name) == args.part]
-    if not files:
-        console.print(f"[red]no meetings in {args.data}" + ("" if args.part == "all" else f" (part {args.part})"))
-        return 2
     try:
         needle_kinds = tuple(k.strip() for k in args.needle_kinds.split(",") if k.strip())
         make_needles(1, 0, needle_kinds)
@@ -1513,6 +1507,14 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(press_names) - set(PRESS_NAMES)
     if unknown:
         console.print(f"[red]unknown presses {sorted(unknown)}")
+        return 2
+    # the arguments first, the model and data after: a bad argument is said even where they are absent
+    if not (args.model / "config.json").is_file():
+        console.print(f"[red]model folder {args.model} not found (set --model or MINUTIA_HOME)")
+        return 2
+    files = [f for f in sorted(Path(args.data).glob("*.json")) if args.part == "all" or kv_part_of(f.name) == args.part]
+    if not files:
+        console.print(f"[red]no meetings in {args.data}" + ("" if args.part == "all" else f" (part {args.part})"))
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
 

@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 from textnorm import normalize  # noqa: E402
 
 from app.config import load_settings  # noqa: E402
+from bench.shared_data import qmsum_val  # noqa: E402
 from app.models import EMBEDDED_ASR, resolve_model  # noqa: E402
 from encoders.asr import Transcriber  # noqa: E402
 from encoders.audio import SAMPLE_RATE, load_audio  # noqa: E402
@@ -240,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-chunk", type=float, default=1.0, help="new audio needed before a decode")
     ap.add_argument("--beam", type=int, default=1)
     ap.add_argument("--minutes", default=None, help="long-meeting part: e.g. 10,30,60 minutes of injected QMSum text")
-    ap.add_argument("--qmsum", type=Path, default=ROOT.parent / "shared" / "data" / "qmsum" / "val")
+    ap.add_argument("--qmsum", type=Path, default=qmsum_val())
     ap.add_argument("--skip-audio", action="store_true", help="only the long-meeting part")
     args = ap.parse_args(argv)
     settings = load_settings(args.config)

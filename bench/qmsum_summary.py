@@ -32,7 +32,7 @@ import re
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Callable
 
@@ -50,7 +50,9 @@ from app.reported import minutes_line  # noqa: E402
 from app.summary import segment_topics, tidy  # noqa: E402
 from app.transcript import Transcript, load_transcript  # noqa: E402
 
-DATA = Path("/work/shared/data/qmsum/val")
+from bench.shared_data import qmsum_val  # noqa: E402
+
+DATA = qmsum_val()
 OUT = ROOT / "bench" / "out"
 METRICS = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 from bench.qmsum_split import split_of  # noqa: E402  (re-exported: the summary bench's split)
@@ -75,6 +77,7 @@ class Meeting:
     transcript: Transcript
     sentences: list[Sentence]
     queries: list[Query]
+    topic_starts: list[int] = field(default_factory=list)  # the turn each of QMSum's topics starts at
 
 
 def load_meetings(folder: Path) -> list[Meeting]:
@@ -84,7 +87,8 @@ def load_meetings(folder: Path) -> list[Meeting]:
         transcript = load_transcript(path)
         queries = [Query(path.name, kind, q["query"], q["answer"])
                    for kind in ("general", "specific") for q in raw.get(f"{kind}_query_list", [])]
-        meetings.append(Meeting(path.name, transcript, sentences(transcript), queries))
+        starts = sorted(int(span[0]) for t in raw.get("topic_list", []) for span in t["relevant_text_span"][:1])
+        meetings.append(Meeting(path.name, transcript, sentences(transcript), queries, starts))
     return meetings
 
 
@@ -306,8 +310,7 @@ def segmentation_pk(meetings: list[Meeting]) -> float:
     """Pk (Beeferman et al. 1999; lower is better) of our topics against QMSum's topic_list spans, over turns."""
     values = []
     for m in meetings:
-        raw = json.loads((DATA / m.name).read_text())
-        gold = sorted(int(span[0]) for t in raw.get("topic_list", []) for span in t["relevant_text_span"][:1])
+        gold = m.topic_starts
         if len(gold) < 2:
             continue
         n = len(m.transcript.turns)
@@ -354,6 +357,8 @@ def main() -> None:
     args = parser.parse_args()
     started = time.time()
     meetings = load_meetings(args.data)
+    if not meetings:
+        raise SystemExit(f"no QMSum meetings (*.json) in {args.data}: give --data or set MINUTIA_SHARED_DATA")
     parts = {split: [m for m in meetings if split_of(m.name) == split] for split in ("tuning", "held-out")}
     lengths = reference_lengths(parts["tuning"])  # budgets come from the tuning part only
     tuned = tune(parts["tuning"], lengths) if args.tune else Tuned()

@@ -73,7 +73,9 @@ from kvstore.stores.readahead import drop_cached  # noqa: E402
 from kvstore.stores.redis_store import READ_AHEAD_BLOCKS, READ_AHEAD_BYTES, RedisStore  # noqa: E402
 from kvstore.stores.segment import SegmentStore  # noqa: E402
 
-DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "qmsum" / "val"
+from bench.shared_data import qmsum_val  # noqa: E402
+
+DEFAULT_DATA = qmsum_val()
 
 
 def _gbps(nbytes: int, seconds: float) -> float:

@@ -22,11 +22,12 @@ from app.transcript import (
     turns_from_words,
     write_all,
 )
+from bench.shared_data import qmsum_val
 from encoders.errors import InputError
+from tests.shared_data_marks import mark, needs_shared
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "samples" / "standup" / "reference.json"
-QMSUM_DIRS = [ROOT.parent / "shared" / "data" / "qmsum" / "val", ROOT / "shared" / "data" / "qmsum" / "val"]
 
 SRT_STAMP = r"\d{2}:\d{2}:\d{2},\d{3}"
 VTT_STAMP = r"\d{2}:\d{2}:\d{2}\.\d{3}"
@@ -64,10 +65,9 @@ def test_load_own_json():
     assert first.speaker == "Alice" and first.start == pytest.approx(0.5) and first.text.startswith("Good morning.")
 
 
+@mark(needs_shared("qmsum", "val"))
 def test_load_qmsum_json():
-    folder = next((d for d in QMSUM_DIRS if d.is_dir()), None)
-    if folder is None:
-        pytest.skip("QMSum data (shared/data/qmsum/val) is not present")
+    folder = qmsum_val()
     path = sorted(folder.glob("*.json"))[0]
     data = json.loads(path.read_text())
     t = load_transcript(path)

@@ -10,6 +10,7 @@ import pytest
 
 from bench.elitr import (as_speaker_lines, data_dir, fold_judged, judge_batches, load_questions, pick_meetings, proxy,
                          proxy_check)
+from tests.shared_data_marks import mark, needs_shared
 
 
 def test_the_proxy_rewards_the_reference_and_not_a_refusal():
@@ -54,7 +55,7 @@ def test_meetings_are_picked_by_number():
 ELITR = data_dir(None)
 
 
-@pytest.mark.skipif(not (ELITR / "elitr-bench-qa_dev.json").is_file(), reason="ELITR-Bench data (../shared) is absent")
+@mark(needs_shared("elitr", "elitr-bench-qa_dev.json"))
 def test_the_development_split_reads_and_the_proxy_tracks_gpt4():
     questions = load_questions(ELITR)
     assert len(questions) == 141 and {q["type"] for q in questions} == {"who", "what", "when", "howmany"}

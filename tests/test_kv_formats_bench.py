@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.shared_data_marks import mark, needs_shared
 from bench.kv_formats import bits_per_element, parse_pairs, read_back
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,10 +39,11 @@ def test_read_back_uses_the_cache_layout():
     assert read_back(x, "full", True, 32) is x
 
 
+@mark(needs_shared("qmsum", "val"))
 def test_a_small_run_ranks_int8_above_int2(tmp_path):
-    from tests.test_kv_quality_bench import DATA, _model_dir
+    from tests.test_kv_quality_bench import _model_dir
 
-    if not (_model_dir() / "config.json").is_file() or not DATA.is_dir():
+    if not (_model_dir() / "config.json").is_file():
         pytest.skip("needs the embedded Gemma 3 270M and QMSum validation (make setup)")
     out = tmp_path / "f.json"
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "kv_formats.py"), "--limit", "1", "--max-tokens", "768",

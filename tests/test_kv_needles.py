@@ -16,8 +16,10 @@ sys.path.insert(0, str(ROOT))
 from bench import kv_quality  # noqa: E402
 from bench.kv_quality import NEEDLE_KINDS, make_needles  # noqa: E402
 from bench.qmsum_split import KV_BUILT_ON, kv_part_of, split_of  # noqa: E402
+from bench.shared_data import qmsum_val  # noqa: E402
+from tests.shared_data_marks import mark, needs_shared  # noqa: E402
 
-DATA = ROOT.parent / "shared" / "data" / "qmsum" / "val"
+DATA = qmsum_val()
 
 
 def _facts(needles) -> list[tuple[str, str, str, str]]:
@@ -51,7 +53,7 @@ def test_meetings_the_kv_store_was_built_on_are_never_held_out() -> None:
     assert split_of("TS3010b.json") == "held-out" and kv_part_of("TS3010b.json") == "tuning"
 
 
-@pytest.mark.skipif(not any(DATA.glob("*.json")), reason=f"QMSum validation meetings not found in {DATA}")
+@mark(needs_shared("qmsum", "val"))
 def test_the_held_out_part_has_enough_meetings() -> None:
     parts = [kv_part_of(p.name) for p in DATA.glob("*.json")]
     assert parts.count("held-out") >= 8 and parts.count("tuning") >= 15

@@ -15,9 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from bench.shared_data import qmsum_val
+from tests.shared_data_marks import needs_shared
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench" / "kv_quality.py"
-DATA = ROOT.parent / "shared" / "data" / "qmsum" / "val"
+DATA = qmsum_val()
 
 
 def _model_dir() -> Path:
@@ -29,7 +32,7 @@ def _model_dir() -> Path:
 pytestmark = [
     pytest.mark.skipif(not (_model_dir() / "config.json").is_file(),
                        reason=f"embedded Gemma 3 270M not provisioned at {_model_dir()}"),
-    pytest.mark.skipif(not any(DATA.glob("*.json")), reason=f"QMSum validation meetings not found in {DATA}"),
+    *needs_shared("qmsum", "val"),
 ]
 
 

@@ -348,3 +348,35 @@ def test_every_committed_word_lands_in_the_commit_latency_histogram_on_metrics(s
     for seconds in (0.2, 0.5, 0.7, 4.0, 100.0):
         histogram.observe(seconds)
     assert histogram.cumulative()[:5] == [(0.5, 2), (1.0, 3), (2.0, 3), (3.0, 3), (5.0, 4)] and histogram.count == 5
+
+
+@pytest.mark.parametrize("fixed_steps", [True, False], ids=["speed-0", "real-time"])
+@pytest.mark.parametrize("moment", ["middle", "last-word", "past-the-end"])
+def test_asking_at_a_moment_waits_for_its_words_and_always_returns(session_parts, fixed_steps, moment):
+    """``live --ask-at T`` (issue 49): the question waits until words are committed up to T, however fast the
+    recording is fed, and returns when T is at the last word or past the end (the recogniser holds its last words,
+    and less than one fixed step of audio, until the input ends: waiting for them used to hang)."""
+    import threading
+
+    runtime, meeting = session_parts
+    session = runtime.new_session(f"at-{moment}-{fixed_steps}")
+    if fixed_steps:
+        session.decode_in_fixed_steps()
+    last_word = meeting.turns[-1][1] - 0.1  # a turn's end counts the gap after its last word
+    at = {"middle": last_word / 2, "last-word": last_word - 0.05, "past-the-end": last_word + 100}[moment]
+
+    def feed() -> None:
+        for start in range(0, len(meeting.audio), RATE // 4):
+            session.feed_audio(meeting.audio[start:start + RATE // 4], RATE, wait=fixed_steps)
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    asking = threading.Thread(target=session.wait_until_committed, args=(at, lambda: not feeder.is_alive()),
+                              daemon=True)
+    feeder.start()
+    asking.start()
+    asking.join(timeout=90)
+    assert not asking.is_alive(), f"still waiting at {session.committed_seconds:.2f} s for {at:.2f} s"
+    assert session.committed_seconds >= min(at, last_word - 0.1), (session.committed_seconds, at)
+    if moment != "middle":  # the whole meeting is in: what was said at the end can be asked about
+        assert "Friday." in session.transcript().turns[-1].text
+    session.finish(timeout=60)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import importlib.util
 import sys
 from pathlib import Path
@@ -249,3 +250,18 @@ def test_asked_for_a_summary_the_answer_is_minutes_and_cites_its_lines(two_topic
     assert "The group decided to move five thousand dollars" in whole.text  # the decision is in it
     assert {c.turn_index < len(BUDGET) for c in whole.citations} == {True, False}  # both topics
     assert finder.answer("Summarize the discussion about the office move.").text == NOT_IN_MEETING
+
+
+def test_topic_segmentation_is_scored_on_the_meetings_given(bench, tmp_path):
+    """``--data DIR`` (issue 49): the gold topics come from the meetings in DIR, not from a fixed folder."""
+    lines = [{"speaker": "A" if i % 2 else "B", "content": text} for i, text in enumerate(
+        [f"the budget moves {i} dollars to search ads ." for i in range(8)]
+        + [f"carol runs interview number {i} on monday ." for i in range(8)])]
+    meeting = {"meeting_transcripts": lines, "general_query_list": [], "specific_query_list": [],
+               "topic_list": [{"topic": "budget", "relevant_text_span": [["0", "7"]]},
+                              {"topic": "hiring", "relevant_text_span": [["8", "15"]]}]}
+    (tmp_path / "elsewhere.json").write_text(json.dumps(meeting))
+    meetings = bench.load_meetings(tmp_path)
+    assert meetings[0].topic_starts == [0, 8]
+    pk = bench.segmentation_pk(meetings)
+    assert 0.0 <= pk <= 1.0
