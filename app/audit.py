@@ -119,7 +119,10 @@ class AuditLog:
         self._fsync = fsync
         self._lock = threading.Lock()
         self._seq, self._head = 0, GENESIS
-        self._file = open(self.path, "a", encoding="utf-8")
+        # Owner-only, like the master key and the sessions: the log names who read which meeting, and when.
+        self._file = os.fdopen(os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "a", encoding="utf-8")
+        if os.stat(self.path).st_mode & 0o077:  # a log made before this was 0644
+            os.chmod(self.path, 0o600)
         # Checked and repaired under the append lock: another process may be appending right now, and its
         # half-written line is not a torn tail to cut.
         fcntl.flock(self._file.fileno(), fcntl.LOCK_EX)
@@ -141,7 +144,7 @@ class AuditLog:
         size = os.fstat(self._file.fileno()).st_size
         if not size:
             return 0
-        result = verify(self.path, key)
+        result = verify(self.path, key, links_only_for_others=True)  # `audit verify` checks them with their keys
         torn = 0
         if not result.ok and result.torn_at is not None:
             torn = self._cut(result.torn_at, size)
@@ -237,11 +240,18 @@ class AuditLog:
         self.close()
 
 
-def verify(path: str | Path, key: bytes | None = None) -> VerifyResult:
+def verify(path: str | Path, key: bytes | None = None, others: Sequence[bytes] = (),
+           links_only_for_others: bool = False) -> VerifyResult:
     """Walk the chain; report the first line whose content, order or link does not check out. A last line
-    that is not a whole record (no newline, or not JSON) is reported as torn, with where it starts."""
+    that is not a whole record (no newline, or not JSON) is reported as torn, with where it starts.
+
+    ``others``: the keys of other master keys whose stores share this log (a bot's and a CLI's): their records
+    are checked with them (``foreign`` counts those). A keyed record under a key this check was not given fails:
+    anyone can write a record naming a key nobody checks. ``links_only_for_others``: such records pass on their
+    links alone (a writer continuing the chain of a log it shares, which cannot hold every key)."""
     head, seq, keyed, foreign = GENESIS, 0, 0, 0
     kid = key_id(key) if key is not None else None
+    known = {key_id(k): k for k in others if k is not None and k != key}
     with open(path, "rb") as f:
         data = f.read()
     offset = 0
@@ -277,12 +287,19 @@ def verify(path: str | Path, key: bytes | None = None) -> VerifyResult:
             return bad("an unkeyed record after keyed ones (records recomputed without the key)")
         if is_keyed and key is None:
             return bad("a keyed record: verifying it needs the key")
+        checked_with = key
         if is_keyed and entry.get("kid") not in (None, kid):  # written by a store with another master key
-            head, seq, keyed, foreign = str(stored), seq + 1, keyed + 1, foreign + 1
-            continue
-        if not hmac.compare_digest(str(stored).encode(), _digest(key if is_keyed else None, head, entry).encode()):
+            if entry.get("kid") not in known and links_only_for_others:
+                head, seq, keyed, foreign = str(stored), seq + 1, keyed + 1, foreign + 1
+                continue
+            if entry.get("kid") not in known:
+                return bad(f"a record under master key {entry.get('kid')}, which this check was not given (give "
+                           "that key to verify it)")
+            checked_with = known[entry["kid"]]
+        if not hmac.compare_digest(str(stored).encode(), _digest(checked_with if is_keyed else None, head, entry).encode()):
             return bad("hash mismatch (record edited)")
         head, seq, keyed = str(stored), seq + 1, keyed + is_keyed
+        foreign += checked_with is not key
     return VerifyResult(True, seq, head, keyed=keyed, foreign=foreign)
 
 

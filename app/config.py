@@ -81,6 +81,9 @@ class ASRSettings(BaseModel):
     )
 
 
+MAX_SPEAKERS = 64  # more voices than any meeting this is for
+
+
 class DiarizationSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")  # a misspelt key is an error, not ignored
 
@@ -92,9 +95,17 @@ class DiarizationSettings(BaseModel):
     live_embedding: Literal["camplus+ge2e", "camplus", "ge2e", "mfcc"] = Field(
         "camplus+ge2e", description="the live diarizer's voice model: camplus+ge2e puts fewer words on the wrong "
         "speaker (docs/benchmarks.md), ge2e alone takes a third of the compute")
-    num_speakers: int | None = None
-    min_speakers: int = 1
-    max_speakers: int = 8
+    # Checked when the settings load (before seconds of model loading); beyond MAX_SPEAKERS the clustering only
+    # splits voices (1000 asked gave 117 "speakers" of a 3-person meeting).
+    num_speakers: int | None = Field(None, ge=1, le=MAX_SPEAKERS, description="the number of speakers, when known")
+    min_speakers: int = Field(1, ge=1, le=MAX_SPEAKERS)
+    max_speakers: int = Field(8, ge=1, le=MAX_SPEAKERS)
+
+    @model_validator(mode="after")
+    def _range(self) -> "DiarizationSettings":
+        if self.min_speakers > self.max_speakers:
+            raise ValueError(f"min_speakers ({self.min_speakers}) is above max_speakers ({self.max_speakers})")
+        return self
 
 
 class KVSettings(BaseModel):

@@ -15,6 +15,8 @@ their price is in the machine's (instances are priced by cores with their memory
 
 from __future__ import annotations
 
+import math
+
 import threading
 import time
 from dataclasses import asdict, dataclass, fields, replace
@@ -45,9 +47,17 @@ class Usage:
 
     @classmethod
     def from_dict(cls, data: dict | None) -> Usage:
-        """Read back; raises ValueError (TypeError) on a figure that is not a number."""
+        """Read back; raises ValueError (TypeError) on a figure that is not a number, or that no meeting can have
+        used (negative, infinite, not a number): a damaged record is said, not priced."""
         types = {f.name: (int if f.type in ("int", int) else float) for f in fields(cls)}
-        return cls(**{k: types[k](v) for k, v in (data or {}).items() if k in types})
+        try:
+            read = {k: types[k](v) for k, v in (data or {}).items() if k in types}
+        except OverflowError as exc:  # int(inf)
+            raise ValueError(str(exc)) from None
+        bad = sorted(k for k, v in read.items() if not math.isfinite(v) or v < 0)
+        if bad:
+            raise ValueError(f"impossible figures for {', '.join(bad)}")
+        return cls(**read)
 
 
 def kv_bytes(kv: dict) -> tuple[int, int]:

@@ -121,6 +121,14 @@ def test_invalid_override_value():
         load_settings(None, {"diarization": {"num_speakers": "three"}})
 
 
+@pytest.mark.parametrize("diarization", [{"num_speakers": 1000}, {"num_speakers": 0}, {"num_speakers": -1},
+                                         {"min_speakers": 5, "max_speakers": 2}, {"max_speakers": 500}])
+def test_impossible_speaker_counts_are_refused_when_the_settings_load(diarization):
+    """Issue 49 F10: 1000 was accepted (117 speakers came out); 0 and -1 were refused only after 19 s of work."""
+    with pytest.raises(InputError, match="invalid setting diarization"):
+        load_settings(None, {"diarization": diarization})
+
+
 def test_presets_are_valid():
     for preset in sorted(CONFIG_DIR.glob("*.yaml")):
         assert load_settings(preset.stem).preset == preset.stem

@@ -373,11 +373,45 @@ def test_stores_with_different_master_keys_share_one_log(tmp_path):
         b.record("m", "read", [1])
     with AuditLog(path, key=b"key-a") as a:
         a.record("m", "read", [2])
-    for key, foreign in ((b"key-a", 1), (b"key-b", 2)):
-        result = verify(path, key)
+    for key, other, foreign in ((b"key-a", b"key-b", 1), (b"key-b", b"key-a", 2)):
+        result = verify(path, key, [other])
         assert result.ok and result.records == 3 and result.keyed == 3 and result.foreign == foreign, result
+        alone = verify(path, key)  # issue 49 F2: a record under a key nobody checks does not pass as verified
+        assert not alone.ok and "was not given" in alone.reason, alone
     lines = _lines(path)
     edited = json.loads(lines[0])
     edited["blocks"] = [99]
     path.write_text(json.dumps(edited, sort_keys=True, separators=(",", ":")) + "\n" + "".join(lines[1:]))
     assert "edited" in verify(path, b"key-a").reason  # its own key still catches an edit of its record
+
+
+def test_an_edited_record_naming_an_unknown_key_does_not_verify(tmp_path):
+    """Issue 49 F2: a record rewritten as another actor's read under a made-up key id, its hash kept, passed as
+    "under another master key"."""
+    path = tmp_path / "audit.jsonl"
+    with AuditLog(path, key=b"key-a") as log:
+        for i in range(4):
+            log.record("m", "write", [i])
+    lines = _lines(path)
+    forged = json.loads(lines[2])
+    forged.update(op="read", session="nobody", actor="intruder", kid="0000000000000000")
+    path.write_text("".join(lines[:2]) + json.dumps(forged, sort_keys=True, separators=(",", ":")) + "\n"
+                    + "".join(lines[3:]))
+    result = verify(path, b"key-a")
+    assert not result.ok and result.bad_line == 3 and "0000000000000000" in result.reason
+    assert not verify(path, b"key-a", [b"key-b"]).ok  # nor with another key that is not the one it names
+
+
+def test_the_log_is_readable_by_its_owner_only(tmp_path):
+    """Issue 49: audit.log was 0644; it says who read which meeting and when. An old 0644 log is tightened."""
+    import os
+    import stat
+
+    path = tmp_path / "audit.jsonl"
+    with AuditLog(path) as log:
+        log.record("m", "write", [1])
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    os.chmod(path, 0o644)
+    with AuditLog(path) as log:
+        log.record("m", "read", [1])
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600

@@ -80,6 +80,11 @@ def test_the_price_follows_the_formula_of_the_source_document():
     assert meeting_cost(Usage(meeting_seconds=3600, machine_seconds=3600, cores=4, gpus=0), prices).cores == 4
     with pytest.raises(ValueError):
         Usage.from_dict({"wall_seconds": "a lot"})  # a damaged record is refused, not priced
+    # issue 49 F9: a damaged record priced at -13,333 USD with "wall time nan s"
+    for damaged in ({"machine_seconds": -4.8e7}, {"wall_seconds": "nan"}, {"remote_bytes": float("inf")},
+                    {"stored_bytes": -1}):
+        with pytest.raises(ValueError):
+            Usage.from_dict(damaged)
 
 
 def test_a_meeting_measures_its_use_saves_it_and_shows_its_cost(session_parts):

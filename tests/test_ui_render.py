@@ -196,7 +196,7 @@ def test_page_actions_per_tab_without_a_meeting(tmp_path, tiny_llm_dir):
     page.apply_settings(str(tmp_path / "no-such-model"), 0.5, b)
     assert "no-such-model" in page.tab(b).notice and page.tab(b).overrides == {}
     assert page.export(b) is None and "start a meeting first" in page.tab(b).notice
-    assert page.ask("   ", [], b) == ("   ", []) and "type a question first" in page.tab(b).notice
+    assert page.ask("   ", b) == ("   ", gr.skip()) and "type a question first" in page.tab(b).notice
     assert page.start_replay(None, None, 4.0, b)[0].endswith("choose a sample meeting or upload a recording")
     first, *rest = page.refresh(a)  # the timer shows a new notice once, then has nothing to update
     assert "settings saved" in first and all(value == gr.skip() for value in rest)

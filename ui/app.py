@@ -26,6 +26,7 @@ import gradio as gr
 from app.transcript import WRITERS, atomic_write
 from encoders.errors import InputError
 from ui import render
+from ui.asked import AskedQuestions
 from ui.player import playable_copy, player_html
 from ui.settings import UISettings, bundled_samples
 
@@ -39,7 +40,7 @@ UPLOAD_TYPES = [".wav", ".mp3", ".m4a", ".mp4", ".webm", ".ogg", ".opus", ".flac
 X_TITLE = "meeting time (s)"
 PLOT_HEIGHT = 260
 GONE_PAGES_KEPT = 10_000  # closed pages remembered, so their late microphone / webcam chunks are dropped
-TAB_OUTPUTS = 10  # status, transcript, tier plot, modality plot, ratio plot, kv stats, slides, actions, summary, player
+TAB_OUTPUTS = 11  # status, transcript, tier plot, modality plot, ratio plot, kv stats, slides, actions, summary, player, chat
 
 HOW_TO = """
 1. **Start a meeting**: pick a sample and press *Replay live* (the speed slider paces it), upload a recording, or
@@ -195,6 +196,8 @@ class Tab:
     shown_player: str | None = None
     media: Path | None = None  # the folder holding the player's copy of the recording
     ended: bool = False  # the page went away: no input starts a meeting here again
+    asked: AskedQuestions = field(default_factory=lambda: AskedQuestions(render.answer_markdown, user_message))
+    shown_asked: int = -1  # the questions' version last sent to the page
 
     def __post_init__(self) -> None:
         self.history = render.KVHistory(self.history_points)
@@ -205,6 +208,7 @@ class Tab:
         self.notice = self.shown_notice = self.shown_status = self.shown_engine = None
         self.summary_md, self.summary_version, self.shown_summary, self.summary_at = "_No summary yet._", 0, -1, 0.0
         self.summary_export = self.summary_md
+        self.asked.clear()
 
     def drop_player(self) -> None:
         """No player, and its copy of the recording deleted (a new meeting, or a forgotten speaker's voice)."""
@@ -499,7 +503,7 @@ class LivePage:
             moved, engine_moved = status != tab.shown_status, engine != tab.shown_engine
             tab.shown_status, tab.shown_engine = status, engine
             return ((status if moved else gr.skip(),) + (gr.skip(),) * 4 + (engine if engine_moved else gr.skip(),)
-                    + (gr.skip(),) * (TAB_OUTPUTS - 8) + (summary, player))
+                    + (gr.skip(),) * (TAB_OUTPUTS - 9) + (summary, player, self._chat(tab)))
         tab.last_version, tab.shown_notice, tab.shown_status, tab.shown_engine = snapshot.version, tab.notice, status, engine
         tab.history.add(round(snapshot.stream_seconds, 1), snapshot.kv)  # meeting time: the axis ends with the meeting
         try:
@@ -515,7 +519,17 @@ class LivePage:
             actions,
             summary,
             player,
+            self._chat(tab),
         )
+
+    @staticmethod
+    def _chat(tab: Tab) -> Any:
+        """The questions and answers when they changed since the last tick (an answer came, a question was asked)."""
+        version = tab.asked.version
+        if version == tab.shown_asked:
+            return gr.skip()
+        tab.shown_asked = version
+        return tab.asked.messages()
 
     @staticmethod
     def _cost(session: MeetingSession, snapshot: SessionSnapshot) -> Any:
@@ -568,24 +582,22 @@ class LivePage:
         tab.shown_summary = tab.summary_version
         return tab.summary_md
 
-    def ask(self, question: str, chat: list, request: gr.Request) -> tuple[str, list]:
-        """Answer from the meeting so far; citations link to the transcript lines."""
+    def ask(self, question: str, request: gr.Request) -> tuple[str, Any]:
+        """Queue a question about the meeting so far: it shows at once as being answered, and its answer (citations
+        link to the transcript lines) comes on a later tick, in the order asked (ui/asked.py)."""
         tab = self.tab(request)
-        chat = list(chat or [])
         try:
             if not (question or "").strip():
                 raise InputError("type a question first")
             if tab.session is None:
                 raise InputError("start a meeting first (replay the sample, upload a recording or use the microphone)")
-            answer = tab.session.ask(question.strip())
+            with tab.lock:  # asked of the meeting shown now, not of one a forget is swapping in
+                messages = tab.asked.ask(tab.session, question.strip())
         except Exception as exc:
             self._fail(tab, exc)
-            return question, chat
-        chat += [
-            {"role": "user", "content": question.strip()},
-            {"role": "assistant", "content": render.answer_markdown(answer)},
-        ]
-        return "", chat
+            return question, gr.skip()
+        tab.shown_asked = tab.asked.version
+        return "", messages
 
     def export(self, request: gr.Request) -> list[str] | None:
         """Transcript as Markdown, JSON, SRT and VTT, the summary as Markdown, and the slides (slides.md with their
@@ -766,11 +778,12 @@ def build_page(runtime: Runtime, ui_settings: UISettings | None = None) -> gr.Bl
                     apply_button = gr.Button("Apply", size="sm", elem_id="mt-apply")
 
         timer = gr.Timer(ui.poll_seconds)
-        tab_outputs = [status, transcript, tier_plot, modality_plot, ratio_plot, kv_stats, slides, actions, summary, player]
+        tab_outputs = [status, transcript, tier_plot, modality_plot, ratio_plot, kv_stats, slides, actions, summary, player,
+                       chat]
         timer.tick(page.refresh, outputs=tab_outputs, show_progress="hidden", concurrency_limit=None)
         replay_button.click(page.start_replay, inputs=[sample, upload, speed], outputs=[status, chat], concurrency_limit=None)
-        ask_button.click(page.ask, inputs=[question, chat], outputs=[question, chat], concurrency_limit=None)
-        question.submit(page.ask, inputs=[question, chat], outputs=[question, chat], concurrency_limit=None)
+        ask_button.click(page.ask, inputs=[question], outputs=[question, chat], concurrency_limit=None)
+        question.submit(page.ask, inputs=[question], outputs=[question, chat], concurrency_limit=None)
         search.submit(page.search, inputs=[search], outputs=[transcript], concurrency_limit=None)
         summary_button.click(page.refresh_summary, outputs=[summary], concurrency_limit=None)
         export_button.click(page.export, outputs=[files], concurrency_limit=None)
