@@ -12,6 +12,7 @@ import re
 from collections import Counter
 from typing import Sequence
 
+from app.question_parse import asks_who_attended
 from app.sentences import Sentence
 from app.speakers import is_anonymous
 from app.transcript import Transcript
@@ -37,7 +38,11 @@ _GATHERING = re.compile(r"\b(?:call|video ?call|conference call|session|get-toge
 
 
 def meeting_ask(question: str, embedder) -> MeetingAsk | None:
-    """Which question about the meeting itself ``question`` is, or None; None without an embedder."""
+    """Which question about the meeting itself ``question`` is, or None. Who attended is read from the question's
+    grammar first (app/question_parse.py: short questions sit far from every way of asking in meaning); then by
+    meaning, which needs the embedder."""
+    if asks_who_attended(question):
+        return MeetingAsk.ATTENDEES
     if embedder is None:
         return None
     vectors = {k: embedder.embed(list(v)) for k, v in PROTOTYPES.items()}  # MiniLMEmbedder caches each text

@@ -10,6 +10,7 @@ ranks.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
@@ -47,13 +48,34 @@ def _stemmer():
 _SAME = [(re.compile(r"\b(?:meet again|meet up again|reconvene|catch up again|follow[- ]up meeting)\b"), "next meeting")]
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def base_form(word: str) -> str:
+    """A verb form a stemmer cannot undo, as its verb ("sent" -> "send", "chosen" -> "choose", "led" -> "lead":
+    "When will the contract be sent?" asks about "Maria will send the contract"); any other word as it is.
+    lemminflect's tables need no tagger, so this costs a lookup per distinct word."""
+    from lemminflect import getAllLemmas
+
+    verbs = getAllLemmas(word).get("VERB")
+    return verbs[0] if verbs and verbs[0] != word else word
+
+
 def stems(text: str) -> list[str]:
     text = text.lower()
     for pattern, replacement in _SAME:
         text = pattern.sub(replacement, text)
     text = plain_figures(text)  # "12,000" and "10th" read as "twelve thousand" and "tenth" become below
     words = [w for w in numbers_as_digits(re.findall(r"[a-z0-9]+", text)) if w not in STOPWORDS]
-    return _stemmer().stemWords(words)
+    stemmer = _stemmer()
+    return [_irregular_stem(w, stemmer) for w in words]
+
+
+def _irregular_stem(word: str, stemmer) -> str:
+    stem = stemmer.stemWord(word)
+    base = base_form(word)
+    if base == word:
+        return stem
+    via = stemmer.stemWord(base)
+    return via if via != stem and not stem.startswith(via) else stem  # regular forms ("sends") stem alike anyway
 
 
 class Embedder(Protocol):

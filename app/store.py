@@ -110,6 +110,26 @@ def load_master_key(settings: Settings, create_key: bool = True, key_file: Path 
         raise InputError(str(exc)) from None
 
 
+def _master_key_of(settings: Settings, inner, where: str, create_key: bool, key_file: Path | None):
+    """The master key of the meetings in ``inner``. The default key file gone while meetings are saved is an
+    error, never a new key: a new one would seal the next meeting under another key and say of the old ones
+    that nothing was saved here (issue 49)."""
+    from kvstore.crypto import MASTER_KEY_ENV
+
+    default = default_key_file(settings)
+    if key_file is None and settings.store.key_file is None and not os.environ.get(MASTER_KEY_ENV) \
+            and not default.exists():
+        try:
+            saved = len(inner.sessions())
+        except Exception:  # a store that cannot list: the key question is answered as before
+            saved = 0
+        if saved:
+            raise InputError(f"the master key {default} is missing, and {saved} saved meeting(s) in {where} can only "
+                             f"be opened with it: put the key back (or set ${MASTER_KEY_ENV}); to start afresh, move "
+                             "the saved meetings aside first")
+    return load_master_key(settings, create_key, key_file)
+
+
 def open_session_store(settings: Settings, create_key: bool = True, backend: str | None = None,
                        path: Path | None = None, redis_url: str | None = None, key_file: Path | None = None):
     """An EncryptedStore over the configured backend, every block operation in the audit log.
@@ -123,20 +143,24 @@ def open_session_store(settings: Settings, create_key: bool = True, backend: str
     backend = backend or cfg.backend
     if backend not in ("disk", "redis"):
         raise InputError(f"the session store must be disk or redis, not {backend!r}")
-    master = load_master_key(settings, create_key, key_file)
     try:
         if backend == "disk":
             from kvstore.stores.disk import DiskStore
 
             folder = path or cfg.path or settings.home / "sessions"
             folder.mkdir(parents=True, exist_ok=True)
-            inner = DiskStore(folder)
+            inner, where = DiskStore(folder), str(folder)
         else:
             from kvstore.stores.redis_store import RedisStore
 
-            inner = RedisStore(redis_url or cfg.redis_url)
+            inner, where = RedisStore(redis_url or cfg.redis_url), "the redis store"
     except StoreError as exc:
         raise InputError(f"cannot open the {backend} session store: {exc}") from None
+    try:
+        master = _master_key_of(settings, inner, where, create_key, key_file)
+    except BaseException:
+        inner.close()
+        raise
     from app.audit import AuditedStore
 
     try:

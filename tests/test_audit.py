@@ -415,3 +415,28 @@ def test_the_log_is_readable_by_its_owner_only(tmp_path):
     with AuditLog(path) as log:
         log.record("m", "read", [1])
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+@pytest.mark.parametrize("create_key", [True, False], ids=["live-save", "resume"])
+def test_a_missing_master_key_with_meetings_saved_is_an_error_not_a_new_key(tmp_path, create_key):
+    """Issue 49 F8: with master.key deleted, resume said "nothing was saved here" and the next `live --save` made a
+    new key, after which the saved meetings could never be opened."""
+    from app.config import load_settings
+    from app.store import open_session_store
+    from encoders.errors import InputError
+
+    settings = load_settings(overrides={"home": str(tmp_path / "home")})
+    store = open_session_store(settings)
+    store.put("meeting-1", "b1", b"x" * 100, source="recording.ogg")
+    store.close()
+    key = settings.home / "master.key"
+    kept = key.read_bytes()
+    key.unlink()
+    with pytest.raises(InputError, match=r"master key .* is missing, and 1 saved meeting"):
+        open_session_store(settings, create_key=create_key)
+    assert not key.exists()  # no new key was made
+    key.write_bytes(kept)
+    key.chmod(0o600)
+    again = open_session_store(settings, create_key=False)
+    assert again.get("meeting-1", "b1") == b"x" * 100  # the key put back opens them again
+    again.close()
