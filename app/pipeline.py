@@ -15,10 +15,8 @@ from app.speakers import name_speakers
 from app.transcript import (
     Transcript,
     TranscriptWord,
-    atomic_write,
     load_transcript,
     realign_to_sentences,
-    to_json,
     turns_from_words,
 )
 from encoders.asr import Transcriber, TranscribeOptions
@@ -157,9 +155,13 @@ def load_meeting(path: str | Path, settings: Settings, console: Console | None =
     if meeting.transcript is not None:
         return load_transcript(meeting.transcript)
     assert meeting.recording is not None
-    cached = settings.home / "transcripts" / f"{_cache_key(meeting.recording, settings)}.json"
-    if cached.is_file():
-        return load_transcript(cached)
+    from app.transcript_cache import transcript_cache
+
+    cache, name = transcript_cache(settings), _cache_key(meeting.recording, settings)
+    cached = cache.get(name) if cache is not None else None
+    if cached is not None:
+        return cached
     transcript = (recogniser or Recogniser(settings, console)).transcribe(meeting.recording)
-    atomic_write(cached, to_json(transcript))
+    if cache is not None:
+        cache.put(name, transcript)
     return transcript

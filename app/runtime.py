@@ -269,9 +269,23 @@ class Runtime:
                 cache.attach_cold_tier(None)
                 raise InputError(f"session {session_id} is already open")
             session = MeetingSession(self, session_id, "resumed", autosave=autosave,
-                                     restored=SavedMeeting(cache, metadata or {}))
+                                     restored=SavedMeeting(cache, metadata or {}),
+                                     settings=self._settings_kept_by((metadata or {}).get("pii")))
             self._sessions[session_id] = session
         return session
+
+    def _settings_kept_by(self, saved_pii: dict | None):
+        """This runtime's settings, under the personal-data policy a meeting was saved with when that one keeps
+        more out (zero-in-kv over mask-in-exports over off): resuming without the config does not undo it."""
+        from app.config import PIISettings
+
+        if not saved_pii:
+            return None
+        saved = PIISettings.model_validate(saved_pii)
+        order = ("off", "mask-in-exports", "zero-in-kv")
+        if order.index(saved.policy) <= order.index(self.settings.pii.policy):
+            return None
+        return self.settings.model_copy(update={"pii": saved})
 
     def session(self, session_id: str) -> "MeetingSession":
         with self._lock:

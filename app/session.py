@@ -163,7 +163,7 @@ class MeetingSession:
                                    stream_seconds=lambda: self.stream_seconds, time_offset=lambda: self._time_offset)
         self._vision = SlideWatcher(session_id, output, self._slides, runtime.vision_pipeline)
         self._questions = MeetingQuestions(self._lock, self._slides, self.timeline, self._prefill.ready,
-                                           lambda: self._prompts, lambda: runtime.pii_detector if self.settings.pii.zero_kv else None)
+                                           lambda: self._prompts, lambda: self.pii_detector if self.settings.pii.zero_kv else None)
 
         self._threads = [
             threading.Thread(target=self._guard(self._speech_worker), name=f"speech-{session_id}", daemon=True),
@@ -352,7 +352,7 @@ class MeetingSession:
         engine = self.runtime.engine
         prompts = engine.live_prompts()
         self._prompts = prompts
-        erase_pii = self.runtime.pii_detector if self.settings.pii.zero_kv else None
+        erase_pii = self.pii_detector if self.settings.pii.zero_kv else None
         if self._restored is not None:
             context = MeetingContext(engine, self.settings.kv, header=prompts.header, restored=self._restored.cache,
                                      restored_lines=int(self._restored.metadata.get("lines", 0)), erase_pii=erase_pii)
@@ -388,6 +388,18 @@ class MeetingSession:
     def add_usage(self, earlier: dict) -> None:
         """Count what an earlier run of this meeting used (a rebuilt meeting continues the old one's cost)."""
         self._usage.add(Usage.from_dict(earlier))
+
+    @property
+    def pii_detector(self):
+        """The detector of this meeting's ``pii`` settings: the runtime's when they are the runtime's, else its
+        own (a meeting saved under ``zero-in-kv`` keeps to it when resumed under another config)."""
+        if self.settings.pii == self.runtime.settings.pii:
+            return self.runtime.pii_detector
+        if getattr(self, "_own_pii", None) is None:
+            from app.pii import detector_for
+
+            self._own_pii = detector_for(self.settings.pii)
+        return self._own_pii
 
     def usage(self) -> Usage:
         """What the meeting has used so far (measured every few seconds while it runs)."""
@@ -481,7 +493,8 @@ class MeetingSession:
                 position = max(self._time_offset, words[-1].end if words else 0.0)
             return SavedState(self.source, position, self.stream_seconds, lines, mark.last_speaker, words,
                               self._slides[:mark.slides], self.timeline, self.forgotten_names,
-                              self.kept_names, self._usage.snapshot().to_dict()).to_dict()
+                              self.kept_names, self._usage.snapshot().to_dict(),
+                              self.settings.pii.model_dump(mode="json")).to_dict()
 
     def _restore_state(self, meta: dict) -> str | None:
         """Take the saved words, slides and position over; returns the label of the last line saved."""

@@ -35,6 +35,7 @@ class SavedState:
     forgotten_names: tuple[str, ...] = ()  # names of speakers forgotten (app/forget.py): never given again
     kept_names: dict[str, str] = field(default_factory=dict)  # label -> name known before a forget: kept
     usage: dict = field(default_factory=dict)  # app.cost.Usage as a dict: what the meeting used so far
+    pii: dict = field(default_factory=dict)  # app.config.PIISettings it was held under: a resume keeps to it
 
     def to_dict(self) -> dict:
         return {
@@ -50,6 +51,7 @@ class SavedState:
             "forgotten_names": list(self.forgotten_names),
             "kept_names": dict(self.kept_names),
             "usage": dict(self.usage),
+            "pii": dict(self.pii),
         }
 
     @classmethod
@@ -72,6 +74,7 @@ class SavedState:
             forgotten_names=tuple(meta.get("forgotten_names", ())),
             kept_names={str(k): str(v) for k, v in (meta.get("kept_names") or {}).items()},
             usage=dict(meta.get("usage") or {}),
+            pii=dict(meta.get("pii") or {}),
         )
 
 

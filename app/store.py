@@ -103,6 +103,10 @@ def load_master_key(settings: Settings, create_key: bool = True, key_file: Path 
             if not key_file.exists():
                 if not create_key:
                     raise InputError(f"no master key at {key_file} and ${MASTER_KEY_ENV} is not set: nothing was saved here")
+                folder = settings.store.path or settings.home / "sessions"
+                saved = sum(1 for p in folder.iterdir() if not p.name.startswith(".")) if folder.is_dir() else 0
+                if saved:  # what a new key would lock away (the redis store is checked in open_session_store)
+                    raise _missing_key(key_file, saved, str(folder))
                 key_file.parent.mkdir(parents=True, exist_ok=True)
                 MasterKey.generate(key_file)
         return MasterKey.load(key_file)
@@ -124,10 +128,16 @@ def _master_key_of(settings: Settings, inner, where: str, create_key: bool, key_
         except Exception:  # a store that cannot list: the key question is answered as before
             saved = 0
         if saved:
-            raise InputError(f"the master key {default} is missing, and {saved} saved meeting(s) in {where} can only "
-                             f"be opened with it: put the key back (or set ${MASTER_KEY_ENV}); to start afresh, move "
-                             "the saved meetings aside first")
+            raise _missing_key(default, saved, where)
     return load_master_key(settings, create_key, key_file)
+
+
+def _missing_key(key_file: Path, saved: int, where: str) -> InputError:
+    from kvstore.crypto import MASTER_KEY_ENV
+
+    return InputError(f"the master key {key_file} is missing, and {saved} saved meeting(s) in {where} can only be "
+                      f"opened with it: put the key back (or set ${MASTER_KEY_ENV}); to start afresh, move the saved "
+                      "meetings aside first")
 
 
 def open_session_store(settings: Settings, create_key: bool = True, backend: str | None = None,

@@ -302,12 +302,17 @@ def _parse_clock(stamp: str) -> float:
 
 def atomic_write(path: str | Path, text: str) -> Path:
     """Write to a temporary file in the same folder, then rename over the target."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write to a temporary file in the same folder (owner-only, as mkstemp makes it), then rename over the target."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

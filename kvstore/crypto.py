@@ -174,6 +174,10 @@ class MasterKey:
         """The HMAC key of the audit log: derived, so the log is keyed wherever the store is encrypted."""
         return _hkdf(self.secret, b"minutia/audit", b"minutia audit hmac v1")
 
+    def cache_key(self, purpose: str) -> bytes:
+        """An AES-256 key for a cache of the app's own (``purpose``: e.g. "transcripts"), derived like the others."""
+        return _hkdf(self.secret, b"minutia/cache/" + purpose.encode(), b"minutia cache key v1")
+
     def session_kek(self, session: str) -> bytes:
         return _hkdf(self.secret, b"minutia/session/" + session.encode(), b"minutia key-encryption key v1")
 

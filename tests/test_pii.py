@@ -40,6 +40,18 @@ def test_the_detector_finds_email_phone_card_and_person_in_real_text(detector) -
         == [("phone", "+44 20 7946 0958"), ("email", "ops@acme.io")]
 
 
+@pytest.mark.parametrize("said, address", [("Write to Maria at Gmail.com, she answers fast.", "Maria at Gmail.com"),
+                                            ("It's maria dot lopez at gmail dot com.", "maria dot lopez at gmail dot com")])
+def test_an_address_said_aloud_is_found(detector, said, address) -> None:
+    """Issue 49 F4: the recogniser writes a spoken address with "at" and "dot"; it was left in clear."""
+    assert ("email", address) in _found(said, detector.find(said))
+
+
+@pytest.mark.parametrize("said", ["We met at noon.", "He is at acme.co.uk now.", "Look at version two."])
+def test_at_a_place_is_no_address(detector, said) -> None:
+    assert not detector.find(said)
+
+
 def test_names_are_only_found_when_asked_for() -> None:
     kinds = [s.kind for s in SpacyPIIDetector().find(SAID)]  # the default kinds
     assert kinds == ["email", "phone", "card"]
@@ -206,3 +218,29 @@ def test_zero_in_kv_keeps_personal_data_out_of_live_answers_and_summaries(script
                 assert "[EMAIL]" in shown and "dana.whitfield" not in summary
         finally:
             runtime.close()
+
+
+def test_a_meeting_saved_under_zero_in_kv_keeps_to_it_when_resumed_without_the_config(scripted_runtime, tmp_path) -> None:
+    """Issue 49 F4: resumed without --config, a zero-in-kv meeting answered with the phone number in clear."""
+    from tests.scripted_parts import scripted_meeting
+
+    meeting = scripted_meeting([("SPEAKER_00", "Good morning.")])
+    said = [Turn("Alice", "The release is on Friday.", 0.0, 2.0),
+            Turn("Bob", "Mail the contract to dana.whitfield@example.org before noon.", 2.5, 6.0)]
+    saving = scripted_runtime(meeting, tmp_path, pii={"policy": "zero-in-kv"})
+    try:
+        session = saving.new_session("kept-private")
+        session.add_transcript(Transcript(said))
+        session.finish(timeout=120)
+        session.save()
+    finally:
+        saving.close()
+    resuming = scripted_runtime(meeting, tmp_path)  # the default policy: mask-in-exports
+    try:
+        resumed = resuming.resume_session("kept-private")
+        assert resumed.settings.pii.policy == "zero-in-kv"
+        answer = resumed.ask("Where should the contract be mailed?")
+        shown = answer.text + " ".join(c.text for c in answer.citations)
+        assert "dana.whitfield" not in shown and "[EMAIL]" in shown, shown
+    finally:
+        resuming.close()
