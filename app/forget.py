@@ -145,7 +145,7 @@ class _Plan:
         else:
             label = speaker_label(source, [w.speaker for w in words], names)
             kept, slides = [w for w in words if w.speaker != label], list(saved.slides)
-        held = blocks_of(saved.timeline, block_size, label)
+        held = blocks_of(saved.timeline, block_size, label, names)
         return cls(label, names, kept, len(words) - len(kept), slides, len(saved.slides) - len(slides),
                    len(held.blocks) if held else 0, held.shared if held else 0,
                    _new_source(saved.source or "meeting", label, taken))

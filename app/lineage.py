@@ -64,14 +64,21 @@ class SourceBlocks:
 
 
 def lineage(timeline: TimelineIndex, block_size: int, names: dict[str, str] | None = None) -> list[SourceBlocks]:
-    """Every content source of the meeting with the KV blocks its tokens sit in, most tokens first."""
+    """Every content source of the meeting with the KV blocks its tokens sit in, most tokens first. A line
+    committed after its speaker was named holds the name on the timeline: it counts for that name's label (one
+    speaker is one source, and a forget of them finds all of their blocks; issue 49 F7)."""
     names = names or {}
+    labels_of: dict[str, list[str]] = defaultdict(list)
+    for label, name in names.items():
+        labels_of[name].append(label)
+    label_of = {name: labels[0] for name, labels in labels_of.items() if len(labels) == 1 and name not in names}
     tokens: dict[str, int] = defaultdict(int)
     segments: dict[str, int] = defaultdict(int)
     blocks: dict[str, set[int]] = defaultdict(set)
     holders: dict[int, set[str]] = defaultdict(set)
     for segment in timeline.segments():
         source = source_of(segment)
+        source = label_of.get(source, source) if source is not None else None
         if source is None or segment.token_end <= segment.token_start:
             continue
         segments[source] += 1
@@ -85,6 +92,7 @@ def lineage(timeline: TimelineIndex, block_size: int, names: dict[str, str] | No
     return sorted(found, key=lambda s: (-s.tokens, s.source))
 
 
-def blocks_of(timeline: TimelineIndex, block_size: int, source: str) -> SourceBlocks | None:
+def blocks_of(timeline: TimelineIndex, block_size: int, source: str,
+              names: dict[str, str] | None = None) -> SourceBlocks | None:
     """The lineage of one source (None when the meeting holds none of its tokens)."""
-    return next((s for s in lineage(timeline, block_size) if s.source == source), None)
+    return next((s for s in lineage(timeline, block_size, names) if s.source == source), None)

@@ -324,3 +324,20 @@ def test_the_screen_is_forgotten_while_the_meeting_goes_on(session_parts):
     assert (report.forgotten, report.slides_removed, report.words_removed) == ("screen", 2, 0)
     assert rebuilt.snapshot().slides == [] and "contract" in " ".join(w.text for w in rebuilt.transcript().words)
     runtime.close_session("live-screen")
+
+
+def test_a_speaker_named_mid_meeting_is_one_source_with_all_their_blocks():
+    """Issue 49 F7: lines committed after a speaker was named hold the name on the timeline; the listing showed
+    "Carol" and "SPEAKER_05" apart, and a forget of SPEAKER_05 reported 0 blocks."""
+    from app.lineage import blocks_of, lineage
+    from kvstore.timeline import TimelineIndex
+
+    timeline = TimelineIndex()
+    timeline.add("audio", 0.0, 2.0, 0, 40, speaker="SPEAKER_05", text="Hi, Carol here.")
+    timeline.add("audio", 2.0, 4.0, 40, 90, speaker="SPEAKER_01", text="Hi Carol.")
+    timeline.add("audio", 4.0, 6.0, 90, 200, speaker="Carol", text="The pilot costs twelve thousand.")
+    names = {"SPEAKER_05": "Carol"}
+    carol = blocks_of(timeline, 64, "SPEAKER_05", names)
+    assert carol is not None and carol.blocks == (0, 1, 2, 3) and carol.tokens == 40 + 110 and carol.name == "Carol"
+    assert [s.source for s in lineage(timeline, 64, names)] == ["SPEAKER_05", "SPEAKER_01"]
+    assert {s.source for s in lineage(timeline, 64)} == {"SPEAKER_05", "SPEAKER_01", "Carol"}  # unnamed: as saved

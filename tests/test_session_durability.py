@@ -65,6 +65,21 @@ def test_a_saved_meeting_is_not_overwritten_without_replace(tmp_path, scripted_r
         runtime.close()
 
 
+def test_a_forget_waits_for_the_meeting_being_saved_elsewhere(tmp_path, scripted_runtime):
+    """Issue 49 F1: forgetting a source of a meeting that another process is saving must be refused, or that process
+    goes on saving under the shredded key and the meeting can no longer be read."""
+    from app.forget import forget_source
+
+    live, other = scripted_runtime(_SCRIPT, tmp_path), scripted_runtime(_SCRIPT, tmp_path)
+    try:
+        live.new_session("L1", autosave=True)
+        with pytest.raises(InputError, match="open in another process"):
+            forget_source(other, "L1", "SPEAKER_00")
+    finally:
+        live.close()
+        other.close()
+
+
 def test_one_writer_per_session_id(tmp_path, scripted_runtime):
     first, second = scripted_runtime(_SCRIPT, tmp_path), scripted_runtime(_SCRIPT, tmp_path)
     try:
