@@ -40,7 +40,8 @@ UPLOAD_TYPES = [".wav", ".mp3", ".m4a", ".mp4", ".webm", ".ogg", ".opus", ".flac
 X_TITLE = "meeting time (s)"
 PLOT_HEIGHT = 260
 GONE_PAGES_KEPT = 10_000  # closed pages remembered, so their late microphone / webcam chunks are dropped
-TAB_OUTPUTS = 11  # status, transcript, tier plot, modality plot, ratio plot, kv stats, slides, actions, summary, player, chat
+TAB_OUTPUTS = 12  # status, transcript, tier plot, modality plot, ratio plot, kv stats, slides, actions, summary, player,
+# chat, exported files
 
 HOW_TO = """
 1. **Start a meeting**: pick a sample and press *Replay live* (the speed slider paces it), upload a recording, or
@@ -183,6 +184,8 @@ class Tab:
     shown_engine: str | None = None  # the Engine tab's figures as last sent (the cost moves while nothing is said)
     summary_md: str = "_No summary yet._"  # shown: without action items, which have a panel of their own
     summary_export: str = "_No summary yet._"  # exported: with them
+    summary_obj: Any = None  # the MeetingSummary shown (an export takes the action items as they are then)
+    summary_of: int = -1  # the session version the summary was made from: a finished meeting's is kept current
     summary_version: int = 0
     shown_summary: int = -1
     summary_at: float = 0.0
@@ -198,6 +201,8 @@ class Tab:
     ended: bool = False  # the page went away: no input starts a meeting here again
     asked: AskedQuestions = field(default_factory=lambda: AskedQuestions(render.answer_markdown, user_message))
     shown_asked: int = -1  # the questions' version last sent to the page
+    exported: bool = False  # the files panel shows this meeting's exports
+    exports_stale: bool = False  # ... of a meeting no longer shown (a new one began, a forget): emptied at the next tick
 
     def __post_init__(self) -> None:
         self.history = render.KVHistory(self.history_points)
@@ -207,8 +212,9 @@ class Tab:
         self.last_version = -1
         self.notice = self.shown_notice = self.shown_status = self.shown_engine = None
         self.summary_md, self.summary_version, self.shown_summary, self.summary_at = "_No summary yet._", 0, -1, 0.0
-        self.summary_export = self.summary_md
+        self.summary_export, self.summary_obj, self.summary_of = self.summary_md, None, -1
         self.asked.clear()
+        self.exports_stale, self.exported = self.exported, False
 
     def drop_player(self) -> None:
         """No player, and its copy of the recording deleted (a new meeting, or a forgotten speaker's voice)."""
@@ -274,6 +280,9 @@ def check_upload(path: str | Path, max_mb: float) -> Path:
         with av.open(str(path)) as container:
             if not container.streams.audio:
                 raise InputError(f"{path.name} has no audio track")
+            # a header can pass for audio while nothing after it decodes: one frame is decoded before the
+            # meeting on the page is given up for it
+            next(container.decode(audio=0))
     except InputError:
         raise
     except Exception as exc:  # av raises many kinds for non-media input
@@ -421,8 +430,10 @@ class LivePage:
             if not stop.is_set():  # a replaced or closed meeting is not worth finishing
                 session.finish()
                 tab.notice = None  # "replaying ... at 4x" is over; the state says finished
-        except Exception as exc:  # shown on this tab only
-            tab.notice = f"⚠️ replay failed: {user_message(exc)}"
+        except Exception as exc:  # shown on this tab only, in plain words; the detail goes to the log
+            log.warning("replay of %s stopped: %r", path, exc)
+            tab.notice = ("⚠️ the recording could not be read to its end (it may be damaged); what was heard "
+                          "before that is kept")
 
     def _live(self, tab: Tab, restart_finished: bool) -> MeetingSession | None:
         """The tab's live (microphone/webcam) meeting, started on first use; a finished one is
@@ -503,7 +514,7 @@ class LivePage:
             moved, engine_moved = status != tab.shown_status, engine != tab.shown_engine
             tab.shown_status, tab.shown_engine = status, engine
             return ((status if moved else gr.skip(),) + (gr.skip(),) * 4 + (engine if engine_moved else gr.skip(),)
-                    + (gr.skip(),) * (TAB_OUTPUTS - 9) + (summary, player, self._chat(tab)))
+                    + (gr.skip(),) * (TAB_OUTPUTS - 10) + (summary, player, self._chat(tab), self._files(tab)))
         tab.last_version, tab.shown_notice, tab.shown_status, tab.shown_engine = snapshot.version, tab.notice, status, engine
         tab.history.add(round(snapshot.stream_seconds, 1), snapshot.kv)  # meeting time: the axis ends with the meeting
         try:
@@ -520,7 +531,16 @@ class LivePage:
             summary,
             player,
             self._chat(tab),
+            self._files(tab),
         )
+
+    @staticmethod
+    def _files(tab: Tab) -> Any:
+        """None (an empty panel) once after the exports shown stopped being of the meeting shown."""
+        if not tab.exports_stale:
+            return gr.skip()
+        tab.exports_stale = False
+        return None
 
     @staticmethod
     def _chat(tab: Tab) -> Any:
@@ -552,17 +572,21 @@ class LivePage:
         if every is None or not snapshot.transcript.turns:
             return
         due = snapshot.stream_seconds - tab.summary_at >= every
-        final = snapshot.state == "finished" and tab.summary_at < snapshot.stream_seconds
-        if (due or final) and not tab.summary_busy.locked():
+        # A finished meeting's summary is of all of it: made again whenever what it was made from changed (the
+        # last words committed after a fast replay's last summary began, a rename, a forget).
+        stale = snapshot.state == "finished" and tab.summary_of != snapshot.version
+        if (due or stale) and not tab.summary_busy.locked():
             tab.summary_at = snapshot.stream_seconds
-            threading.Thread(target=self._summarize, args=(tab, tab.session), daemon=True).start()
+            threading.Thread(target=self._summarize, args=(tab, tab.session, snapshot.version), daemon=True).start()
 
     @staticmethod
-    def _summarize(tab: Tab, session: MeetingSession) -> None:
+    def _summarize(tab: Tab, session: MeetingSession, version: int | None = None) -> None:
         if not tab.summary_busy.acquire(blocking=False):
             return
         try:
+            tab.summary_of = session.snapshot().version if version is None else version
             summary = session.summary()
+            tab.summary_obj = summary
             tab.summary_md = render.summary_markdown(summary, action_items=False)
             tab.summary_export = render.summary_markdown(summary)
         except Exception as exc:
@@ -610,7 +634,7 @@ class LivePage:
             transcript, slides = snapshot.transcript, snapshot.slides
             folder = self.export_root / tab.session.session_id
             paths = [atomic_write(folder / f"transcript.{fmt}", writer(transcript)) for fmt, writer in WRITERS.items()]
-            paths.append(atomic_write(folder / "summary.md", tab.summary_export))
+            paths.append(atomic_write(folder / "summary.md", self._summary_export(tab)))
             if slides:
                 paths.append(atomic_write(folder / "slides.md", render.slides_markdown(slides)))
                 paths.extend(_save_image(folder / render.slide_file(i), s.thumbnail)
@@ -618,7 +642,18 @@ class LivePage:
         except Exception as exc:
             self._fail(tab, exc)
             return None
+        tab.exported = True
         return [str(p) for p in paths]
+
+    @staticmethod
+    def _summary_export(tab: Tab) -> str:
+        """The summary as exported: its action items as the panel shows them now (the summary may be a few
+        seconds older than the last commitment said)."""
+        if tab.summary_obj is None or tab.session is None:
+            return tab.summary_export
+        from dataclasses import replace
+
+        return render.summary_markdown(replace(tab.summary_obj, action_items=tab.session.action_items()))
 
     def search(self, query: str, request: gr.Request) -> str:
         """Mark ``query`` in the tab's transcript now and in every later render (empty: no search)."""
@@ -647,6 +682,7 @@ class LivePage:
         typed = " ".join(speaker.split())
         who = label if typed == label else f"{typed} ({label})"
         tab.notice = f"{who} is called {' '.join(name.split())} from now on"
+        tab.summary_at = float("-inf")  # the summary says the new name at the next tick
         return "", "", render.status_line(tab.session.snapshot(), tab.notice)
 
     def forget(self, speaker: str, chat: list, request: gr.Request) -> tuple[str, str, list]:
@@ -779,7 +815,7 @@ def build_page(runtime: Runtime, ui_settings: UISettings | None = None) -> gr.Bl
 
         timer = gr.Timer(ui.poll_seconds)
         tab_outputs = [status, transcript, tier_plot, modality_plot, ratio_plot, kv_stats, slides, actions, summary, player,
-                       chat]
+                       chat, files]
         timer.tick(page.refresh, outputs=tab_outputs, show_progress="hidden", concurrency_limit=None)
         replay_button.click(page.start_replay, inputs=[sample, upload, speed], outputs=[status, chat], concurrency_limit=None)
         ask_button.click(page.ask, inputs=[question], outputs=[question, chat], concurrency_limit=None)
