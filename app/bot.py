@@ -23,6 +23,7 @@ import collections
 import dataclasses
 import json
 import logging
+import re
 import threading
 import time
 import uuid
@@ -54,6 +55,8 @@ log = logging.getLogger("minutia.bot")
 
 ASK_PREFIX = "ask:"
 FORGET_PREFIX = "forget:"  # "forget: <speaker>" or "forget: screen": the meeting goes on without them (app/forget.py)
+FORGET_CONFIRM = "yes"  # "forget: yes" does the forget the peer asked for last
+FORGET_CONFIRM_S = 120.0
 RENAME_PREFIX = "rename:"  # "rename: <speaker> = <name>": the name people know that speaker by
 
 
@@ -105,6 +108,7 @@ class Peer:
     tasks: set[asyncio.Task] = dataclasses.field(default_factory=set)
     asking: bool = False
     connected: bool = False
+    pending_forget: tuple[str, float] | None = None  # a forget asked for (what, when): 'forget: yes' does it
 
     def send(self, message: dict) -> bool:
         channel = self.channel
@@ -459,7 +463,17 @@ class RoomBot:
             return
         peer.asking = True
         if lowered.startswith(FORGET_PREFIX):
-            self._spawn(peer, self._forget(peer, message[len(FORGET_PREFIX):].strip()))
+            what = message[len(FORGET_PREFIX):].strip()
+            if what.lower() == FORGET_CONFIRM:
+                pending, peer.pending_forget = peer.pending_forget, None
+                if pending is None or time.monotonic() - pending[1] > FORGET_CONFIRM_S:
+                    peer.asking = False
+                    peer.send({"type": "error", "message": "nothing to confirm: send 'forget: <speaker or screen>' "
+                                                           "first", "forget": what})
+                    return
+                self._spawn(peer, self._forget(peer, pending[0]))
+            else:
+                self._spawn(peer, self._ask_to_confirm(peer, what))
         elif lowered.startswith(RENAME_PREFIX):
             self._spawn(peer, self._rename(peer, message[len(RENAME_PREFIX):]))
         else:
@@ -493,6 +507,33 @@ class RoomBot:
         ttft = float_or_none(snapshot.kv.get("question_ttft"))
         self.metrics.question_ttft.observe(ttft if ttft is not None else elapsed)
         peer.send(answer_message(answer, elapsed))
+
+    async def _ask_to_confirm(self, peer: Peer, speaker: str) -> None:
+        """A forget is destructive: the bot first says what will go, and does it on 'forget: yes' from the same peer
+        within FORGET_CONFIRM_S (issue 49). A speaker the meeting does not have is refused at once."""
+        from app.lineage import is_screen
+
+        try:
+            if not speaker:
+                peer.send({"type": "error", "message": "say what to forget: 'forget: <speaker>' (a name or a label "
+                                                       "such as SPEAKER_01) or 'forget: screen'", "forget": speaker})
+                return
+            if not is_screen(speaker) and not re.fullmatch(r"SPEAKER_\d+", speaker):
+                loop = asyncio.get_running_loop()
+                async with peer.room.session_lock:
+                    transcript = await loop.run_in_executor(None, peer.room.session.transcript)
+                speakers = list(dict.fromkeys(t.speaker for t in transcript.turns))
+                if not any(s.lower() == speaker.lower() for s in speakers):
+                    peer.send({"type": "error", "message": f"no speaker {speaker!r} in this meeting; its speakers are "
+                                                           f"{', '.join(speakers) or 'none yet'}", "forget": speaker})
+                    return
+            peer.pending_forget = (speaker, time.monotonic())
+            what = ("the slides read so far" if is_screen(speaker) else f"everything {speaker} said so far")
+            peer.send({"type": "confirm", "forget": speaker,
+                       "message": f"forget {speaker}? This removes {what} from the meeting and the model's memory for "
+                                  f"everyone in the room. Send 'forget: {FORGET_CONFIRM}' to do it."})
+        finally:
+            peer.asking = False
 
     async def _forget(self, peer: Peer, speaker: str) -> None:
         """Forget one speaker while the meeting goes on (any peer of the room may: each joined with its token).

@@ -25,6 +25,7 @@ from app.config import KVSettings, controller_for, tiered_cache_config
 from app.drift import AnswerTrace, DriftMonitor, ShadowQuestions
 from app.llm import LLMEngine
 from app.pii import PIIDetector, cut_text, mask_text
+from app.repetition import banned_tokens
 from app.transcript import format_time
 from encoders.errors import InputError
 from kvstore.annotations import EntityFinder, TokenFlag, tokens_in_spans
@@ -58,6 +59,7 @@ class Generation:
     time_to_first_token: float  # seconds from the request to the first generated token (incl. pending prefill)
     total_seconds: float
     tokens_per_second: float | None = None  # after the first token (None: fewer than 2 tokens)
+    token_ids: tuple[int, ...] = ()  # the generated tokens
 
 
 @dataclass(frozen=True)
@@ -391,6 +393,9 @@ class MeetingContext:
                 logits = self._forward(feed)
                 self.tokens += len(feed)
                 scores = torch.log_softmax(logits.float(), dim=-1)
+                banned = banned_tokens(generated)  # no phrase twice (app/repetition.py)
+                if banned:
+                    scores[list(banned)] = float("-inf")
                 token = int(scores.argmax())
                 trace.keep(token, logits, self._drift_sampled())
                 if first_token_at is None:
@@ -418,6 +423,7 @@ class MeetingContext:
             time_to_first_token=(first_token_at or now) - started,
             total_seconds=now - started,
             tokens_per_second=rate,
+            token_ids=tuple(generated),
         )
 
     def _drift_sampled(self) -> bool:

@@ -101,15 +101,19 @@ def forget_in_live_meeting(runtime: Runtime, session: MeetingSession, source: st
     session.finish(timeout)
     if session.state != "finished":
         raise InputError(f"the meeting stopped on an error and cannot be rebuilt: {session.snapshot().error}")
+    shown = session.snapshot().slides  # with their pictures, which a saved meeting does not keep
     if session.autosave:
         session.save_changes()  # a rename since the end: the rebuilt meeting starts from all of it
         runtime.close_session(session_id)
         report = forget_source(runtime, session_id, source, timeout)
-        return runtime.resume_session(session_id, autosave=True), report
+        resumed = runtime.resume_session(session_id, autosave=True)
+        resumed.keep_pictures(shown)
+        return resumed, report
     saved = session.saved_state()
     plan = _Plan.of(saved, source, runtime.settings.asr.hotwords, [saved.source], runtime.settings.kv.block_size)
     runtime.close_session(session_id)
     rebuilt = _rebuilt(runtime, session_id, saved, plan, autosave=False)
+    rebuilt.keep_pictures(shown)
     rebuilt.wait_until_prefilled(timeout)
     return rebuilt, plan.report(session_id, rebuilt.kv_stats().get("tokens", 0), ())
 

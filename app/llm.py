@@ -179,6 +179,9 @@ class LLMEngine:
 
     def complete(self, prompt: str, max_new_tokens: int | None = None, stop: tuple[str, ...] = ()) -> Completion:
         import torch
+        from transformers import LogitsProcessorList
+
+        from app.repetition import NoRepeatInAnswer
 
         max_new = max_new_tokens or self.settings.max_new_tokens
         encoded = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=self.prompts.style != "chat")
@@ -197,8 +200,9 @@ class LLMEngine:
                 past_key_values=cache,
                 max_new_tokens=max_new,
                 do_sample=False,
-                # No repetition penalty / no_repeat_ngram: in HF they also count the prompt, and
-                # answering from a transcript means copying from it.
+                # No phrase twice in the answer; the prompt's are not counted: answering from a transcript means
+                # copying from it (app/repetition.py).
+                logits_processor=LogitsProcessorList([NoRepeatInAnswer(n_prompt)]),
                 stopping_criteria=self._stop_criteria(stop),
                 return_dict_in_generate=True,
                 output_scores=True,

@@ -78,6 +78,8 @@ def asks_who_attended(question: str) -> bool:
                                           any(d.lower_ in ("which", "what") for d in t.children))
                     for t in subjects)
     objects = _objects(root)
+    if any(c.dep_ in ("advmod", "npadvmod") and c.lower_ not in ("there", "today") for c in root.children):
+        return False  # "Who attended remotely / in person / late?" asks for some of them
     if lemma in PRESENCE_VERBS or (lemma == "take" and any(o.lower_ == "part" for o in objects)):
         rest = [o for o in objects if o.lower_ != "part"]
         return asked_who and _only_the_gathering(rest)

@@ -389,6 +389,16 @@ class MeetingSession:
         """Count what an earlier run of this meeting used (a rebuilt meeting continues the old one's cost)."""
         self._usage.add(Usage.from_dict(earlier))
 
+    def keep_pictures(self, shown: Sequence[Slide]) -> None:
+        """Slides this meeting took over from an earlier session of it (a forget's rebuild, which saves text and
+        times only) get back the pictures that session showed, so the page's strip keeps them."""
+        pictures = {(s.time, s.text): s.thumbnail for s in shown if s.thumbnail is not None}
+        with self._lock:
+            for i, slide in enumerate(self._slides):
+                if slide.thumbnail is None and (slide.time, slide.text) in pictures:
+                    self._slides[i] = Slide(slide.time, slide.text, pictures[(slide.time, slide.text)])
+            self._version += 1
+
     @property
     def pii_detector(self):
         """The detector of this meeting's ``pii`` settings: the runtime's when they are the runtime's, else its

@@ -187,10 +187,14 @@ def test_a_speaker_is_forgotten_while_the_room_goes_on(server, recording):
         a = RoomClient(server.url, "forget", ROOMS["forget"], [_track(recording, 0, 1, tail_seconds=6.0)])
         await a.join()
         await a.wait_for(lambda m: m["type"] == "caption" and "work" in m["text"].lower(), 120)  # Bob's last words
+        a.send("forget: yes")  # nothing was asked to be forgotten: nothing happens
+        unasked = await a.wait_for(lambda m: m.get("forget") == "yes", 60)
         a.send("forget: Zed")
-        refused = await a.wait_for(lambda m: m["type"] == "error", 60)
-        a.send("forget: Bob")
-        forgot = await a.wait_for(lambda m: m["type"] == "forgot" or m.get("forget") == "Bob", 180)
+        refused = await a.wait_for(lambda m: m.get("forget") == "Zed", 60)
+        a.send("forget: Bob")  # issue 49: said back first, done on "forget: yes"
+        confirm = await a.wait_for(lambda m: m.get("forget") == "Bob", 60)  # the confirmation (or a refusal)
+        a.send("forget: yes")
+        forgot = await a.wait_for(lambda m: m["type"] == "forgot" or (m["type"] == "error" and m.get("forget") == "Bob"), 180)
         a.send("rename: Alice = Alicia")
         renamed = await a.wait_for(lambda m: m["type"] == "renamed" or m.get("rename"), 60)
         c = RoomClient(server.url, "forget", ROOMS["forget"], [_track(recording, 4, 4)])
@@ -198,13 +202,15 @@ def test_a_speaker_is_forgotten_while_the_room_goes_on(server, recording):
         await c.wait_for(lambda m: m["type"] == "caption" and "pilot" in m["text"].lower(), 120)
         await c.wait_for(_finished, 120)
         session = server.bot.rooms["forget"].session
-        result = {"refused": refused, "forgot": forgot, "renamed": renamed, "session": session, "speakers": session.speakers(),
+        result = {"unasked": unasked, "refused": refused, "confirm": confirm, "forgot": forgot, "renamed": renamed, "session": session, "speakers": session.speakers(),
                   "transcript": " ".join(t.text for t in session.transcript().turns).lower()}
         await asyncio.gather(a.close(), c.close())
         return result
 
     result = asyncio.run(run())
     assert "no speaker 'Zed'" in result["refused"]["message"] and "Bob" in result["refused"]["message"], result
+    assert result["unasked"]["type"] == "error" and "nothing to confirm" in result["unasked"]["message"]
+    assert result["confirm"]["type"] == "confirm" and "forget: yes" in result["confirm"]["message"], result["confirm"]
     forgot = result["forgot"]
     assert forgot["type"] == "forgot" and (forgot["speaker"], forgot["name"]) == (BOB, "Bob"), forgot
     assert forgot["words_removed"] > 10 and forgot["lines"], forgot
@@ -246,7 +252,9 @@ def test_named_participants_are_heard_by_their_own_microphones(server, recording
         dana.send("ask: Who will need one more week of work?")
         result["answer"] = await dana.wait_for(lambda m: m["type"] in ("answer", "error"), 120)
         dana.send("forget: Eve")
-        result["forgot"] = await dana.wait_for(lambda m: m["type"] == "forgot" or m.get("forget") == "Eve", 180)
+        await dana.wait_for(lambda m: m.get("forget") == "Eve", 60)
+        dana.send("forget: yes")
+        result["forgot"] = await dana.wait_for(lambda m: m["type"] == "forgot" or (m["type"] == "error" and m.get("forget") == "Eve"), 180)
         await asyncio.gather(dana.close(), eve.close())
         return {**result, "refusals": refusals}
 

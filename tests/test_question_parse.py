@@ -15,7 +15,7 @@ NOT_ATTENDED = ["Who left the call early?", "Who will send the invoice?", "Who t
                 "Who joined the company last year?", "Who attended the trade fair in Lyon?", "Who was present at the audit?",
                 "Who was absent?", "Who took part in the survey?", "Who is there to help with the move?",
                 "Who will attend the workshop on Monday?", "Who was in charge?", "Who was on the jury?",
-                "What was the call about?", "Who chaired the session?"]
+                "What was the call about?", "Who chaired the session?", "Who joined remotely?", "Who attended late?"]
 
 
 @pytest.mark.parametrize("question", ATTENDED)

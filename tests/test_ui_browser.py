@@ -351,6 +351,26 @@ def test_live_meeting_page(server, browser, tmp_path_factory):
     assert "error" not in _status(page) and lines.count() >= 3
     other.close()
 
+    # forget a speaker (issue 49): the first press says what will go and changes nothing, the second does it; the
+    # slides, the player and the answers that do not quote them stay, the exports of before are gone
+    slides_before = page.locator("#mt-slides img").count()
+    if not page.locator("#mt-forget-speaker textarea").is_visible():  # the Speakers panel, opened for the rename
+        page.locator("#mt-speakers").get_by_text("Speakers", exact=True).first.click()
+    page.fill("#mt-forget-speaker textarea", "Dana")
+    page.click("#mt-forget")
+    _wait_for_text(page, "#mt-status", r"forget Dana \(SPEAKER_\d+\)\? .*Press Forget again to confirm", 30)
+    assert "Dana" in " ".join(page.locator("#mt-transcript .mt-speaker").all_inner_texts())  # nothing went yet
+    page.click("#mt-forget")
+    _wait_for_text(page, "#mt-status", r"forgot Dana \(SPEAKER_\d+\):.*player keeps the recording", 120)
+    _wait_for_text(page, "#mt-transcript", r"\S", 30)
+    assert "Dana" not in " ".join(page.locator("#mt-transcript .mt-speaker").all_inner_texts())
+    assert page.locator("#mt-slides img").count() == slides_before  # not hers: they stay
+    page.locator("#mt-player audio").wait_for(timeout=10_000)  # muted where she spoke, not removed
+    expect(page.locator("#mt-files a[download='transcript.json']")).to_have_count(0, timeout=10_000)
+    assert who_question not in page.inner_text("#mt-chat")  # its answer named her
+    page.screenshot(path=str(shots / "forgot.png"), full_page=True)
+    phase("a speaker forgotten after a confirmation; the slides and the player stay")
+
     for image in ("ui.png", "engine.png"):
         readme_image = ROOT / "docs" / "img" / image
         if os.environ.get("MINUTIA_UPDATE_SCREENSHOTS") or not readme_image.exists():  # keep the tree clean in CI

@@ -252,7 +252,9 @@ def test_the_status_line_says_how_far_behind_the_transcript_is():
     keeping_up = render.status_line(_snapshot("live", 105.0, 104.0))
     assert "transcribed up to 01:44" in keeping_up and "behind" not in keeping_up  # one decode step is not behind
     done = render.status_line(_snapshot("finished", 106.0, 106.0), None)
-    assert done.startswith("**finished** · 01:46 of meeting · 4 turns") and "heard" not in done
+    assert done.startswith("**finished** · 01:46 of meeting · 3 people spoke 4 times") and "heard" not in done
+    assert render.meeting_title("replay:standup.ogg-without-SPEAKER_03") == "standup.ogg"
+    assert render.meeting_title("live") == "Live meeting"
 
 
 def test_user_messages_hold_no_paths_errnos_or_exception_names(tmp_path):

@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +27,7 @@ from app.transcript import WRITERS, atomic_write
 from encoders.errors import InputError
 from ui import render
 from ui.asked import AskedQuestions
-from ui.player import playable_copy, player_html
+from ui.player import muted_copy, playable_copy, player_html
 from ui.settings import UISettings, bundled_samples
 
 if TYPE_CHECKING:
@@ -40,6 +40,7 @@ UPLOAD_TYPES = [".wav", ".mp3", ".m4a", ".mp4", ".webm", ".ogg", ".opus", ".flac
 X_TITLE = "meeting time (s)"
 PLOT_HEIGHT = 260
 GONE_PAGES_KEPT = 10_000  # closed pages remembered, so their late microphone / webcam chunks are dropped
+FORGET_CONFIRM_S = 120.0  # a second press of Forget within this confirms the first
 TAB_OUTPUTS = 12  # status, transcript, tier plot, modality plot, ratio plot, kv stats, slides, actions, summary, player,
 # chat, exported files
 
@@ -201,6 +202,8 @@ class Tab:
     ended: bool = False  # the page went away: no input starts a meeting here again
     asked: AskedQuestions = field(default_factory=lambda: AskedQuestions(render.answer_markdown, user_message))
     shown_asked: int = -1  # the questions' version last sent to the page
+    pending_forget: str | None = None  # a forget asked for once (label or SCREEN): a second press confirms it
+    pending_since: float = 0.0
     exported: bool = False  # the files panel shows this meeting's exports
     exports_stale: bool = False  # ... of a meeting no longer shown (a new one began, a forget): emptied at the next tick
 
@@ -214,6 +217,15 @@ class Tab:
         self.summary_md, self.summary_version, self.shown_summary, self.summary_at = "_No summary yet._", 0, -1, 0.0
         self.summary_export, self.summary_obj, self.summary_of = self.summary_md, None, -1
         self.asked.clear()
+        self.exports_stale, self.exported = self.exported, False
+
+    def reset_after_forget(self) -> None:
+        """What a forget makes stale: the views are drawn again, the summary and exports go; the plots stay."""
+        self.last_version = -1
+        self.shown_notice = self.shown_status = self.shown_engine = None
+        self.summary_md, self.summary_version, self.shown_summary, self.summary_at = "_No summary yet._", \
+            self.summary_version + 1, -1, 0.0
+        self.summary_export, self.summary_obj, self.summary_of = self.summary_md, None, -1
         self.exports_stale, self.exported = self.exported, False
 
     def drop_player(self) -> None:
@@ -266,6 +278,23 @@ class TabFeed:
         with self.tab.feed_lock:
             session = self.tab.session
         session.finish()
+
+
+def _forget_warning(session: MeetingSession, label: str) -> str:
+    """What a forget will remove, said before it is done."""
+    from app.lineage import SCREEN
+
+    snapshot = session.snapshot()
+    if label == SCREEN:
+        return (f"forget the screen? This removes the {len(snapshot.slides)} slide(s) read so far from the page and the "
+                "model's memory, the answers that quote them, the summary and exported files. The transcript and "
+                "the others' answers stay. Press Forget again to confirm.")
+    name = session.speakers().get(label)
+    who = f"{name} ({label})" if name else label
+    lines = sum(1 for turn in snapshot.transcript.turns if turn.speaker in {label, name})
+    return (f"forget {who}? This removes what they said ({lines} line(s)) from the transcript and the model's memory, "
+            "the answers that quote them, the summary and exported files, and mutes their voice in the player, which "
+            "keeps the recording up to now. The slides and the others' answers stay. Press Forget again to confirm.")
 
 
 def check_upload(path: str | Path, max_mb: float) -> Path:
@@ -399,7 +428,9 @@ class LivePage:
                     target=self._replay, args=(tab, tab.feed, path, float(speed), stop), name=f"replay-{session.session_id}", daemon=True
                 )
                 tab.feeder.start()
-                tab.notice = f"replaying {name} at {float(speed):g}x"
+                pace = "as fast as it goes" if float(speed) == 0 else (
+                    "at real speed" if float(speed) == 1 else f"at {float(speed):g} times real speed")
+                tab.notice = f"replaying {name} {pace}"
             threading.Thread(target=self._prepare_player, args=(tab, session, path), daemon=True).start()
         except Exception as exc:
             return self._fail(tab, exc), []
@@ -632,6 +663,7 @@ class LivePage:
                 raise InputError("nothing to export yet: start a meeting first")
             snapshot = tab.session.snapshot()  # its transcript and slides, read once
             transcript, slides = snapshot.transcript, snapshot.slides
+            transcript = replace(transcript, source=render.meeting_title(tab.source))  # the title people read
             folder = self.export_root / tab.session.session_id
             paths = [atomic_write(folder / f"transcript.{fmt}", writer(transcript)) for fmt, writer in WRITERS.items()]
             paths.append(atomic_write(folder / "summary.md", self._summary_export(tab)))
@@ -651,8 +683,6 @@ class LivePage:
         seconds older than the last commitment said)."""
         if tab.summary_obj is None or tab.session is None:
             return tab.summary_export
-        from dataclasses import replace
-
         return render.summary_markdown(replace(tab.summary_obj, action_items=tab.session.action_items()))
 
     def search(self, query: str, request: gr.Request) -> str:
@@ -685,11 +715,14 @@ class LivePage:
         tab.summary_at = float("-inf")  # the summary says the new name at the next tick
         return "", "", render.status_line(tab.session.snapshot(), tab.notice)
 
-    def forget(self, speaker: str, chat: list, request: gr.Request) -> tuple[str, str, list]:
-        """Forget one speaker of the tab's meeting, or the screen, live or finished: the meeting is rebuilt without
-        what they said or showed so far (transcript, slides and the model's memory); answers, the summary and
-        exported files that could quote them are cleared. Returns (speaker box, status line, chat)."""
+    def forget(self, speaker: str, chat: list, request: gr.Request) -> tuple[str, str, Any]:
+        """Forget one speaker of the tab's meeting, or the screen, live or finished, after a confirmation (the first
+        press says what will go; pressing again within FORGET_CONFIRM_S does it). The meeting is rebuilt without what
+        they said or showed so far (transcript, slides, the model's memory); the answers that quote them, the summary
+        and exported files go; the player keeps the recording up to now with a forgotten speaker's voice muted.
+        The slides, the plots and the others' answers stay. Returns (speaker box, status line, chat)."""
         from app.forget import forget_in_live_meeting
+        from app.lineage import SCREEN, is_screen
 
         tab = self.tab(request)
         try:
@@ -699,22 +732,53 @@ class LivePage:
                 old = tab.session
                 if old is None or tab.runtime is None:
                     raise InputError("start a meeting first")
+                label = SCREEN if is_screen(speaker) else old.speaker_label(" ".join(speaker.split()))
+                if tab.pending_forget != label or time.monotonic() - tab.pending_since > FORGET_CONFIRM_S:
+                    tab.pending_forget, tab.pending_since = label, time.monotonic()
+                    tab.notice = _forget_warning(old, label)
+                    return speaker, render.status_line(old.snapshot(), tab.notice), gr.skip()
+                tab.pending_forget = None
+                name = old.speakers().get(label) if label != SCREEN else None
+                heard = old.snapshot()
+                spans = [(w.start, w.end) for w in heard.transcript.words if w.speaker in {label, name}]
                 was_finished = old.state == "finished"
-                session, report = forget_in_live_meeting(tab.runtime, old, speaker.strip())
+                session, report = forget_in_live_meeting(tab.runtime, old, label)
                 if tab.feed is not None and tab.feed.fixed_steps:
                     session.decode_in_fixed_steps()
                 tab.session = session
                 if was_finished:  # a replay or microphone that ended finishes the rebuilt meeting too
                     session.finish()
                 shutil.rmtree(self.export_root / session.session_id, ignore_errors=True)
-                tab.reset_views()
-                tab.drop_player()  # the recording holds their voice
+                tab.reset_after_forget()
+                quoted = {label, name} - {None} if label != SCREEN else {"Slide", "slide", "screen"}
+                dropped = tab.asked.drop_about(quoted)
+                muted = self._mute_player(tab, spans, heard.stream_seconds) if label != SCREEN else tab.media is not None
         except Exception as exc:
-            return speaker, self._fail(tab, exc), chat
-        tab.notice = (f"forgot {report.shown()}: {report.removed()} removed from the meeting and the model's memory "
-                      f"({report.blocks} KV block(s) held them); earlier answers, the summary, exports and the "
-                      "recording's player were cleared")
-        return "", render.status_line(tab.session.snapshot(), tab.notice), []
+            return speaker, self._fail(tab, exc), gr.skip()
+        player = ("the player keeps the recording up to now with their voice muted" if muted
+                  else "the recording's player was removed") if label != SCREEN else "the player is unchanged"
+        tab.notice = (f"forgot {report.shown()}: {report.removed()} removed from the transcript and the model's memory; "
+                      f"{dropped} answer(s) that quoted them, the summary and exported files were removed; {player}")
+        tab.shown_asked = tab.asked.version
+        return "", render.status_line(tab.session.snapshot(), tab.notice), tab.asked.messages()
+
+    def _mute_player(self, tab: Tab, spans: list[tuple[float, float]], until: float) -> bool:
+        """The player's recording, the forgotten speaker's voice muted and nothing after ``until``; on any failure no
+        player at all (their voice must not stay). Returns whether a player is left."""
+        if tab.media is None:
+            return False
+        recording = next(iter(sorted(tab.media.glob("recording.*"))), None)
+        folder = self.media_root / uuid.uuid4().hex
+        try:
+            html_ = player_html(muted_copy(recording, folder, spans, until))
+        except Exception:
+            log.exception("the player could not be muted: it is removed")
+            shutil.rmtree(folder, ignore_errors=True)
+            tab.drop_player()
+            return False
+        tab.drop_player()
+        tab.media, tab.player = folder, html_
+        return True
 
     def apply_settings(self, model: str, budget_ratio: float, request: gr.Request) -> str:
         """Model and KV budget for this tab's next meeting; a model that cannot be found is refused now."""
@@ -791,7 +855,8 @@ def build_page(runtime: Runtime, ui_settings: UISettings | None = None) -> gr.Bl
                                 rename_button = gr.Button("Rename", scale=1, elem_id="mt-rename")
                             gr.Markdown("**Forget** removes everything one person has said so far (or, with *screen*, "
                                         "every slide shown so far) from the meeting and from the model's memory "
-                                        "(the meeting goes on without it).")
+                                        "(the meeting goes on without it). The first press says what will go; "
+                                        "press again to do it.")
                             with gr.Row():
                                 forget_box = gr.Textbox(placeholder="name or label, e.g. Bob or SPEAKER_01, or screen",
                                                         show_label=False, scale=3, elem_id="mt-forget-speaker")
@@ -807,7 +872,7 @@ def build_page(runtime: Runtime, ui_settings: UISettings | None = None) -> gr.Bl
                 plot = dict(x="t", x_title=X_TITLE, height=PLOT_HEIGHT, x_lim=[0, 1])
                 tier_plot = gr.LinePlot(y="MiB", color="series", title="Memory by precision and tier, against the budget", color_title="", elem_id="mt-plot-tier", **plot)
                 modality_plot = gr.LinePlot(y="MiB", color="series", title="Memory by stream (speech, slides, instructions), against the budget", color_title="", elem_id="mt-plot-modality", **plot)
-                ratio_plot = gr.LinePlot(y="ratio", title="How many times smaller the meeting's blocks are than uncompressed", elem_id="mt-plot-ratio", **plot)
+                ratio_plot = gr.LinePlot(y="ratio", title="Compression: the uncompressed size divided by the size held (above 1 saves memory)", elem_id="mt-plot-ratio", **plot)
                 with gr.Accordion("Settings (apply to the next meeting you start)", open=False):
                     model = gr.Textbox(value=settings.llm.model, label="LLM (embedded name or local HF folder)", elem_id="mt-model")
                     budget = gr.Slider(0.05, 1.0, value=settings.kv.budget_ratio, step=0.05, label="KV budget (share of the full cache)", elem_id="mt-budget")

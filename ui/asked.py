@@ -24,6 +24,7 @@ class AskedQuestions:
         self._explain = explain  # an exception -> a line a person can read
         self._lock = threading.Lock()
         self._messages: list[dict] = []
+        self._cited: dict[int, set[str]] = {}  # answer slot -> the speakers its citations quote
         self._queue: queue.Queue = queue.Queue()
         self._worker: threading.Thread | None = None
         self._meeting = 0  # bumped by clear(): an answer for the last meeting's question is not shown in this one
@@ -48,7 +49,7 @@ class AskedQuestions:
     def clear(self) -> None:
         """A new meeting (or a forget): no questions shown; answers still coming for earlier ones are dropped."""
         with self._lock:
-            self._messages = []
+            self._messages, self._cited = [], {}
             self._meeting += 1
             self.version += 1
 
@@ -70,11 +71,38 @@ class AskedQuestions:
                 meeting, slot, session, question = self._queue.get()
                 if meeting != self._meeting:
                     continue
+            cited: set[str] = set()
             try:
-                text = self._render_answer(session.ask(question))
+                answer = session.ask(question)
+                text, cited = self._render_answer(answer), {c.speaker for c in answer.citations}
             except Exception as exc:  # this question alone fails; the ones after it are still answered
                 text = f"⚠️ {self._explain(exc)}"
             with self._lock:
                 if meeting == self._meeting and slot < len(self._messages):
                     self._messages[slot] = {"role": "assistant", "content": text}
+                    self._cited[slot] = cited
                     self.version += 1
+
+    def drop_about(self, speakers: set[str]) -> int:
+        """Remove the questions and answers that quote or name any of ``speakers`` (a speaker forgotten: their
+        words must not stay on the page); the others stay. A question still being answered is dropped too (its
+        answer may quote them). Returns how many questions went."""
+        import re
+
+        names = [re.compile(rf"\b{re.escape(s)}\b", re.IGNORECASE) for s in speakers if s]
+        with self._lock:
+            kept, cited, dropped = [], {}, 0
+            for q in range(0, len(self._messages) - 1, 2):
+                question, answer = self._messages[q], self._messages[q + 1]
+                about = (self._cited.get(q + 1, set()) & speakers or answer["content"] == ANSWERING
+                         or any(n.search(question["content"]) or n.search(answer["content"]) for n in names))
+                if about:
+                    dropped += 1
+                    continue
+                if q + 1 in self._cited:
+                    cited[len(kept) + 1] = self._cited[q + 1]
+                kept += [question, answer]
+            self._messages, self._cited = kept, cited
+            self._meeting += 1  # answers still coming would land in the wrong slots
+            self.version += 1
+            return dropped

@@ -41,3 +41,26 @@ def player_html(path: Path | None) -> str:
     src = "gradio_api/file=" + quote(str(path.resolve()))
     return (f'<audio class="mt-audio" controls preload="metadata" src="{html.escape(src)}"></audio>'
             '<div class="mt-player-hint">Click a line\'s time (or a cited source) to hear it.</div>')
+
+
+def muted_copy(source: Path, folder: Path, spans: list[tuple[float, float]], until: float | None = None,
+               margin: float = 0.25) -> Path:
+    """A playable copy of ``source`` (Ogg Vorbis, 16 kHz mono) with silence over ``spans`` (seconds, each widened
+    by ``margin``) and nothing after ``until``: the player of a meeting one speaker was forgotten from keeps the
+    others' voices and not theirs (what they say after the forget is not in it either)."""
+    import numpy as np
+    import soundfile
+
+    from encoders.audio import SAMPLE_RATE, load_audio
+
+    audio = np.array(load_audio(source), dtype=np.float32)
+    if until is not None:
+        audio = audio[:max(0, int(until * SAMPLE_RATE))]
+    for start, end in spans:
+        a, b = max(0, int((start - margin) * SAMPLE_RATE)), max(0, int((end + margin) * SAMPLE_RATE))
+        audio[a:b] = 0.0
+    folder.mkdir(parents=True, exist_ok=True)
+    target, partial = folder / "recording.ogg", folder / ".partial.ogg"
+    soundfile.write(partial, audio, SAMPLE_RATE, format="OGG", subtype="VORBIS")
+    os.replace(partial, target)
+    return target

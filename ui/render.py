@@ -7,6 +7,7 @@ on ``app.session.SessionSnapshot`` (transcript, tentative, slides, kv, state, ..
 from __future__ import annotations
 
 import html
+import re
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
@@ -286,6 +287,14 @@ def kv_stats_markdown(kv: dict, commit_lag: float | None = None, cost: Any = Non
     return "\n".join(f"- {item}" for item in items)
 
 
+def meeting_title(source: str) -> str:
+    """What the page calls a meeting in its exports: the recording's name, or "Live meeting"; not the session's
+    internal source tag ("replay:standup.ogg", "...-without-SPEAKER_03" after a forget)."""
+    name = source.removeprefix("replay:") if source else ""
+    name = re.sub(r"-without-\S+$", "", name)
+    return "Live meeting" if not name or name == "live" else name
+
+
 def status_line(snapshot: Any, notice: str | None = None) -> str:
     """One line on top of the page that tells where the meeting is: heard up to, transcribed up to and how
     far behind (a busy machine falls behind; the page says so), or finished; an error or notice after."""
@@ -293,14 +302,16 @@ def status_line(snapshot: Any, notice: str | None = None) -> str:
     text = f"**{state}**"
     if snapshot is not None:
         turns = len(snapshot.transcript.turns)
+        people = len(snapshot.transcript.speakers)
+        said = f"{people} {'person' if people == 1 else 'people'} spoke {turns} {'time' if turns == 1 else 'times'}"
         if state == "finished":
-            text += f" · {format_time(snapshot.stream_seconds)} of meeting · {turns} turns"
+            text += f" · {format_time(snapshot.stream_seconds)} of meeting · {said}"
         else:
             heard, decoded = snapshot.stream_seconds, snapshot.decoded_seconds
             text += f" · heard up to {format_time(heard)} · transcribed up to {format_time(decoded)}"
             if heard - decoded >= BEHIND_SECONDS:
                 text += f" · behind by {heard - decoded:.0f} s"
-            text += f" · {turns} turns"
+            text += f" · {said}"
         if snapshot.error:
             text += f" · ⚠️ error: {snapshot.error}"
         elif state == "finished" and not turns:
