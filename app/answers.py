@@ -25,7 +25,8 @@ from typing import Callable, Sequence
 from app.actions import ActionItem, Decision, extract_action_items, extract_decisions
 from app.entities import Entity, find_entities, merge_date_time
 from app.focused import FocusedSummarizer, FocusedSummary
-from app.meeting_record import MeetingAsk, attendees, leader, meeting_ask, purpose
+from app.choice import alternatives, choose
+from app.meeting_record import MeetingAsk, attendees, duration, leader, meeting_ask, purpose, spoke_most
 from app.questions import STOPWORDS, Question, QuestionType, content_words, parse_question, split_questions, topic_words
 from app.rerank import Reranker
 from app.retrieval import Embedder, Hit, SentenceIndex, stems
@@ -158,6 +159,9 @@ class AnswerFinder:
         if q.type is QuestionType.SUMMARY and not q.focus:
             return self._whole_meeting(q)
         found_hits = self.index.search(q.text, self.options.top_k)
+        chosen = self._chosen(q, found_hits)  # the options are what it is about: a line naming one may settle it
+        if chosen is not None:
+            return chosen
         hits = [h for h in found_hits if self._supports(q, h)] or self._said_in_meeting(q, found_hits)
         if not hits:
             return Answer(q.text, NOT_IN_MEETING, [], 1, 0.0, q.type.value)
@@ -184,6 +188,24 @@ class AnswerFinder:
         confidence = round(max(h.score for h in hits), 3)
         return Answer(q.text, _no_repeats(text), [self._cite(s) for s in evidence], 1, confidence, q.type.value)
 
+    def _chosen(self, q: Question, hits: list[Hit]) -> Answer | None:
+        """A question offering options ("blue or green?"): the option the best line naming one settles on
+        (app/choice.py); None when it offers none or no line settles it."""
+        options = alternatives(q.text)
+        if not options:
+            return None
+        about = set(stems(q.text)) - set(stems(" ".join(options)))  # what the choice is about ("the launch")
+        for hit in hits[:3]:
+            sentence = self.sentences[hit.index]
+            picked = choose(options, sentence.text)
+            named = [o for o in options if set(stems(o)) <= set(stems(sentence.text))]
+            if picked is not None and len(named) == 1 and about and not about & set(stems(sentence.text)):
+                continue  # one option named in passing ("May I add something?") settles nothing
+            if picked is not None:
+                return Answer(q.text, f"{_capitalise(picked)}.", [self._cite(sentence)], 1, round(hit.score, 3),
+                              q.type.value)
+        return None
+
     def _with_aside(self, q: Question) -> Question:
         """A question that does not say what it is about ("for the launch, what is the budget?") or points back at
         it ("the vendor contract, is it signed?") is about the words around it that the meeting says; the rest
@@ -203,6 +225,10 @@ class AnswerFinder:
             text, evidence = attendees(self.transcript, self.sentences)
         elif about is MeetingAsk.LEADER:
             text, evidence = leader(self.transcript, self.sentences)
+        elif about in (MeetingAsk.SPOKE_MOST, MeetingAsk.SPOKE_LEAST):
+            text, evidence = spoke_most(self.transcript, self.sentences, least=about is MeetingAsk.SPOKE_LEAST)
+        elif about is MeetingAsk.DURATION:
+            text, evidence = duration(self.transcript, self.sentences)
         else:
             found = self._summarizer().whole(self.transcript)
             text, evidence = purpose(sorted(found.sentences, key=lambda s: s.turn_index)[:2] if found else [])

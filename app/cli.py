@@ -47,6 +47,19 @@ def _settings(config: str | None, llm: str | None = None, asr: str | None = None
     return load_settings(config, overrides)
 
 
+_CREATED: list[Path] = []  # output folders this command made (deepest first)
+
+
+def _remove_empty_outputs() -> None:
+    """A failed command leaves no empty folder it made behind (issue 49)."""
+    for folder in _CREATED:
+        try:
+            folder.rmdir()  # only when empty
+        except OSError:
+            pass
+    _CREATED.clear()
+
+
 def _out_dir(out_dir: Path | None, source: Path) -> Path:
     """Where the outputs go, checked before any model work: a folder this process can write (a file given
     as --out, or a folder it cannot create or write, used to fail with a traceback after minutes of work)."""
@@ -57,8 +70,10 @@ def _out_dir(out_dir: Path | None, source: Path) -> Path:
         return folder  # no such input: reading it says so
     if folder.exists() and not folder.is_dir():
         raise InputError(f"the output folder {folder} is a file")
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        _CREATED.extend(missing)  # removed again if the command fails before writing into them
     except OSError as exc:
         raise InputError(f"cannot create the output folder {folder}: {exc.strerror or exc}") from None
     if not os.access(folder, os.W_OK | os.X_OK):
@@ -736,10 +751,16 @@ def main() -> None:
     except InputError as exc:
         # One line, whatever the console width; paths and messages are text, never console markup.
         err.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        _remove_empty_outputs()
         sys.exit(2)
     except KeyboardInterrupt:
         err.print("[red]interrupted[/]")
+        _remove_empty_outputs()
         sys.exit(130)
+    except SystemExit as exit_:
+        if exit_.code not in (0, None):
+            _remove_empty_outputs()
+        raise
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import re
 from collections import Counter
 from typing import Sequence
 
-from app.question_parse import asks_who_attended
+from app.question_parse import asks_how_long, asks_who_attended, asks_who_spoke_most
 from app.sentences import Sentence
 from app.speakers import is_anonymous
 from app.transcript import Transcript
@@ -22,6 +22,9 @@ class MeetingAsk(str, enum.Enum):
     ATTENDEES = "attendees"
     LEADER = "leader"
     PURPOSE = "purpose"
+    SPOKE_MOST = "spoke_most"
+    SPOKE_LEAST = "spoke_least"
+    DURATION = "duration"
 
 
 # The plain ways of asking each, as a user would; a question must be close to one of them in meaning.
@@ -43,6 +46,11 @@ def meeting_ask(question: str, embedder) -> MeetingAsk | None:
     meaning, which needs the embedder."""
     if asks_who_attended(question):
         return MeetingAsk.ATTENDEES
+    most = asks_who_spoke_most(question)
+    if most is not None:
+        return MeetingAsk.SPOKE_MOST if most == "most" else MeetingAsk.SPOKE_LEAST
+    if asks_how_long(question):
+        return MeetingAsk.DURATION
     if embedder is None:
         return None
     vectors = {k: embedder.embed(list(v)) for k, v in PROTOTYPES.items()}  # MiniLMEmbedder caches each text
@@ -87,6 +95,33 @@ def leader(transcript: Transcript, sentences: Sequence[Sentence]) -> tuple[str, 
     evidence = [s for s in sentences if s.speaker == chair][:2]
     return (f"{chair}, who led the discussion ({words[chair] / total_words:.0%} of the words, "
             f"{turns[chair] / total_turns:.0%} of the turns)."), evidence
+
+
+def spoke_most(transcript: Transcript, sentences: Sequence[Sentence], least: bool = False) -> tuple[str, list[Sentence]]:
+    """Who said the most (or the fewest) words, with their share."""
+    words: Counter[str] = Counter()
+    for turn in transcript.turns:
+        words[turn.speaker] += len(turn.text.split())
+    if not words:
+        return "", []
+    total = sum(words.values()) or 1
+    who = min(words, key=words.get) if least else max(words, key=words.get)
+    evidence = [s for s in sentences if s.speaker == who][:2]
+    return f"{who}, with {words[who]:,} of the {total:,} words said ({words[who] / total:.0%}).", evidence
+
+
+def duration(transcript: Transcript, sentences: Sequence[Sentence]) -> tuple[str, list[Sentence]]:
+    """How long it ran, from the first words to the last; "" when the transcript has no times."""
+    starts = [t.start for t in transcript.turns if t.start is not None]
+    ends = [t.end if t.end is not None else t.start for t in transcript.turns if t.start is not None]
+    if not starts:
+        return "", []
+    from app.transcript import format_time
+
+    seconds = max(ends) - min(starts)
+    minutes = round(seconds / 60)
+    said = f"About {minutes} minute{'s' if minutes != 1 else ''}" if minutes else f"About {seconds:.0f} seconds"
+    return f"{said}, from {format_time(min(starts))} to {format_time(max(ends))}.", list(sentences[:1]) + list(sentences[-1:])
 
 
 def purpose(central: Sequence[Sentence]) -> tuple[str, list[Sentence]]:

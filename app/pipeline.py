@@ -157,11 +157,12 @@ def load_meeting(path: str | Path, settings: Settings, console: Console | None =
     assert meeting.recording is not None
     from app.transcript_cache import transcript_cache
 
-    cache, name = transcript_cache(settings), _cache_key(meeting.recording, settings)
+    cache, name = transcript_cache(settings, create_key=False), _cache_key(meeting.recording, settings)
     cached = cache.get(name) if cache is not None else None
     if cached is not None:
         return cached
     transcript = (recogniser or Recogniser(settings, console)).transcribe(meeting.recording)
+    cache = cache or transcript_cache(settings)  # a key is made only for a transcript worth keeping
     if cache is not None:
         cache.put(name, transcript)
     return transcript

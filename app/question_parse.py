@@ -99,3 +99,48 @@ def asks_who_attended(question: str) -> bool:
     if lemma in LISTING_VERBS and not subjects:  # an imperative: "List the attendees."
         return any(o.lemma_.lower() in ATTENDEE_NOUNS for o in objects)
     return False
+
+
+SPEAKING_VERBS = frozenset({"speak", "talk", "say"})
+LENGTH_NOUNS = frozenset({"duration", "length"})
+HOW_LONG_VERBS = frozenset({"be", "last", "take", "run", "go"})
+
+
+def asks_who_spoke_most(question: str) -> str | None:
+    """"most" for "Who spoke the most?", "Who talked most?", "Who did most of the talking?"; "least" for "Who
+    spoke the least?"; None otherwise ("Who said the most about the budget?" asks about the budget)."""
+    doc = parse(question)
+    if doc is None or not len(doc):
+        return None
+    root = next((t for t in doc if t.dep_ == "ROOT"), doc[0])
+    if not any(c.lower_ == "who" and c.dep_ == "nsubj" for c in root.children) or _future(root):
+        return None
+    amount = next((c for c in root.children if c.lower_ in ("most", "least", "more", "less")), None)
+    if amount is None or any(t.lower_ == "or" for t in doc):  # "Who spoke more, Anna or Ben?" compares two
+        return None
+    about = [o for o in _objects(root) + _objects(amount) if o.i != amount.i]
+    if root.lemma_.lower() in SPEAKING_VERBS:
+        if about and not _only_the_gathering(about):
+            return None
+    elif root.lemma_.lower() != "do" or not about or any(o.lemma_.lower() not in ("talking", "speaking") for o in about):
+        return None
+    return "least" if amount.lower_ in ("least", "less") else "most"
+
+
+def asks_how_long(question: str) -> bool:
+    """"How long was the meeting?", "How long did the call last?", "What was the duration of the meeting?" (not
+    "How long will the migration take?" or "How long was the delay?")."""
+    doc = parse(question)
+    if doc is None or not len(doc):
+        return False
+    root = next((t for t in doc if t.dep_ == "ROOT"), doc[0])
+    if _future(root):
+        return False
+    subjects = [c for c in root.children if c.dep_ in ("nsubj", "nsubjpass")]
+    how_long = any(t.lower_ == "long" and any(c.lower_ == "how" for c in t.children) for t in doc)
+    if how_long and root.lemma_.lower() in HOW_LONG_VERBS:
+        return bool(subjects) and _only_the_gathering(subjects)
+    lengths = [t for t in subjects if t.lemma_.lower() in LENGTH_NOUNS]
+    if lengths and root.lemma_.lower() == "be":
+        return _only_the_gathering(_objects(lengths[0])) and bool(_objects(lengths[0]))
+    return False

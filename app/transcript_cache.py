@@ -52,13 +52,14 @@ class TranscriptCache:
         atomic_write_bytes(self.folder / f"{name}.json", MAGIC + nonce + sealed)
 
 
-def transcript_cache(settings) -> TranscriptCache | None:
-    """The home's cache, or None (nothing cached) when no master key can be had here."""
+def transcript_cache(settings, create_key: bool = True) -> TranscriptCache | None:
+    """The home's cache, or None (nothing cached) when no master key can be had here (``create_key``: make one)."""
     from app.store import load_master_key
 
     try:
-        master = load_master_key(settings, create_key=True)
+        master = load_master_key(settings, create_key=create_key)
     except InputError as exc:
-        log.warning("transcripts are not cached: %s", exc)
+        if create_key:
+            log.warning("transcripts are not cached: %s", exc)
         return None
     return TranscriptCache(settings.home / "transcripts", master.cache_key("transcripts"))

@@ -174,3 +174,18 @@ def test_malformed_transcript_json(tmp_path, home, out, body, fragment):
     path = tmp_path / "meeting.json"
     path.write_text(body)
     assert_input_error(run_cli(["summarize", str(path), "--out", str(out)], home), fragment)
+
+
+def test_a_failed_command_leaves_no_empty_output_folder(tmp_path):
+    """Issue 49: `--out` folders made for a command that then failed on its input stayed behind, empty."""
+    junk = tmp_path / "junk.ogg"
+    junk.write_bytes(bytes(range(256)) * 20)
+    out = tmp_path / "new" / "deeper"
+    proc = run_cli(["transcribe", str(junk), "--out", str(out)], tmp_path / "home")
+    assert_input_error(proc, "junk.ogg")
+    assert not (tmp_path / "new").exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine")
+    assert_input_error(run_cli(["transcribe", str(junk), "--out", str(kept)], tmp_path / "home"), "junk.ogg")
+    assert (kept / "notes.txt").read_text() == "mine"  # a folder that was there stays

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.question_parse import asks_who_attended
+from app.question_parse import asks_how_long, asks_who_attended, asks_who_spoke_most
 from app.retrieval import base_form, stems
 
 ATTENDED = ["Who attended?", "Who was there?", "Who joined the call?", "Who participated?",
@@ -34,3 +34,35 @@ def test_irregular_verb_forms_meet_their_verb():
     assert set(stems("When will the contract be sent?")) <= set(stems("Maria will send the contract on Friday."))
     assert stems("Who led the review?") == stems("Who leads the review?")
     assert set(stems("The sends and the sending")) == {"send"}  # regular forms stem as before
+
+
+@pytest.mark.parametrize("question, most", [("Who spoke the most?", "most"), ("Who talked most?", "most"),
+                                            ("Who did most of the talking?", "most"), ("Who spoke the least?", "least"),
+                                            ("Who said the most about the invoice?", None), ("Who will talk most?", None),
+                                            ("Who spoke more, Anna or Ben?", None), ("Who will send the memo?", None)])
+def test_who_spoke_most(question, most):
+    assert asks_who_spoke_most(question) == most
+
+
+@pytest.mark.parametrize("question, asked", [("How long was the meeting?", True), ("How long did the call last?", True),
+                                             ("What was the duration of the session?", True),
+                                             ("How long will the migration take?", False),
+                                             ("How long was the outage?", False), ("How long did the audit take?", False)])
+def test_how_long_the_meeting_was(question, asked):
+    assert asks_how_long(question) is asked
+
+
+def test_meeting_level_questions_are_answered_from_the_record():
+    from app.answers import AnswerFinder
+    from app.transcript import Transcript, Turn
+
+    meeting = Transcript([Turn("Ana", "Morning all, the agenda has three items and the first is the invoice run.", 0.0, 5.0),
+                          Turn("Ben", "Fine.", 5.0, 6.0),
+                          Turn("Ana", "The invoice run moves to Thursday because the bank is closed on Wednesday.", 6.0, 12.0),
+                          Turn("Cleo", "I will tell the accounts team.", 12.0, 14.0)],
+                         source="t")
+    finder = AnswerFinder(meeting)
+    assert finder.answer("Who talked most?").text.startswith("Ana, with 27 of the 34 words")
+    assert finder.answer("Who spoke the least?").text.startswith("Ben")
+    assert finder.answer("How long did the call last?").text == "About 14 seconds, from 00:00 to 00:14."
+    assert finder.answer("Who attended?").text == "Ana, Ben and Cleo."

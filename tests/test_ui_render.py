@@ -269,3 +269,14 @@ def test_user_messages_hold_no_paths_errnos_or_exception_names(tmp_path):
     with pytest.raises(InputError) as refused:
         check_upload(noise, max_mb=10)
     assert str(refused.value) == "noise.mp3 is not an audio or video recording this page can read"
+
+
+def test_words_heard_with_low_confidence_are_marked():
+    """Issue 49: "we can test real payments" where the speaker said "cannot": the doubtful word is shown as such."""
+    from app.transcript import TranscriptWord
+
+    words = [TranscriptWord("We", 0.0, 0.2, "Bob", 0.92), TranscriptWord("can", 0.2, 0.4, "Bob", 0.31),
+             TranscriptWord("test.", 0.4, 0.6, "Bob", 0.97)]
+    shown = render.transcript_html(Transcript([Turn("Bob", "We can test.", 0.0, 0.6, words)]))
+    assert 'We <span class="mt-unsure" title="heard with low confidence">can</span> test.' in shown
+    assert "mt-unsure" not in render.transcript_html(Transcript([Turn("Bob", "We can test.", 0.0, 0.6)]))

@@ -66,6 +66,7 @@ CSS = """
 .mt-time { color: #777; font-family: monospace; margin-right: 4px; }
 .mt-speaker { font-weight: 600; margin-right: 4px; }
 .mt-tentative { color: #999; font-style: italic; }
+.mt-unsure { text-decoration: underline dotted #c77; text-underline-offset: 3px; cursor: help; }
 .mt-flash { background: #fff3b0; transition: background 0.3s; }
 .mt-empty { color: #888; }
 .mt-transcript mark { background: #ffe066; padding: 0 1px; border-radius: 2px; }

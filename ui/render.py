@@ -47,7 +47,8 @@ def transcript_html(transcript: Transcript, tentative: str = "", query: str = ""
     for index, turn in enumerate(transcript.turns):
         start = "" if turn.start is None else f"{turn.start:.2f}"
         anchor = line_anchor(turn.start, index)
-        speaker, text = _marked(turn.speaker, query), _marked(turn.text, query)
+        speaker = _marked(turn.speaker, query)
+        text = _marked(turn.text, query) if query else _with_unsure_words(turn)
         hit = query and "<mark" in speaker + text
         if hit:
             hits.append(f'<a href="#{anchor}">{format_time(turn.start)} {html.escape(turn.speaker)}</a>')
@@ -63,6 +64,20 @@ def transcript_html(transcript: Transcript, tentative: str = "", query: str = ""
         lines.append('<div class="mt-empty">No transcript yet: replay the sample, upload a recording or start the microphone.</div>')
     jump = '<button type="button" class="mt-jump" hidden>↓ Jump to live</button>'  # the page script shows it
     return _search_line(query, hits) + '<div class="mt-transcript">' + "".join(lines) + "</div>" + jump
+
+
+UNSURE = 0.5  # a word the recogniser gave less probability than this is shown as uncertain
+
+
+def _with_unsure_words(turn: Any) -> str:
+    """The line's text, its low-confidence words underlined with a hint: a dropped or misheard word ("can" for
+    "cannot") is where a reader should doubt the transcript (issue 49). Lines without word timings as they are."""
+    words = getattr(turn, "words", None) or []
+    if not words or " ".join(w.text for w in words) != turn.text:
+        return html.escape(turn.text)
+    return " ".join(
+        f'<span class="mt-unsure" title="heard with low confidence">{html.escape(w.text)}</span>'
+        if w.probability < UNSURE else html.escape(w.text) for w in words)
 
 
 SEARCH_LINKS = 30  # matching lines linked above the transcript; the rest are only marked
