@@ -26,6 +26,7 @@ from app.actions import ActionItem, Decision, extract_action_items, extract_deci
 from app.entities import Entity, find_entities, merge_date_time
 from app.focused import FocusedSummarizer, FocusedSummary
 from app.choice import alternatives, choose
+from app.injection import speaks_to_the_model
 from app.meeting_record import MeetingAsk, attendees, duration, leader, meeting_ask, purpose, spoke_most
 from app.questions import STOPWORDS, Question, QuestionType, content_words, parse_question, split_questions, topic_words
 from app.rerank import Reranker
@@ -436,7 +437,9 @@ class AnswerFinder:
 
     def _free_form(self, q: Question, hits: list[Hit]) -> tuple[str, list[Sentence]]:
         evidence = [self.sentences[h.index] for h in self._competing(hits)][:3]
-        if self.generate is not None:
+        readable = [s for s in evidence if not speaks_to_the_model(s.text)]  # quoted, never acted on
+        if self.generate is not None and readable:
+            evidence = readable
             generated = self.generate(q.text, evidence)
             if generated is not None:
                 text = generated[0].strip()
