@@ -421,7 +421,11 @@ class AnswerFinder:
         asked_negated = bool(_NEGATION.search(_OR_NOT.sub("", q.text)))  # "do they X or not?" asks, it does not negate
         own = [h for h in hits if self._coverage(q, self.sentences[h.index], context_weight=0.0)
                >= self.options.min_focus_coverage]
-        at = max(own, key=lambda h: h.index).index if own else hits[0].index
+        # The line that says most of what is asked, the predicate included ("signed" in "Is the contract signed?":
+        # not a later line that only names the contract), the latest among equals (what was said last holds).
+        said = {h.index: round(self._coverage(q, self.sentences[h.index], context_weight=0.0, frame_weight=1.0), 1)
+                for h in own}
+        at = max(own, key=lambda h: (said[h.index], h.index)).index if own else hits[0].index
         sentence = self.sentences[at]
         if _contradicts(q.text, sentence.text) or (_REJECT.search(sentence.text) and not asked_negated):
             return "No.", [sentence]

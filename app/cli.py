@@ -296,7 +296,7 @@ def live(
     from app.events import Failed, LineClosed, SessionEvent, SlideShown
     from app.session import replay
     from app.exports import write_transcript
-    from app.transcript import WRITERS
+    from app.transcript import SLIDE_SPEAKER, WRITERS
 
     if speed < 0:
         raise InputError("--speed must be >= 0")
@@ -322,7 +322,7 @@ def live(
     def show(event: SessionEvent) -> None:
         match event:
             case LineClosed(line):
-                who = "Slide" if line.modality == "video" else line.speaker
+                who = SLIDE_SPEAKER if line.modality == "video" else line.speaker
                 out.print(f"[dim]{escape(_at(line.start, 0))}[/] [bold]{escape(str(who))}[/]: {escape(line.text)}")
             case SlideShown(slide):
                 out.print(f"[magenta]slide at {_at(slide.time, 0)}[/]: {escape(slide.text[:120])}")

@@ -26,7 +26,7 @@ from app.drift import AnswerTrace, DriftMonitor, ShadowQuestions
 from app.llm import LLMEngine
 from app.pii import PIIDetector, cut_text, mask_text
 from app.repetition import banned_tokens
-from app.transcript import format_time
+from app.transcript import SLIDE_SPEAKER, format_time
 from encoders.errors import InputError
 from kvstore.annotations import EntityFinder, TokenFlag, tokens_in_spans
 
@@ -46,7 +46,7 @@ class ContextLine:
     slide_change: bool = False
 
     def render(self) -> str:
-        who = "Slide" if self.modality == "video" else (self.speaker or "Speaker")
+        who = SLIDE_SPEAKER if self.modality == "video" else (self.speaker or "Speaker")
         return f"[{format_time(self.start)}] {who}: {self.text}\n"
 
 

@@ -15,7 +15,7 @@ from typing import Sequence
 from app.question_parse import asks_how_long, asks_who_attended, asks_who_spoke_most
 from app.sentences import Sentence
 from app.speakers import is_anonymous
-from app.transcript import Transcript
+from app.transcript import SLIDE_SPEAKER, Transcript
 
 
 class MeetingAsk(str, enum.Enum):
@@ -63,8 +63,8 @@ def meeting_ask(question: str, embedder) -> MeetingAsk | None:
 
 
 def attendees(transcript: Transcript, sentences: Sequence[Sentence]) -> tuple[str, list[Sentence]]:
-    """Everyone who spoke, in order of first words, each cited by their first sentence."""
-    speakers = transcript.speakers
+    """Everyone who spoke, in order of first words, each cited by their first sentence (a slide is no one)."""
+    speakers = [s for s in transcript.speakers if s != SLIDE_SPEAKER]
     if not speakers:
         return "", []
     first = {s.speaker: s for s in reversed(sentences)}
@@ -84,7 +84,7 @@ def leader(transcript: Transcript, sentences: Sequence[Sentence]) -> tuple[str, 
     recaps). Said as a reading of the record, with each one's share."""
     words: Counter[str] = Counter()
     turns: Counter[str] = Counter()
-    for turn in transcript.turns:
+    for turn in _spoken(transcript):
         words[turn.speaker] += len(turn.text.split())
         turns[turn.speaker] += 1
     if not words:
@@ -100,7 +100,7 @@ def leader(transcript: Transcript, sentences: Sequence[Sentence]) -> tuple[str, 
 def spoke_most(transcript: Transcript, sentences: Sequence[Sentence], least: bool = False) -> tuple[str, list[Sentence]]:
     """Who said the most (or the fewest) words, with their share."""
     words: Counter[str] = Counter()
-    for turn in transcript.turns:
+    for turn in _spoken(transcript):
         words[turn.speaker] += len(turn.text.split())
     if not words:
         return "", []
@@ -129,6 +129,11 @@ def purpose(central: Sequence[Sentence]) -> tuple[str, list[Sentence]]:
     if not central:
         return "", []
     return " ".join(s.text for s in central), list(central)
+
+
+def _spoken(transcript: Transcript) -> list:
+    """The turns people said (not the slides placed among them)."""
+    return [t for t in transcript.turns if t.speaker != SLIDE_SPEAKER]
 
 
 def _join(names: Sequence[str]) -> str:

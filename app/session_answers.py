@@ -11,7 +11,7 @@ from app.context import ContextLine, MeetingContext, confidence
 from app.rerank import default_reranker
 from app.retrieval import default_embedder
 from app.summary import build_summary
-from app.transcript import Transcript, Turn
+from app.transcript import SLIDE_SPEAKER, Transcript, Turn
 from encoders.errors import InputError
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ class MeetingQuestions:
         """Spoken turns and slides, in time order, as one list of turns to rank against a question."""
         with self._lock:
             slides = list(self._slides)
-        turns = list(transcript.turns) + [Turn("Slide", s.text, s.time, s.time) for s in slides]
+        turns = list(transcript.turns) + [Turn(SLIDE_SPEAKER, s.text, s.time, s.time) for s in slides]
         turns.sort(key=lambda t: t.start or 0.0)
         return Transcript(turns=turns, source=transcript.source)
 

@@ -23,6 +23,8 @@ FORMAT = "minutia.transcript/1"
 TRANSCRIPT_SUFFIXES = {".json", ".txt", ".md"}
 
 
+SLIDE_SPEAKER = "Slide"  # who a slide read from the screen is, placed among the spoken turns (no person)
+
 @dataclass
 class TranscriptWord:
     text: str

@@ -657,3 +657,17 @@ def test_a_figure_asked_in_words_finds_the_line_that_says_it_in_digits_and_back(
     assert stems("twelve thousand") == stems("12,000") == ["12000"]
     assert "1" not in stems("one more week") and "1" not in stems("the first step")  # a lone "one" is no figure
     assert stems("wait a second") == ["wait", "second"] and stems("March tenth") == stems("March 10th") == ["march", "10"]
+
+
+def test_a_yes_no_question_is_settled_by_the_line_that_says_what_is_asked():
+    """Issue 49 (a new user's try): "Is the payment contract signed?" got "Yes." from a later line that only names the
+    contract ("I will send the new contract ..."); the line that says whether it is signed settles it."""
+    from app.answers import AnswerFinder
+    from app.transcript import Transcript, Turn
+
+    meeting = Transcript([Turn("Bob", "The payment company did not sign the contract, so we cannot test real payments.",
+                               40.0, 46.0),
+                          Turn("Carol", "I called them yesterday, they want a lower price.", 47.0, 50.0),
+                          Turn("Bob", "I will send the new contract to the payment company by Thursday.", 68.0, 72.0)])
+    answer = AnswerFinder(meeting).answer("Is the payment contract signed?")
+    assert answer.text == "No." and answer.citations[0].start == 40.0, answer

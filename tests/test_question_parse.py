@@ -66,3 +66,16 @@ def test_meeting_level_questions_are_answered_from_the_record():
     assert finder.answer("Who spoke the least?").text.startswith("Ben")
     assert finder.answer("How long did the call last?").text == "About 14 seconds, from 00:00 to 00:14."
     assert finder.answer("Who attended?").text == "Ana, Ben and Cleo."
+
+
+def test_a_slide_is_no_attendee():
+    """The live path places slides among the turns as "Slide": the helper's new-user try got "Slide, Alice, Bob and
+    Carol." for who attended (issue 49)."""
+    from app.answers import AnswerFinder
+    from app.transcript import SLIDE_SPEAKER, Transcript, Turn
+
+    meeting = Transcript([Turn(SLIDE_SPEAKER, "Budget; Pilot: 12,000 dollars", 0.0, 0.0),
+                          Turn("Ana", "The pilot costs twelve thousand, and the slides have every figure of it.", 1.0, 5.0),
+                          Turn("Ben", "Fine.", 5.0, 6.0)])
+    assert AnswerFinder(meeting).answer("Who attended?").text == "Ana and Ben."
+    assert AnswerFinder(meeting).answer("Who spoke the least?").text.startswith("Ben")

@@ -291,7 +291,7 @@ def _forget_warning(session: MeetingSession, label: str) -> str:
                 "model's memory, the answers that quote them, the summary and exported files. The transcript and "
                 "the others' answers stay. Press Forget again to confirm.")
     name = session.speakers().get(label)
-    who = f"{name} ({label})" if name else label
+    who = name or label  # the name people know them by; the label only for one with no name
     lines = sum(1 for turn in snapshot.transcript.turns if turn.speaker in {label, name})
     return (f"forget {who}? This removes what they said ({lines} line(s)) from the transcript and the model's memory, "
             "the answers that quote them, the summary and exported files, and mutes their voice in the player, which "
@@ -758,7 +758,7 @@ class LivePage:
             return speaker, self._fail(tab, exc), gr.skip()
         player = ("the player keeps the recording up to now with their voice muted" if muted
                   else "the recording's player was removed") if label != SCREEN else "the player is unchanged"
-        tab.notice = (f"forgot {report.shown()}: {report.removed()} removed from the transcript and the model's memory; "
+        tab.notice = (f"forgot {report.name or report.forgotten}: {report.removed()} removed from the transcript and the model's memory; "
                       f"{dropped} answer(s) that quoted them, the summary and exported files were removed; {player}")
         tab.shown_asked = tab.asked.version
         return "", render.status_line(tab.session.snapshot(), tab.notice), tab.asked.messages()
@@ -883,17 +883,17 @@ def build_page(runtime: Runtime, ui_settings: UISettings | None = None) -> gr.Bl
         tab_outputs = [status, transcript, tier_plot, modality_plot, ratio_plot, kv_stats, slides, actions, summary, player,
                        chat, files]
         timer.tick(page.refresh, outputs=tab_outputs, show_progress="hidden", concurrency_limit=None)
-        replay_button.click(page.start_replay, inputs=[sample, upload, speed], outputs=[status, chat], concurrency_limit=None)
-        ask_button.click(page.ask, inputs=[question], outputs=[question, chat], concurrency_limit=None)
-        question.submit(page.ask, inputs=[question], outputs=[question, chat], concurrency_limit=None)
-        search.submit(page.search, inputs=[search], outputs=[transcript], concurrency_limit=None)
+        replay_button.click(page.start_replay, inputs=[sample, upload, speed], outputs=[status, chat], concurrency_limit=None, show_progress="hidden")
+        ask_button.click(page.ask, inputs=[question], outputs=[question, chat], concurrency_limit=None, show_progress="hidden")
+        question.submit(page.ask, inputs=[question], outputs=[question, chat], concurrency_limit=None, show_progress="hidden")
+        search.submit(page.search, inputs=[search], outputs=[transcript], concurrency_limit=None, show_progress="hidden")
         summary_button.click(page.refresh_summary, outputs=[summary], concurrency_limit=None)
         export_button.click(page.export, outputs=[files], concurrency_limit=None)
         rename_button.click(page.rename, inputs=[rename_from, rename_to], outputs=[rename_from, rename_to, status],
-                            concurrency_limit=None)
+                            concurrency_limit=None, show_progress="hidden")
         forget_button.click(page.forget, inputs=[forget_box, chat], outputs=[forget_box, status, chat],
-                            concurrency_limit=None)
-        apply_button.click(page.apply_settings, inputs=[model, budget], outputs=[status], concurrency_limit=None)
+                            concurrency_limit=None, show_progress="hidden")
+        apply_button.click(page.apply_settings, inputs=[model, budget], outputs=[status], concurrency_limit=None, show_progress="hidden")
         mic.stream(page.feed_microphone, inputs=[mic], outputs=None, stream_every=0.5, concurrency_limit=None)
         mic.stop_recording(page.stop_microphone, outputs=[status], concurrency_limit=None)
         cam.stream(page.feed_webcam, inputs=[cam], outputs=None, stream_every=1.0, concurrency_limit=None)
