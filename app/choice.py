@@ -25,12 +25,20 @@ def alternatives(question: str) -> list[str] | None:
     """The two options of the question's "X or Y" ("vendor A", "vendor B"), or None when it offers none ("..., or
     not?" offers none)."""
     doc = parse(question)
-    if doc is None:
+    if doc is None or not len(doc):
         return None
+    # A choice is offered by a yes/no question ("Did they pick A or B?"), by "which/what <thing>" ("Which colour is
+    # better, blue or green?") or by options set off after a comma; not by "What should be frozen 1 or 2 weeks
+    # before?", where the "or" is inside what is said.
+    yes_no_form = doc[0].pos_ == "AUX" or doc[0].tag_ == "MD"
+    which_thing = any(t.lower_ in ("which", "what") and t.dep_ == "det" for t in doc)
     for cc in (t for t in doc if t.lower_ == "or" and t.dep_ == "cc"):
         first = cc.head
         second = next((c for c in first.children if c.dep_ == "conj" and c.i > cc.i), None)
         if second is None or second.lower_ in ("not", "no"):
+            continue
+        set_off = first.i > 0 and doc[first.i - 1].text == ","
+        if not (yes_no_form or which_thing or set_off) or (first.like_num and second.like_num):
             continue
         options = [_phrase(first), _phrase(second)]
         if all(options) and options[0].lower() != options[1].lower():

@@ -16,6 +16,8 @@ from app.transcript import Transcript, Turn
     ("Should the launch be in May or June?", ["May", "June"]),
     ("Is the contract signed, or not?", None),
     ("What did they decide about the launch?", None),
+    ("What should be ready 1 or 2 weeks before the trip?", None),
+    ("Did they choose Postgres or MySQL?", ["Postgres", "MySQL"]),
 ])
 def test_the_options_come_from_the_questions_or(question, options):
     assert alternatives(question) == options
