@@ -289,12 +289,12 @@ def verify(path: str | Path, key: bytes | None = None, others: Sequence[bytes] =
             return bad("a keyed record: verifying it needs the key")
         checked_with = key
         if is_keyed and entry.get("kid") not in (None, kid):  # written by a store with another master key
-            if entry.get("kid") not in known and links_only_for_others:
+            if entry.get("kid") not in known:
+                if not links_only_for_others:
+                    return bad(f"a record under master key {entry.get('kid')}, which this check was not given (give "
+                               "that key to verify it)")
                 head, seq, keyed, foreign = str(stored), seq + 1, keyed + 1, foreign + 1
                 continue
-            if entry.get("kid") not in known:
-                return bad(f"a record under master key {entry.get('kid')}, which this check was not given (give "
-                           "that key to verify it)")
             checked_with = known[entry["kid"]]
         if not hmac.compare_digest(str(stored).encode(), _digest(checked_with if is_keyed else None, head, entry).encode()):
             return bad("hash mismatch (record edited)")

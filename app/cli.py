@@ -747,17 +747,16 @@ def main() -> None:
 
     warnings.filterwarnings("ignore", message="pkg_resources is deprecated")  # webrtcvad, via resemblyzer
     try:
-        app()
-    except InputError as exc:
-        # One line, whatever the console width; paths and messages are text, never console markup.
-        err.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
-        _remove_empty_outputs()
-        sys.exit(2)
-    except KeyboardInterrupt:
-        err.print("[red]interrupted[/]")
-        _remove_empty_outputs()
-        sys.exit(130)
-    except SystemExit as exit_:
+        try:
+            app()
+        except InputError as exc:
+            # One line, whatever the console width; paths and messages are text, never console markup.
+            err.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
+            sys.exit(2)
+        except KeyboardInterrupt:
+            err.print("[red]interrupted[/]")
+            sys.exit(130)
+    except SystemExit as exit_:  # every failing end (typer's own exits too) leaves no empty folder it made
         if exit_.code not in (0, None):
             _remove_empty_outputs()
         raise

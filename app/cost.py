@@ -16,7 +16,6 @@ their price is in the machine's (instances are priced by cores with their memory
 from __future__ import annotations
 
 import math
-
 import threading
 import time
 from dataclasses import asdict, dataclass, fields, replace

@@ -15,7 +15,7 @@ from typing import Sequence
 from app.question_parse import asks_how_long, asks_who_attended, asks_who_spoke_most
 from app.sentences import Sentence
 from app.speakers import is_anonymous
-from app.transcript import SLIDE_SPEAKER, Transcript
+from app.transcript import SLIDE_SPEAKER, Transcript, format_time
 
 
 class MeetingAsk(str, enum.Enum):
@@ -116,8 +116,6 @@ def duration(transcript: Transcript, sentences: Sequence[Sentence]) -> tuple[str
     ends = [t.end if t.end is not None else t.start for t in transcript.turns if t.start is not None]
     if not starts:
         return "", []
-    from app.transcript import format_time
-
     seconds = max(ends) - min(starts)
     minutes = round(seconds / 60)
     said = f"About {minutes} minute{'s' if minutes != 1 else ''}" if minutes else f"About {seconds:.0f} seconds"

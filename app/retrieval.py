@@ -48,11 +48,10 @@ def _stemmer():
 _SAME = [(re.compile(r"\b(?:meet again|meet up again|reconvene|catch up again|follow[- ]up meeting)\b"), "next meeting")]
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def base_form(word: str) -> str:
     """A verb form a stemmer cannot undo, as its verb ("sent" -> "send", "chosen" -> "choose", "led" -> "lead":
     "When will the contract be sent?" asks about "Maria will send the contract"); any other word as it is.
-    lemminflect's tables need no tagger, so this costs a lookup per distinct word."""
+    lemminflect's tables need no tagger (``_stem`` keeps the result per distinct word)."""
     from lemminflect import getAllLemmas
 
     verbs = getAllLemmas(word).get("VERB")
@@ -65,11 +64,13 @@ def stems(text: str) -> list[str]:
         text = pattern.sub(replacement, text)
     text = plain_figures(text)  # "12,000" and "10th" read as "twelve thousand" and "tenth" become below
     words = [w for w in numbers_as_digits(re.findall(r"[a-z0-9]+", text)) if w not in STOPWORDS]
+    return [_stem(w) for w in words]
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _stem(word: str) -> str:
+    """A word's stem, through its verb for a form the stemmer cannot undo; one lookup per distinct word."""
     stemmer = _stemmer()
-    return [_irregular_stem(w, stemmer) for w in words]
-
-
-def _irregular_stem(word: str, stemmer) -> str:
     stem = stemmer.stemWord(word)
     base = base_form(word)
     if base == word:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
 
 from app.config import Settings, StoreSettings
 from encoders.errors import InputError
@@ -91,9 +92,14 @@ def default_key_file(settings: Settings) -> Path:
     return settings.home / "master.key"
 
 
-def load_master_key(settings: Settings, create_key: bool = True, key_file: Path | None = None):
+def load_master_key(settings: Settings, create_key: bool = True, key_file: Path | None = None,
+                    saved_meetings: Callable[[], tuple[int, str]] | None = None):
     """The master key: ``key_file``, else ``store.key_file``, else ``$MINUTIA_MASTER_KEY``, else
-    ``<home>/master.key`` (created with mode 0600 when ``create_key``)."""
+    ``<home>/master.key`` (created with mode 0600 when ``create_key``).
+
+    The default key file gone while meetings are saved is an error, never a new key: a new one would seal the next
+    meeting under another key and say of the old ones that nothing was saved here (issue 49). ``saved_meetings``:
+    how many meetings the key opens and where (default: the disk store's folder)."""
     from kvstore.crypto import MASTER_KEY_ENV, KeyFileError, MasterKey
 
     key_file = key_file or settings.store.key_file
@@ -101,12 +107,16 @@ def load_master_key(settings: Settings, create_key: bool = True, key_file: Path 
         if key_file is None and not os.environ.get(MASTER_KEY_ENV):
             key_file = default_key_file(settings)
             if not key_file.exists():
+                nothing = InputError(f"no master key at {key_file} and ${MASTER_KEY_ENV} is not set: nothing was saved here")
+                if not create_key and saved_meetings is None:
+                    raise nothing
+                saved, where = (saved_meetings or (lambda: _disk_meetings(settings)))()
+                if saved:
+                    raise InputError(f"the master key {key_file} is missing, and {saved} saved meeting(s) in {where} "
+                                     f"can only be opened with it: put the key back (or set ${MASTER_KEY_ENV}); to "
+                                     "start afresh, move the saved meetings aside first")
                 if not create_key:
-                    raise InputError(f"no master key at {key_file} and ${MASTER_KEY_ENV} is not set: nothing was saved here")
-                folder = settings.store.path or settings.home / "sessions"
-                saved = sum(1 for p in folder.iterdir() if not p.name.startswith(".")) if folder.is_dir() else 0
-                if saved:  # what a new key would lock away (the redis store is checked in open_session_store)
-                    raise _missing_key(key_file, saved, str(folder))
+                    raise nothing
                 key_file.parent.mkdir(parents=True, exist_ok=True)
                 MasterKey.generate(key_file)
         return MasterKey.load(key_file)
@@ -114,30 +124,18 @@ def load_master_key(settings: Settings, create_key: bool = True, key_file: Path 
         raise InputError(str(exc)) from None
 
 
-def _master_key_of(settings: Settings, inner, where: str, create_key: bool, key_file: Path | None):
-    """The master key of the meetings in ``inner``. The default key file gone while meetings are saved is an
-    error, never a new key: a new one would seal the next meeting under another key and say of the old ones
-    that nothing was saved here (issue 49)."""
-    from kvstore.crypto import MASTER_KEY_ENV
-
-    default = default_key_file(settings)
-    if key_file is None and settings.store.key_file is None and not os.environ.get(MASTER_KEY_ENV) \
-            and not default.exists():
-        try:
-            saved = len(inner.sessions())
-        except Exception:  # a store that cannot list: the key question is answered as before
-            saved = 0
-        if saved:
-            raise _missing_key(default, saved, where)
-    return load_master_key(settings, create_key, key_file)
+def _disk_meetings(settings: Settings) -> tuple[int, str]:
+    """What the configured disk store's folder holds, and where."""
+    folder = settings.store.path or settings.home / "sessions"
+    return (sum(1 for p in folder.iterdir() if not p.name.startswith(".")) if folder.is_dir() else 0), str(folder)
 
 
-def _missing_key(key_file: Path, saved: int, where: str) -> InputError:
-    from kvstore.crypto import MASTER_KEY_ENV
-
-    return InputError(f"the master key {key_file} is missing, and {saved} saved meeting(s) in {where} can only be "
-                      f"opened with it: put the key back (or set ${MASTER_KEY_ENV}); to start afresh, move the saved "
-                      "meetings aside first")
+def _listed(inner, where: str) -> tuple[int, str]:
+    """The meetings a store lists (0 for a store that cannot list them: the key question is answered as before)."""
+    try:
+        return len(inner.sessions()), where
+    except Exception:
+        return 0, where
 
 
 def open_session_store(settings: Settings, create_key: bool = True, backend: str | None = None,
@@ -167,7 +165,7 @@ def open_session_store(settings: Settings, create_key: bool = True, backend: str
     except StoreError as exc:
         raise InputError(f"cannot open the {backend} session store: {exc}") from None
     try:
-        master = _master_key_of(settings, inner, where, create_key, key_file)
+        master = load_master_key(settings, create_key, key_file, saved_meetings=lambda: _listed(inner, where))
     except BaseException:
         inner.close()
         raise

@@ -25,6 +25,7 @@ TRANSCRIPT_SUFFIXES = {".json", ".txt", ".md"}
 
 SLIDE_SPEAKER = "Slide"  # who a slide read from the screen is, placed among the spoken turns (no person)
 
+
 @dataclass
 class TranscriptWord:
     text: str

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
-from app.transcript import WRITERS, atomic_write
+from app.transcript import SLIDE_SPEAKER, WRITERS, atomic_write
 from encoders.errors import InputError
 from ui import render
 from ui.asked import AskedQuestions
@@ -185,8 +185,7 @@ class Tab:
     shown_status: str | None = None
     shown_engine: str | None = None  # the Engine tab's figures as last sent (the cost moves while nothing is said)
     summary_md: str = "_No summary yet._"  # shown: without action items, which have a panel of their own
-    summary_export: str = "_No summary yet._"  # exported: with them
-    summary_obj: Any = None  # the MeetingSummary shown (an export takes the action items as they are then)
+    summary_obj: Any = None  # the MeetingSummary shown (exported with the action items as they are then)
     summary_of: int = -1  # the session version the summary was made from: a finished meeting's is kept current
     summary_version: int = 0
     shown_summary: int = -1
@@ -212,21 +211,18 @@ class Tab:
         self.history = render.KVHistory(self.history_points)
 
     def reset_views(self) -> None:
+        """A new meeting: nothing of the last one shown, its plots and questions included."""
         self.history = render.KVHistory(self.history_points)
-        self.last_version = -1
-        self.notice = self.shown_notice = self.shown_status = self.shown_engine = None
-        self.summary_md, self.summary_version, self.shown_summary, self.summary_at = "_No summary yet._", 0, -1, 0.0
-        self.summary_export, self.summary_obj, self.summary_of = self.summary_md, None, -1
+        self.notice = None
         self.asked.clear()
-        self.exports_stale, self.exported = self.exported, False
+        self.reset_after_forget()
 
     def reset_after_forget(self) -> None:
         """What a forget makes stale: the views are drawn again, the summary and exports go; the plots stay."""
         self.last_version = -1
         self.shown_notice = self.shown_status = self.shown_engine = None
-        self.summary_md, self.summary_version, self.shown_summary, self.summary_at = "_No summary yet._", \
-            self.summary_version + 1, -1, 0.0
-        self.summary_export, self.summary_obj, self.summary_of = self.summary_md, None, -1
+        self.summary_md, self.summary_version, self.shown_summary, self.summary_at = "_No summary yet._", 0, -1, 0.0
+        self.summary_obj, self.summary_of = None, -1
         self.exports_stale, self.exported = self.exported, False
 
     def drop_player(self) -> None:
@@ -620,9 +616,8 @@ class LivePage:
             summary = session.summary()
             tab.summary_obj = summary
             tab.summary_md = render.summary_markdown(summary, action_items=False)
-            tab.summary_export = render.summary_markdown(summary)
         except Exception as exc:
-            tab.summary_md = tab.summary_export = f"_summary failed: {exc}_"
+            tab.summary_md = f"_summary failed: {exc}_"
         finally:
             tab.summary_version += 1
             tab.summary_busy.release()
@@ -683,7 +678,7 @@ class LivePage:
         """The summary as exported: its action items as the panel shows them now (the summary may be a few
         seconds older than the last commitment said)."""
         if tab.summary_obj is None or tab.session is None:
-            return tab.summary_export
+            return tab.summary_md  # no summary yet, or why it failed
         return render.summary_markdown(replace(tab.summary_obj, action_items=tab.session.action_items()))
 
     def search(self, query: str, request: gr.Request) -> str:
@@ -751,7 +746,7 @@ class LivePage:
                     session.finish()
                 shutil.rmtree(self.export_root / session.session_id, ignore_errors=True)
                 tab.reset_after_forget()
-                quoted = {label, name} - {None} if label != SCREEN else {"Slide", "slide", "screen"}
+                quoted = {label, name} - {None} if label != SCREEN else {SLIDE_SPEAKER, SCREEN}
                 dropped = tab.asked.drop_about(quoted)
                 muted = self._mute_player(tab, spans, heard.stream_seconds) if label != SCREEN else tab.media is not None
         except Exception as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import re
 import threading
 from typing import Any, Callable
 
@@ -87,8 +88,6 @@ class AskedQuestions:
         """Remove the questions and answers that quote or name any of ``speakers`` (a speaker forgotten: their
         words must not stay on the page); the others stay. A question still being answered is dropped too (its
         answer may quote them). Returns how many questions went."""
-        import re
-
         names = [re.compile(rf"\b{re.escape(s)}\b", re.IGNORECASE) for s in speakers if s]
         with self._lock:
             kept, cited, dropped = [], {}, 0

@@ -20,16 +20,24 @@ def playable_copy(source: Path, folder: Path) -> Path:
     """A copy of ``source``'s audio in ``folder`` that the browser can play; written whole, then renamed."""
     folder.mkdir(parents=True, exist_ok=True)
     suffix = source.suffix.lower()
-    target = folder / f"recording{suffix if suffix in PLAYABLE else '.ogg'}"
-    partial = folder / f".partial{target.suffix}"
-    if suffix in PLAYABLE:
-        shutil.copyfile(source, partial)
-    else:
-        import soundfile
+    if suffix not in PLAYABLE:
+        from encoders.audio import load_audio
 
-        from encoders.audio import SAMPLE_RATE, load_audio
+        return _write_ogg(load_audio(source), folder)
+    target, partial = folder / f"recording{suffix}", folder / f".partial{suffix}"
+    shutil.copyfile(source, partial)
+    os.replace(partial, target)
+    return target
 
-        soundfile.write(partial, load_audio(source), SAMPLE_RATE, format="OGG", subtype="VORBIS")
+
+def _write_ogg(audio, folder: Path) -> Path:
+    """16 kHz mono ``audio`` as ``folder``/recording.ogg (Ogg Vorbis), written whole, then renamed."""
+    import soundfile
+
+    from encoders.audio import SAMPLE_RATE
+
+    target, partial = folder / "recording.ogg", folder / ".partial.ogg"
+    soundfile.write(partial, audio, SAMPLE_RATE, format="OGG", subtype="VORBIS")
     os.replace(partial, target)
     return target
 
@@ -49,7 +57,6 @@ def muted_copy(source: Path, folder: Path, spans: list[tuple[float, float]], unt
     by ``margin``) and nothing after ``until``: the player of a meeting one speaker was forgotten from keeps the
     others' voices and not theirs (what they say after the forget is not in it either)."""
     import numpy as np
-    import soundfile
 
     from encoders.audio import SAMPLE_RATE, load_audio
 
@@ -60,7 +67,4 @@ def muted_copy(source: Path, folder: Path, spans: list[tuple[float, float]], unt
         a, b = max(0, int((start - margin) * SAMPLE_RATE)), max(0, int((end + margin) * SAMPLE_RATE))
         audio[a:b] = 0.0
     folder.mkdir(parents=True, exist_ok=True)
-    target, partial = folder / "recording.ogg", folder / ".partial.ogg"
-    soundfile.write(partial, audio, SAMPLE_RATE, format="OGG", subtype="VORBIS")
-    os.replace(partial, target)
-    return target
+    return _write_ogg(audio, folder)
