@@ -20,12 +20,12 @@ from pydantic_settings import (
 )
 
 from encoders.errors import InputError
-from kvstore.formats import NAMES, QUANTIZED_NAMES
+from kernels.formats import NAMES, QUANTIZED_NAMES
 from kvstore.modality import MODALITY_NAMES
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 DEFAULT_PRESET = "cpu-small"
-# Block formats a config may name (kvstore.formats): the quantized ones, and all of them with "full".
+# Block formats a config may name (kernels.formats): the quantized ones, and all of them with "full".
 WarmKind = Literal[QUANTIZED_NAMES]
 FormatName = Literal[NAMES]
 ModalityName = Literal[MODALITY_NAMES]  # the config keys of per-modality KV policies

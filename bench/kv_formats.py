@@ -6,7 +6,7 @@
 
 The same QMSum meetings and answer NLL as bench/kv_quality.py (its meeting selection, prompt and teacher-forced
 gold answers), but no planner, budget or scorer: each meeting is prefilled once into a full cache, then for each
-``KEY:VALUE`` pair of codecs (kvstore.formats; ``full`` = left as is) every token of the full-attention layers
+``KEY:VALUE`` pair of codecs (kernels.formats; ``full`` = left as is) every token of the full-attention layers
 but the last ``--recent`` is quantized and read back with the library's quantizers (KIVI layout: keys per
 channel along the tokens, values per token, groups of ``--group-size``; a key group stays inside one
 ``--block-size`` block, as in the cache), and the answers are scored again.
@@ -33,7 +33,7 @@ if str(REPO) not in sys.path:
 
 from bench import kv_quality as kq  # noqa: E402
 from bench.qmsum_split import PARTS, kv_part_of  # noqa: E402
-from kvstore.formats import CODEC_NAMES  # noqa: E402
+from kernels.formats import CODEC_NAMES  # noqa: E402
 
 DEFAULT_PAIRS = "full:int2,int2:full,int2:int2,int4:int2,int4:int4"
 

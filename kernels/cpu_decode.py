@@ -57,7 +57,7 @@ import torch
 
 from kernels import reference as ref
 from kernels.reference import AttentionPartial, GlobalSummary, PagedSource, QuantizedTensor
-from kvstore.formats import CODECS
+from kernels.formats import CODECS
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ CFLAGS = ["-O3", "-march=native", "-fopenmp", "-ffp-contract=fast"]
 LDFLAGS = ["-fopenmp"]
 MAX_OUTLIERS = 64
 
-# Storage codes shared with the C++ side (enum Kind): full precision by dtype, the others from kvstore.formats.
+# Storage codes shared with the C++ side (enum Kind): full precision by dtype, the others from kernels.formats.
 _FULL_KINDS = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 _QUANT_KINDS = {f.name: f.cpu_code for f in CODECS}
 _PARAM_DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}

@@ -36,9 +36,9 @@ from typing import Literal, Sequence
 
 import torch
 
-from kvstore.formats import BY_NAME, CODEC_NAMES, CODECS
+from kernels.formats import BY_NAME, CODEC_NAMES, CODECS
 
-QuantKind = Literal[CODEC_NAMES]  # a split format (kvstore.formats) is two of these
+QuantKind = Literal[CODEC_NAMES]  # a split format (kernels.formats) is two of these
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = float(torch.finfo(torch.float8_e4m3fn).max)  # 448
 # The integer formats: asymmetric with 2^bits levels (FP8 is the one float format, absmax-scaled).

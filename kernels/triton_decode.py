@@ -33,9 +33,9 @@ import triton.language as tl
 
 from kernels import reference as ref
 from kernels.reference import AttentionPartial, GlobalSummary, PagedSource, QuantizedTensor
-from kvstore.formats import CODECS, FORMATS, BlockFormat
+from kernels.formats import CODECS, FORMATS, BlockFormat
 
-# KIND: the format's code (kvstore.formats); the literals the device code branches on are checked against it.
+# KIND: the format's code (kernels.formats); the literals the device code branches on are checked against it.
 KIND_FULL = int(BlockFormat.FULL)
 KIND_INT8 = int(BlockFormat.INT8)
 KIND_INT4 = int(BlockFormat.INT4)

@@ -23,7 +23,7 @@ import triton.language as tl
 
 from kernels import reference as ref
 from kernels.reference import QuantizedTensor
-from kvstore.formats import CODECS
+from kernels.formats import CODECS
 
 _PARAM_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 _KINDS = {f.name: f.code for f in CODECS}  # KIND: the format's code (the literals below are checked against it)

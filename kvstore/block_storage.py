@@ -17,7 +17,7 @@ from kernels import dispatch as ops  # Triton on CUDA, the torch reference elsew
 from kernels.reference import GlobalSummary, QuantizedTensor
 from kvstore.blocks import HEAD_MAJOR, BlockFormat, BlockPool, PageTable, SlotSpec
 from kvstore.config import TieredCacheConfig
-from kvstore.formats import BY_NAME
+from kernels.formats import BY_NAME
 from kvstore.quant import GroupQuantizer, get_quantizer
 
 

@@ -1,6 +1,6 @@
 """Fixed-size KV blocks: slab allocators, block pools and the logical -> physical page table.
 
-A layer's KV lives in fixed-size blocks (64 tokens by default). Each storage format (kvstore.formats:
+A layer's KV lives in fixed-size blocks (64 tokens by default). Each storage format (kernels.formats:
 full precision, INT8, INT4, FP8, INT2) has its own :class:`BlockPool`: preallocated tensors indexed by a physical slot,
 handed out by a :class:`SlabAllocator` free list. The :class:`PageTable` maps the layer's logical
 blocks, in order, to (format, physical slot per batch row) and carries per-block metadata.
@@ -23,7 +23,7 @@ from typing import Iterable
 
 import torch
 
-from kvstore.formats import BlockFormat
+from kernels.formats import BlockFormat
 
 
 class SlabAllocator:

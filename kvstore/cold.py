@@ -35,7 +35,7 @@ from typing import Iterator
 import torch
 
 from kvstore import block_ids
-from kvstore.formats import BlockFormat
+from kernels.formats import BlockFormat
 from kvstore.placement import Prefetcher, Tier, TierPlacement
 from kvstore.stores.base import StoreError, pack_block, unpack_block
 

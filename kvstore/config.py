@@ -7,14 +7,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kvstore.formats import FORMATS, NAMES, QUANTIZED_NAMES
+from kernels.formats import FORMATS, NAMES, QUANTIZED_NAMES
 from kvstore.modality import MODALITY_NAMES
 from kvstore.scoring.combined import ScoreWeights
 from kvstore.scoring.registry import check_scorer_names
 
 
 def _default_fidelity() -> dict[str, float]:
-    """Share of a block's value kept by each format (kvstore.formats)."""
+    """Share of a block's value kept by each format (kernels.formats)."""
     return {f.name: f.fidelity for f in FORMATS}
 
 

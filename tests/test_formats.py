@@ -1,4 +1,4 @@
-"""kvstore.formats is the one table of block formats: everything that names formats follows it.
+"""kernels.formats is the one table of block formats: everything that names formats follows it.
 
 The codes below are the compatibility contract: checkpoints persist them and the kernels branch on
 them, so they never change; a new format is a new row (and its kernel code), nothing else.
@@ -15,7 +15,7 @@ import pytest
 from app.config import KVSettings, ModalitySettings
 from kernels import cpu_decode, reference
 from kvstore.config import ModalityPolicy, TieredCacheConfig
-from kvstore.formats import BY_NAME, CODEC_NAMES, CODECS, FORMATS, NAMES, QUANTIZED, QUANTIZED_NAMES, BlockFormat, Format
+from kernels.formats import BY_NAME, CODEC_NAMES, CODECS, FORMATS, NAMES, QUANTIZED, QUANTIZED_NAMES, BlockFormat, Format
 from kvstore.quant import QUANTIZERS, get_quantizer
 from kvstore.quant.registry import quantizer_class
 

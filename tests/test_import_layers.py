@@ -1,4 +1,6 @@
-"""Modules of one package import each other in one direction only, and production code never imports the test peers.
+"""Modules of one package import each other in one direction only, the top-level packages stand in layers (a lower one
+never imports a higher one, so no circle runs between packages either), and production code never imports the test
+peers.
 
 Every import counts: at module level, inside functions and under ``if TYPE_CHECKING`` (a circle hidden in a
 function or a type hint is still two modules that each need the other). Read from the source with ``ast``,
@@ -8,12 +10,16 @@ so nothing is imported here.
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("app", "kvstore")
+# The top-level packages, lowest first: each may import only those before it (encoders and kvstore share no
+# imports; bench and tests sit above them all).
+LAYERS = ("kernels", "kvstore", "encoders", "app", "ui")
+PACKAGES = LAYERS
 
 
 def _modules(package: str) -> dict[str, Path]:
@@ -86,6 +92,25 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_no_import_circles(package):
     cycle = _cycle(_graph(package))
     assert cycle is None, " -> ".join(cycle or [])
+
+
+def _packages_imported(package: str) -> set[str]:
+    """The other top-level packages of LAYERS that any module of ``package`` imports."""
+    return {name.split(".")[0] for module, path in _modules(package).items() for name in _imported(module, path)
+            if name.split(".")[0] in LAYERS} - {package}
+
+
+@pytest.mark.parametrize("package", LAYERS)
+def test_a_package_imports_only_the_layers_below_it(package):
+    below = set(LAYERS[: LAYERS.index(package)])
+    assert _packages_imported(package) <= below, f"{package} imports {sorted(_packages_imported(package) - below)}"
+
+
+def test_the_layer_check_sees_an_import_upward(tmp_path, monkeypatch):
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "op.py").write_text("def f():\n    from kvstore.formats import BY_NAME\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert _packages_imported("kernels") == {"kvstore"}
 
 
 def test_the_cycle_finder_finds_circles():

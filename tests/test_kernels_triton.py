@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernels import reference as ref
-from kvstore.formats import BY_NAME, QUANTIZED
+from kernels.formats import BY_NAME, QUANTIZED
 
 ROOT = Path(__file__).resolve().parent.parent
 ON_GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "1"
@@ -270,7 +270,7 @@ def test_mixed_tiers_in_one_launch_with_summary_and_extra_partial() -> None:
 
 
 def test_every_format_of_the_table_in_one_launch() -> None:
-    """One pool per format (kvstore.formats), the split k4v2 as INT4 keys with INT2 values: the fused kernel takes
+    """One pool per format (kernels.formats), the split k4v2 as INT4 keys with INT2 values: the fused kernel takes
     them all at once instead of falling back to the reference."""
     kinds = (None, *(f.parts or f.name for f in QUANTIZED))
     assert len(kinds) == len(BY_NAME) <= td.MAX_SOURCES

@@ -1,4 +1,4 @@
-"""KV quantizers (INT8, INT4, INT2, FP8 e4m3), one per quantized format of kvstore.formats, looked up by name."""
+"""KV quantizers (INT8, INT4, INT2, FP8 e4m3), one per quantized format of kernels.formats, looked up by name."""
 
 from kvstore.quant.base import GroupQuantizer, effective_group_size
 from kvstore.quant.registry import QUANTIZERS, get_quantizer, register_quantizer

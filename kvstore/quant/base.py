@@ -10,7 +10,7 @@ import torch
 
 from kernels import dispatch as ops  # Triton on CUDA, the torch reference elsewhere
 from kernels.reference import QuantizedTensor
-from kvstore.formats import BY_NAME
+from kernels.formats import BY_NAME
 
 
 def effective_group_size(group_size: int, length: int) -> int:

@@ -1,4 +1,4 @@
-"""Quantizers by name, so configs can say ``warm_kinds: [int8, int4]``: one per codec row of kvstore.formats (a
+"""Quantizers by name, so configs can say ``warm_kinds: [int8, int4]``: one per codec row of kernels.formats (a
 split format such as ``k4v2`` uses two of them, one for keys and one for values: kvstore.block_storage).
 
 Every format quantizes group-wise through the kernels (:class:`GroupQuantizer`); a row only sets the
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from kvstore.formats import BY_NAME, CODECS, Format
+from kernels.formats import BY_NAME, CODECS, Format
 from kvstore.quant.base import GroupQuantizer
 
 Q = TypeVar("Q", bound=type[GroupQuantizer])
@@ -28,7 +28,7 @@ globals().update({cls.__name__: cls for cls in QUANTIZERS.values()})  # module a
 def register_quantizer(cls: Q) -> Q:
     """Class decorator: serve the table's format ``cls.kind`` with ``cls`` (a quantizer that is not a plain group one)."""
     if cls.kind not in BY_NAME or BY_NAME[cls.kind] not in CODECS:
-        raise ValueError(f"{cls.__name__}: {cls.kind!r} is not a codec of kvstore.formats")
+        raise ValueError(f"{cls.__name__}: {cls.kind!r} is not a codec of kernels.formats")
     QUANTIZERS[cls.kind] = cls
     return cls
 
