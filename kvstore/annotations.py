@@ -23,7 +23,8 @@ class TokenFlag(enum.IntFlag):
     SLIDE_CHANGE = 4  # a slide / scene change happened at this time
     ENTITY = 8  # a named entity, number, code, ...
     TIMESTAMP = 16  # an explicit time marker in the transcript
-    PII = 32  # personal data: the cache stores zero K/V for it, its blocks score 0 and are never recalled
+    # 32 was PII (zero K/V rows for personal data, the first design); the app now leaves personal data out of the
+    # text the model reads (app/context.py). Never reuse it: flags are saved with a meeting.
 
 
 def _grown(length: int, *columns: torch.Tensor) -> tuple[torch.Tensor, ...]:

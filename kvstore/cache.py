@@ -26,7 +26,7 @@ A live meeting session (app/session.py) drives one cache like this::
     model(ids, past_key_values=cache)                            # chunked prefill, compresses as it goes
     timeline.add("audio", start_s, end_s, p, p + n, speaker=..., text=...)
     # a question about a moment ("the budget slide"):
-    report = cache.promote_window(timeline, t0, t1)              # boost + pin those blocks
+    report = cache.promote_tokens(timeline.tokens_in(t0, t1))     # boost + pin those blocks
     cp = cache.checkpoint()                                      # question + answer tokens ...
     ...generate...
     cache.rollback(cp); timeline.truncate(cp.seq_length); cache.unpin()
@@ -57,7 +57,6 @@ from kvstore.layers import SlidingWindowLayer, TieredLayer
 
 if TYPE_CHECKING:
     from kvstore.cold import ColdTier
-    from kvstore.timeline import TimelineIndex
 
 _checkpoint_ids = itertools.count()
 
@@ -112,7 +111,6 @@ class TieredCache(Cache):
         self.priorities = BlockPriorities()
         self._checkpoints: list[CacheCheckpoint] = []
         self.cold_tier: "ColdTier | None" = None
-        self._pii_marked = False  # any position flagged PII yet (skips the per-update check until then)
         self.peak_device_bytes = 0  # tracked when settings.device_cap_bytes is set
         self.refused_recalls = 0  # cold blocks not recalled because the device cap had no room
         # Share of the device cap the budget follows; a controller (kvstore.control) moves it, else the watermark.
@@ -152,7 +150,6 @@ class TieredCache(Cache):
         cache_kwargs: dict[str, Any] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         layer = self.layers[layer_idx]
-        key_states, value_states = self._scrub(layer.get_seq_length(), key_states, value_states)
         keys, values = layer.update(key_states, value_states, cache_kwargs)
         if self.settings.device_cap_bytes is not None:
             self.peak_device_bytes = max(self.peak_device_bytes, self.device_bytes())
@@ -161,17 +158,6 @@ class TieredCache(Cache):
         else:
             bind_layer(layer_idx, None, None)
         return keys, values
-
-    def _scrub(self, start: int, key_states: torch.Tensor,
-               value_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """K/V of the new tokens with zeros at the positions flagged PII (:meth:`erase_tokens`), in every
-        layer and before anything stores or attends to them: no token reads personal data from the cache."""
-        if not self._pii_marked:
-            return key_states, value_states
-        rows = self.annotations.flagged(start, start + key_states.shape[2], TokenFlag.PII).to(key_states.device)
-        if rows.numel() == 0:
-            return key_states, value_states
-        return key_states.index_fill(2, rows, 0), value_states.index_fill(2, rows, 0)
 
     @property
     def sparse_attention(self) -> bool:
@@ -255,21 +241,6 @@ class TieredCache(Cache):
         """Mark token positions (past or upcoming) with structural flags for the importance score."""
         self.annotations.mark(positions, int(flags))
 
-    def erase_tokens(self, positions: torch.Tensor | list[int]) -> None:
-        """Keep nothing of the tokens at ``positions`` (upcoming ones: mark them before prefilling them).
-
-        Their K and V are stored as zeros in every layer, sliding windows included, so neither later
-        tokens nor answers read them; their blocks score 0 (first to be quantized or evicted) and a cold
-        block holding one is not recalled. The text's neighbours keep their own K/V.
-        """
-        positions = torch.as_tensor(positions, dtype=torch.long).flatten()
-        if positions.numel() == 0:
-            return
-        if int(positions.min()) < self.get_seq_length():
-            raise ValueError("erase_tokens marks upcoming positions; tokens already in the cache keep their K/V")
-        self.annotations.mark(positions, int(TokenFlag.PII))
-        self._pii_marked = True
-
     def mark_modality(self, positions: torch.Tensor | list[int] | tuple[int, int], modality: Modality | str) -> None:
         """Tag tokens (a ``(start, end)`` range or explicit positions, past or upcoming) with their stream.
 
@@ -292,11 +263,6 @@ class TieredCache(Cache):
         self.priorities.promote(blocks, boost, pin)
         return self.block_residency(blocks)
 
-    def promote_window(self, timeline: "TimelineIndex", t0: float, t1: float,
-                       modality: str | Sequence[str] | None = None, boost: float = 1.0,
-                       pin: bool = True) -> PromotionReport:
-        """:meth:`promote_tokens` for the tokens the timeline places in ``[t0, t1]`` seconds."""
-        return self.promote_tokens(timeline.tokens_in(t0, t1, modality), boost=boost, pin=pin)
 
     def unpin(self) -> None:
         """End the pins of :meth:`promote_tokens` (boosts stay); compression may move those blocks again."""

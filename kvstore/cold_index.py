@@ -10,7 +10,6 @@ from __future__ import annotations
 import torch
 
 from kvstore.block_storage import BlockStorage
-from kvstore.annotations import TokenFlag
 from kvstore.blocks import BlockFormat, PageTable
 from kvstore.config import TieredCacheConfig
 from kvstore.layer_attention import quest_bounds
@@ -101,9 +100,6 @@ class ColdIndex:
         if not self.attached or not len(self.table):
             return 0
         mask = torch.isin(self.table.block_index, blocks.cpu().long())
-        # blocks holding personal data stay out (kvstore.cache.TieredCache.erase_tokens)
-        mask &= (self.ctx.annotations.block_flags(self.table.block_index, self.storage.block_size)
-                 & int(TokenFlag.PII)) == 0
         if not bool(mask.any()):
             return 0
         hits = torch.nonzero(mask).flatten()

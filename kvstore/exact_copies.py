@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 import torch
 
-from kvstore.annotations import TokenFlag
 from kvstore.block_storage import BlockStorage
 from kvstore.blocks import BlockFormat
 from kvstore.cold_index import full_blocks_that_fit, question_rows
@@ -67,11 +66,10 @@ class ExactCopies:
         leaving = rows[(table.format[rows] == BlockFormat.FULL) & (new_format > int(BlockFormat.FULL))]
         if leaving.numel() == 0:
             return
-        flags = self.ctx.annotations.block_flags(table.block_index[leaving], self.storage.block_size)
         modality = self.ctx.annotations.block_modality(table.block_index[leaving], self.storage.block_size)
         for i, row in enumerate(leaving.tolist()):
             block = int(table.block_index[row])
-            if block in self.blocks or int(flags[i]) & int(TokenFlag.PII):
+            if block in self.blocks:
                 continue
             if tier.keep_copy(self.layer_idx, block, self.storage.block_payload(row), int(modality[i])):
                 self.blocks.add(block)

@@ -15,7 +15,6 @@ incremental: a block whose content did not change since the last save is not wri
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable

@@ -255,10 +255,6 @@ class TimelineIndex:
         return blocks_of_ranges(self.tokens_in(t0, t1, modality), block_size)
 
     @property
-    def end_time(self) -> float:
-        return float(self._end.view().max()) if len(self) else 0.0
-
-    @property
     def token_end(self) -> int:
         return int(self._tok_end.view()[-1]) if len(self) else 0
 

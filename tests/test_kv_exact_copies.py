@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from kvstore.annotations import TokenFlag
 from kvstore.attention import MINUTIA_ATTENTION
 from kvstore.blocks import BlockFormat
 from kvstore.cache import TieredCache
@@ -30,13 +29,11 @@ def _tier(exact: bool, max_blocks: int) -> ColdTier:
                     exact_max_blocks=max_blocks)
 
 
-def _meeting(exact: bool = True, pii: list[int] | None = None, max_blocks: int = 16):
+def _meeting(exact: bool = True, max_blocks: int = 16):
     model = tiny_model("llama", attn=MINUTIA_ATTENTION, sharpen=4.0)
     cache = TieredCache(config=model.config, **SETTINGS)
     tier = _tier(exact, max_blocks)
     cache.attach_cold_tier(tier)
-    if pii:
-        cache.erase_tokens(pii)
     feed(model, cache, token_ids(LENGTH), chunk=32)
     return model, cache, tier
 
@@ -114,17 +111,6 @@ def test_a_released_question_keeps_its_upgraded_rows_at_full_precision() -> None
             row = int(torch.nonzero(layer.table.block_index == block)[0])
             assert int(layer.table.format[row]) == BlockFormat.FULL
         layer.table.check_invariants(layer.pools)
-
-
-def test_blocks_holding_personal_data_get_no_copy() -> None:
-    pii = list(range(40, 56))  # blocks 5 and 6
-    _, cache, _ = _meeting(pii=pii)
-    for layer in cache.tiered_layers:
-        flags = cache.annotations.block_flags(layer.table.block_index, layer.block_size)
-        marked = set(layer.table.block_index[(flags & int(TokenFlag.PII)) != 0].tolist())
-        assert marked == {5, 6}
-        assert not marked & layer.exact_copies.blocks
-        assert layer.exact_copies.blocks, "the other quantized blocks have copies"
 
 
 def test_a_copy_that_cannot_be_read_leaves_the_block_quantized_and_the_question_answered() -> None:

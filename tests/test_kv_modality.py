@@ -113,7 +113,7 @@ def test_promoted_window_is_kept_and_read() -> None:
         cache = TieredCache(config=model.config, settings=settings.__class__(**{**vars(settings),
                                                                               "budget_bytes": budget}))
         tl = _live_feed(model, cache, plan[:2])
-        report = cache.promote_window(tl, *window, modality="audio") if promote else None
+        report = cache.promote_tokens(tl.tokens_in(*window, "audio")) if promote else None
         _live_feed(model, cache, plan[2:], seed=30)
         return cache, report
 

@@ -65,55 +65,6 @@ class FileAudioTrack(MediaStreamTrack):
         return frame
 
 
-class FileVideoTrack(MediaStreamTrack):
-    """A recording's video frames as a WebRTC track, paced at ``speed`` x real time from ``start`` for ``seconds``."""
-
-    kind = "video"
-
-    def __init__(self, path: str | Path, speed: float = 1.0, start: float = 0.0, seconds: float | None = None) -> None:
-        super().__init__()
-        self.speed, self.start = speed, start
-        self.end = float("inf") if seconds is None else start + seconds
-        self._container = av.open(str(path))
-        self._frames = self._container.decode(video=0)
-        self._started: float | None = None
-        self.sent = 0
-
-    async def recv(self) -> av.VideoFrame:
-        for frame in self._frames:
-            if frame.time is None or frame.time < self.start:
-                continue
-            if frame.time > self.end or self.readyState != "live":
-                break
-            self._started = self._started or time.perf_counter()
-            offset = frame.time - self.start
-            delay = self._started + offset / self.speed - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            out = av.VideoFrame.from_ndarray(frame.to_ndarray(format="rgb24"), format="rgb24")
-            out.pts, out.time_base = int(offset / self.speed * 90000), fractions.Fraction(1, 90000)
-            self.sent += 1
-            return out
-        self._container.close()
-        self.stop()
-        raise MediaStreamError
-
-
-def slide_image(lines: Sequence[str], size: tuple[int, int] = (640, 360)) -> np.ndarray:
-    """A plain slide (dark text on white) as HxWx3 uint8 RGB."""
-    from PIL import Image, ImageDraw, ImageFont
-
-    image = Image.new("RGB", size, "white")
-    draw = ImageDraw.Draw(image)
-    try:
-        font = ImageFont.truetype("DejaVuSans-Bold.ttf", 28)
-    except OSError:
-        font = ImageFont.load_default()
-    for row, line in enumerate(lines):
-        draw.text((30, 30 + row * 48), line, fill="black", font=font)
-    return np.asarray(image)
-
-
 class ImageTrack(MediaStreamTrack):
     """A video track that shows one still image at a few frames a second."""
 

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kvstore.annotations import TokenFlag
 from kvstore.scoring.base import Scorer
 from kvstore.scoring.inputs import BlockScoringInputs
 from kvstore.scoring.position import PositionScorer
@@ -71,8 +70,6 @@ class CombinedScorer:
             total = total + weight * (min_max_normalize(column) if scorer.normalize else column)
         if inputs.boost is not None:  # query-aware promotion (a question asked about these blocks)
             total = total + inputs.boost.float().view(-1, 1)
-        if inputs.flags is not None:  # blocks holding personal data score 0, the lowest: they leave first
-            total = total.masked_fill((inputs.flags.view(-1, 1) & int(TokenFlag.PII)) != 0, 0.0)
         return total
 
     def block_scores(self, inputs: BlockScoringInputs) -> torch.Tensor:

@@ -14,7 +14,7 @@ import json
 import re
 import struct
 import threading
-from typing import Callable, Iterator, Sequence, TypeVar
+from typing import Callable, Sequence, TypeVar
 
 import torch
 
@@ -242,12 +242,6 @@ def unpack_block(data: bytes | memoryview | torch.Tensor,
     if offset != size:
         raise CorruptBlock(f"block has {size - offset} trailing bytes")
     return tensors, header["attrs"]
-
-
-def iter_all(store: BlockStore) -> Iterator[tuple[str, str]]:
-    for session in store.sessions():
-        for block_id in store.list(session):
-            yield session, block_id
 
 
 class ListedStore(BlockStore):

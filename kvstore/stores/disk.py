@@ -220,14 +220,6 @@ class DiskStore(IndexedStore):
                              f"{path.name}: {exc}")
         self._raise_unwritten(f"disk store {self.root}", failed)
 
-    def retry_failed(self) -> None:
-        """Queue the blocks whose write failed again (after space was freed)."""
-        with self._lock:
-            keys = list(self._failed)
-            self._failed.clear()
-        for key in keys:
-            self._submit("put", key)
-
     def _release(self) -> None:
         for q in self._queues if self._writers else ():
             q.put(None)
