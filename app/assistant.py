@@ -12,6 +12,7 @@ from typing import Sequence
 
 from app.answers import Answer, AnswerFinder, Citation  # noqa: F401  (Answer, Citation: the app's answer types)
 from app.llm import LLMEngine, join_example
+from app.questions import checked_question
 from app.rerank import default_reranker
 from app.retrieval import default_embedder
 from app.sentences import Sentence
@@ -55,7 +56,7 @@ class Assistant:
     # ------------------------------------------------------------------ questions
     def ask(self, transcript: Transcript, question: str) -> Answer:
         """Answer from the meeting (app/answers.py); the model writes only free-form answers."""
-        question = self.check_question(question)
+        question = self._fits(checked_question(question))
         parts: list[int] = [1]
 
         def generate(q: str, evidence: Sequence[Sentence]) -> tuple[str, float] | None:
@@ -69,10 +70,8 @@ class Assistant:
         answer.parts = parts[0]
         return answer
 
-    def check_question(self, question: str) -> str:
-        question = " ".join(str(question or "").split())
-        if not question:
-            raise InputError("the question is empty")
+    def _fits(self, question: str) -> str:
+        """The question, when it leaves the model room for the meeting's lines (a model with a short context)."""
         q_tokens = self.engine.count_tokens(question)
         if q_tokens > self.engine.context_tokens // 4:
             raise InputError(
@@ -93,8 +92,8 @@ class Assistant:
         candidates = []
         for body in bodies:
             completion = self.engine.complete(self.engine.render(body), max_new_tokens=48, stop=("\n",))
-            text = completion.text.strip()
-            if text and self.prompts.not_found.lower() not in text.lower():
+            text = self.prompts.answer_from(completion.text)
+            if text is not None:
                 candidates.append((completion.mean_logprob, text))
         if not candidates:
             return None
@@ -115,9 +114,7 @@ class Assistant:
     def _complete_summary(self, body: str) -> str:
         # A base model is asked to finish one sentence; a chat model writes the whole summary.
         stop = ("\n",) if self.prompts.style == "completion" else ()
-        text = self.engine.complete(self.engine.render(body), stop=stop).text
-        prefix = self.prompts.summary_prefix
-        return f"{prefix} {text}".strip() if prefix else text
+        return self.prompts.summary_from(self.engine.complete(self.engine.render(body), stop=stop).text)
 
     def _reduce(self, notes: list[str]) -> str:
         """Merge part summaries, in rounds if even the notes do not fit.

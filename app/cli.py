@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -198,9 +197,9 @@ def ask(
     """Answer a question about a meeting, citing the turns (times, speakers) it rests on."""
     from app.exports import for_the_model
     from app.pipeline import load_meeting
+    from app.questions import checked_question
 
-    if not question.strip():
-        raise InputError("the question is empty")
+    question = checked_question(question)  # before the meeting is read: a bad question fails at once
     settings = _settings(config, llm, asr_model, diarization_model, num_speakers, hotwords)
     transcript = for_the_model(load_meeting(meeting, settings, err), settings)
     assistant = _assistant(settings)

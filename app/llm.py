@@ -28,6 +28,16 @@ class PromptSet:
     summary_prefix: str  # the start of the summary that the template already wrote, kept in the output
     not_found: str
 
+    def answer_from(self, generated: str) -> str | None:
+        """The model's answer in what it generated; None when it said nothing or that the meeting does not say
+        (batch and live read a generation the same way)."""
+        text = generated.strip()
+        return None if not text or self.not_found.lower() in text.lower() else text
+
+    def summary_from(self, generated: str) -> str:
+        """The summary: the prefix the template already wrote, then what the model generated."""
+        return f"{self.summary_prefix} {generated}".strip() if self.summary_prefix else generated
+
 
 def load_prompts(name_or_path: str) -> PromptSet:
     path = Path(name_or_path)

@@ -11,6 +11,21 @@ import enum
 import re
 from dataclasses import dataclass
 
+from encoders.errors import InputError
+
+MAX_QUESTION_CHARS = 2000  # a question, not a document: batch, live, the page and the bot all keep to it
+
+
+def checked_question(question: str) -> str:
+    """``question`` with its whitespace closed up; an InputError (that request alone fails) when it is empty or
+    longer than MAX_QUESTION_CHARS. The one check every way of asking goes through."""
+    question = " ".join(str(question or "").split())
+    if not question:
+        raise InputError("the question is empty")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise InputError(f"the question is {len(question)} characters long; keep it under {MAX_QUESTION_CHARS}")
+    return question
+
 
 class QuestionType(str, enum.Enum):
     HOW_MUCH = "how_much"

@@ -34,6 +34,7 @@ from app.assistant import MeetingSummary
 from app.context import ContextLine, MeetingContext, PlacedLine
 from app.cost import REMOTE_TIERS, Usage, UsageMeter, machine
 from app.events import Answered, Failed, Listeners, SessionEvent, SessionOutput, Slide, StateChanged
+from app.questions import checked_question
 from app.session_answers import MeetingQuestions
 from app.session_prefill import Prefiller
 from app.session_speech import SpeechLines
@@ -444,12 +445,7 @@ class MeetingSession:
     def ask(self, question: str) -> Answer:
         """Answer from the meeting so far (app/answers.py); a free-form answer is generated from the
         meeting's KV cache. Cites times and speakers. Safe while ingestion continues."""
-        question = " ".join(str(question or "").split())
-        if not question:
-            raise InputError("the question is empty")
-        if len(question) > 2000:
-            raise InputError(f"the question is {len(question)} characters long; keep it under 2000")
-        answer = self._questions.ask(question, self.transcript())
+        answer = self._questions.ask(checked_question(question), self.transcript())
         self._emit(Answered(answer))
         return answer
 

@@ -59,9 +59,7 @@ class MeetingQuestions:
         engine = context.engine
         stop = ("\n",) if engine.prompts.style == "completion" else ()
         generation = context.generate(self._prompts().summary_tail, engine.settings.max_new_tokens, stop=stop)
-        prefix = engine.prompts.summary_prefix
-        text = f"{prefix} {generation.text}".strip() if prefix else generation.text
-        return build_summary(transcript, text)
+        return build_summary(transcript, engine.prompts.summary_from(generation.text))
 
     def _without_erased_pii(self, transcript: Transcript) -> Transcript:
         detector = self._erased_pii()
@@ -94,10 +92,8 @@ class MeetingQuestions:
         with self._lock:
             self.ttfts.append(generation.time_to_first_token)
             self.ttfts = self.ttfts[-200:]
-        text = generation.text.strip()
-        if not text or engine.prompts.not_found.lower() in text.lower():
-            return None
-        return text, confidence(generation)
+        text = engine.prompts.answer_from(generation.text)
+        return None if text is None else (text, confidence(generation))
 
     def _lines_for_retrieval(self, transcript: Transcript) -> Transcript:
         """Spoken turns and slides, in time order, as one list of turns to rank against a question."""

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import bisect
-import re
 from typing import TYPE_CHECKING, Callable, Iterator, Protocol, Sequence
 
 from app.context import ContextLine
 from app.events import LineClosed, SessionOutput, TentativeChanged, WordsCommitted
 from app.transcript import TranscriptWord, join_words
+from encoders.asr import ends_sentence
 from encoders.audio import SAMPLE_RATE
 
 if TYPE_CHECKING:
@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from encoders.ring import RingBuffer
     from encoders.streaming import StreamingTranscriber, StreamUpdate
 
-_SENTENCE_END = re.compile(r"[.?!…]$")
 MAX_LINE_WORDS = 40  # a line the LLM reads is closed at a sentence end, a speaker change, or this
 RELABEL_WINDOW_SECONDS = 60.0  # a closed line's speaker may still be corrected this long after it ended
 
@@ -227,7 +226,7 @@ class SpeechLines:
         a line is split at a speaker change only once the new label has held for three words."""
         self.line.append(word)
         self._line_positions.append(pos)
-        if _SENTENCE_END.search(word.text) or len(self.line) >= MAX_LINE_WORDS:
+        if ends_sentence(word.text) or len(self.line) >= MAX_LINE_WORDS:
             self.close_line()
             return
         tail, tail_positions = self.line[-3:], self._line_positions[-3:]

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from encoders.asr import ends_sentence
 from encoders.errors import InputError
 
 FORMAT = "minutia.transcript/1"
@@ -124,11 +125,10 @@ def realign_to_sentences(words: Sequence[TranscriptWord], max_tail: int = 3) -> 
             continue
         tail = i
         while tail > 0 and i - tail < max_tail and fixed[tail - 1].speaker == fixed[i - 1].speaker:
-            if fixed[tail - 1].text.rstrip().endswith((".", "?", "!")):
+            if ends_sentence(fixed[tail - 1].text):
                 break
             tail -= 1
-        ends_sentence = tail > 0 and fixed[tail - 1].text.rstrip().endswith((".", "?", "!"))
-        if tail < i and ends_sentence and fixed[tail - 1].speaker == fixed[i - 1].speaker:
+        if 0 < tail < i and ends_sentence(fixed[tail - 1].text) and fixed[tail - 1].speaker == fixed[i - 1].speaker:
             for j in range(tail, i):
                 w = fixed[j]
                 fixed[j] = TranscriptWord(w.text, w.start, w.end, fixed[i].speaker, w.probability)

@@ -25,6 +25,15 @@ class Word:
     probability: float = 1.0
 
 
+SENTENCE_END = (".", "?", "!", "…")  # what a recognised word ends with when it ends a sentence
+
+
+def ends_sentence(word: str) -> bool:
+    """Whether a recognised word closes a sentence: where the buffer is cut, a live line closes and a turn's
+    dangling start moves on (one rule for all three)."""
+    return word.rstrip().endswith(SENTENCE_END)
+
+
 @dataclass(frozen=True)
 class Segment:
     start: float

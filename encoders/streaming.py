@@ -19,11 +19,9 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
-from encoders.asr import Transcriber, TranscribeOptions, Word
+from encoders.asr import Transcriber, TranscribeOptions, Word, ends_sentence
 from encoders.audio import SAMPLE_RATE
 from encoders.errors import InputError
-
-_SENTENCE_END = (".", "?", "!")
 
 
 def _key(word: Word) -> str:
@@ -131,10 +129,6 @@ class StreamUpdate:
     tentative: list[Word]
     stream_seconds: float  # audio received when this update was made
 
-    @property
-    def tentative_text(self) -> str:
-        return " ".join(w.text for w in self.tentative)
-
 
 class StreamingTranscriber:
     """Whisper + LocalAgreement-2 over a bounded, trimmed audio buffer (16 kHz mono float32)."""
@@ -206,7 +200,7 @@ class StreamingTranscriber:
         committed_end = self._agreement.committed_end
         forced: list[Word] = []
         if self.buffer_seconds > self.options.buffer_trim_seconds:
-            sentence_ends = [w.end for w in self._in_buffer if w.text.endswith(_SENTENCE_END)]
+            sentence_ends = [w.end for w in self._in_buffer if ends_sentence(w.text)]
             if sentence_ends:
                 self._cut(sentence_ends[-1])
         if self.buffer_seconds > self.options.max_buffer_seconds:

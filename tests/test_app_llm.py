@@ -189,6 +189,18 @@ def test_overlong_question(engine, standup):
         Assistant(engine).ask(standup, "What did they say about the pilot budget? " * 30)
 
 
+def test_batch_and_live_refuse_a_question_by_one_rule(engine, standup):
+    from app.questions import MAX_QUESTION_CHARS, checked_question
+
+    assert checked_question("  Who   pays?\n") == "Who pays?"
+    too_long = "Who pays? " * (MAX_QUESTION_CHARS // 10 + 1)
+    for question, said in (("  \n ", "the question is empty"), (too_long, f"keep it under {MAX_QUESTION_CHARS}")):
+        with pytest.raises(InputError, match=said):
+            checked_question(question)
+        with pytest.raises(InputError, match=said):
+            Assistant(engine).ask(standup, question)
+
+
 # ----------------------------------------------------------------------------------------- summarize
 
 

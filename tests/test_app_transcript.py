@@ -336,3 +336,13 @@ def test_a_line_after_a_timed_anonymous_turn_goes_on_it(tmp_path):
     path = tmp_path / "meeting.txt"
     path.write_text("[00:01] SPEAKER_00: hello\nwrapped <b>bold</b> claim\n")
     assert [(x.speaker, x.text) for x in load_transcript(path).turns] == [("SPEAKER_00", "hello wrapped bold claim")]
+
+
+def test_one_sentence_end_rule_for_the_buffer_the_live_line_and_the_turn_edges():
+    from encoders.asr import ends_sentence
+
+    assert [ends_sentence(w) for w in ("done.", "why? ", "wait…", "so,", "the", "")] == [True, True, True, False, False, False]
+    # a trailing ellipsis ends a sentence at a turn edge too (it used to end one only for a live line)
+    words = [TranscriptWord("Well…", 0.0, 0.5, "A"), TranscriptWord("The", 0.6, 0.8, "A"),
+             TranscriptWord("pilot", 0.9, 1.2, "B"), TranscriptWord("starts.", 1.3, 1.6, "B")]
+    assert [w.speaker for w in realign_to_sentences(words)] == ["A", "B", "B", "B"]
