@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markdown import Markdown
 from rich.markup import escape
 
-from app.config import Settings, load_settings
+from app.platform.config import Settings, load_settings
 from encoders.errors import InputError
 
 app = typer.Typer(
@@ -82,7 +82,7 @@ def _out_dir(out_dir: Path | None, source: Path) -> Path:
 
 def _formats(text: str) -> list[str]:
     """Transcript formats from a comma-separated list, each one a writer's."""
-    from app.transcript import WRITERS
+    from app.text.transcript import WRITERS
 
     wanted = [f.strip() for f in text.split(",") if f.strip()]
     unknown = [f for f in wanted if f not in WRITERS]
@@ -98,7 +98,7 @@ def _stem(source: Path) -> str:
 @app.command()
 def models(config: ConfigOpt = None) -> None:
     """Provision the embedded default models (idempotent)."""
-    from app.models import describe, provision
+    from app.platform.models import describe, provision
 
     settings = _settings(config)
     for model in provision(settings.home):
@@ -124,9 +124,9 @@ def transcribe(
     num_speakers: SpeakersOpt = None, hotwords: HotwordsOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Recording -> speaker-attributed transcript with word times (JSON, SRT, VTT, Markdown)."""
-    from app.exports import write_transcript
-    from app.pipeline import load_meeting, resolve_input
-    from app.transcript import WRITERS, to_json
+    from app.batch.exports import write_transcript
+    from app.batch.pipeline import load_meeting, resolve_input
+    from app.text.transcript import WRITERS, to_json
 
     wanted = _formats(formats)
     if not wanted:
@@ -141,22 +141,22 @@ def transcribe(
         print(to_json(transcript), end="")
         return
     for index, turn in enumerate(transcript.turns):
-        from app.transcript import turn_label
+        from app.text.transcript import turn_label
 
         out.print(f"[dim]{turn_label(index, turn)}[/] [bold]{turn.speaker}[/]: {turn.text}")
     err.print(f"[green]wrote[/] {', '.join(str(p) for p in written)}")
 
 
 def _assistant(settings: Settings):
-    from app.assistant import Assistant
-    from app.llm import LLMEngine
+    from app.llm.assistant import Assistant
+    from app.llm.engine import LLMEngine
 
     with err.status(f"loading the LLM ({settings.llm.model})"):
         return Assistant(LLMEngine.from_settings(settings.llm, settings.home, settings.kv))
 
 
 def _at(start: float | None, turn_index: int) -> str:
-    from app.transcript import format_time
+    from app.text.transcript import format_time
 
     return format_time(start) if start is not None else f"turn {turn_index + 1}"
 
@@ -169,8 +169,8 @@ def summarize(
     as_json: JsonOpt = False,
 ) -> None:
     """Summary, decisions and action items (owner, task, due date) as Markdown and JSON."""
-    from app.exports import for_the_model, write_summary
-    from app.pipeline import load_meeting
+    from app.batch.exports import for_the_model, write_summary
+    from app.batch.pipeline import load_meeting
 
     settings = _settings(config, llm, asr_model, diarization_model, num_speakers, hotwords)
     folder, stem = _out_dir(out_dir, meeting), _stem(meeting)
@@ -195,9 +195,9 @@ def ask(
     as_json: JsonOpt = False,
 ) -> None:
     """Answer a question about a meeting, citing the turns (times, speakers) it rests on."""
-    from app.exports import for_the_model
-    from app.pipeline import load_meeting
-    from app.questions import checked_question
+    from app.batch.exports import for_the_model
+    from app.batch.pipeline import load_meeting
+    from app.answering.questions import checked_question
 
     question = checked_question(question)  # before the meeting is read: a bad question fails at once
     settings = _settings(config, llm, asr_model, diarization_model, num_speakers, hotwords)
@@ -244,8 +244,8 @@ def batch(
     """Many recordings at once on Ray: transcripts, speakers, summaries and a search index; a rerun skips what is finished."""
     from rich.table import Table
 
-    from app.batch import find_jobs
-    from app.batch_ray import BatchOptions, run_batch
+    from app.batch.jobs import find_jobs
+    from app.batch.cluster import BatchOptions, run_batch
 
     wanted = _formats(formats)
     if "json" not in wanted:
@@ -290,12 +290,12 @@ def live(
     """Replay a recording as if it were a live meeting: words appear as they are committed, questions are answered mid-meeting."""
     import threading
 
-    from app.pipeline import resolve_input
-    from app.runtime import Runtime
-    from app.events import Failed, LineClosed, SessionEvent, SlideShown
-    from app.session import replay
-    from app.exports import write_transcript
-    from app.transcript import SLIDE_SPEAKER, WRITERS
+    from app.batch.pipeline import resolve_input
+    from app.live.runtime import Runtime
+    from app.live.events import Failed, LineClosed, SessionEvent, SlideShown
+    from app.live.session import replay
+    from app.batch.exports import write_transcript
+    from app.text.transcript import SLIDE_SPEAKER, WRITERS
 
     if speed < 0:
         raise InputError("--speed must be >= 0")
@@ -391,7 +391,7 @@ def _media_duration(path: Path) -> float:
     return 0.0
 
 
-# ----- begin: room bot and audit log (issue 8; app/bot.py, app/audit.py) -----
+# ----- begin: room bot and audit log (issue 8; app/rooms/bot.py, app/platform/audit.py) -----
 audit_app = typer.Typer(no_args_is_help=True, help="The hash-chained audit log of KV operations.")
 app.add_typer(audit_app, name="audit")
 
@@ -421,9 +421,9 @@ def bot(
     config: ConfigOpt = None, llm: LLMOpt = None, asr_model: ASROpt = None,
 ) -> None:
     """Serve WebRTC rooms: captions, slides and answers over a data channel; /metrics for Prometheus."""
-    from app.bot import BotSettings, listen_ice_hosts, run_bot
-    from app.metrics import configure_json_logging
-    from app.runtime import Runtime
+    from app.rooms.bot import BotSettings, listen_ice_hosts, run_bot
+    from app.platform.metrics import configure_json_logging
+    from app.live.runtime import Runtime
 
     bot_settings = BotSettings.from_file(rooms_file) if rooms_file else BotSettings()
     bot_settings.rooms.update(_bot_rooms(room or []))
@@ -450,8 +450,8 @@ def bot(
 
 def _cluster_meetings(settings, ray_address: str, cpus_per_room: float):
     """The bot's rooms as Ray actors; they survive a lost node only through a store every node reads (Redis)."""
-    from app.bot_meetings import ClusterMeetings
-    from app.room_fleet import FleetOptions
+    from app.rooms.bot_meetings import ClusterMeetings
+    from app.rooms.room_fleet import FleetOptions
 
     if settings.store.backend != "redis" and ray_address != "local":
         raise InputError("rooms on a Ray cluster keep their meetings in Redis: set store.backend: redis and "
@@ -476,8 +476,8 @@ def forget(
     blocks deleted, so no copy of them (a backup included) can be decrypted again. A speaker, or the screen, is
     taken out of the meeting: it is rebuilt without their words or slides (the KV prefilled again), saved, and its
     old key sources shredded. The audit log records either."""
-    from app.lineage import is_screen
-    from app.store import open_session_store
+    from app.live.lineage import is_screen
+    from app.platform.store import open_session_store
 
     settings = _settings(config, llm)
     if speaker is not None and source is not None:
@@ -514,12 +514,12 @@ def cost(
     config: ConfigOpt = None,
 ) -> None:
     """What a saved meeting cost at the config's prices (`cost:`): its share of the machine while it ran, what it
-    keeps in the session store, what its KV moved over the network; per meeting-hour (app/cost.py)."""
+    keeps in the session store, what its KV moved over the network; per meeting-hour (app/platform/cost.py)."""
     from rich.table import Table
 
-    from app.cost import GIB, meeting_cost
-    from app.forget import saved_usage
-    from app.store import open_session_store
+    from app.platform.cost import GIB, meeting_cost
+    from app.live.forget import saved_usage
+    from app.platform.store import open_session_store
 
     from kvstore.stores import StoreError
 
@@ -563,8 +563,8 @@ def _with_store(settings: Settings, **overrides) -> Settings:
 
 
 def _lineage(store, session: str, block_size: int):
-    """A saved meeting's content sources with their KV blocks (app/lineage.py); [] if it holds no meeting."""
-    from app.forget import saved_lineage
+    """A saved meeting's content sources with their KV blocks (app/live/lineage.py); [] if it holds no meeting."""
+    from app.live.forget import saved_lineage
     from kvstore.stores import StoreError
 
     try:
@@ -579,9 +579,9 @@ def _content_sources(store, session: str, block_size: int) -> list[str]:
 
 def _is_speaker(store, session: str, speaker: str) -> bool:
     """Whether ``speaker`` is a label, or the name of one, in the saved meeting's transcript (as a forget reads it:
-    app.speakers.speaker_label)."""
-    from app.forget import saved_speakers
-    from app.speakers import speaker_label
+    app.text.speakers.speaker_label)."""
+    from app.live.forget import saved_speakers
+    from app.text.speakers import speaker_label
     from kvstore.stores import StoreError
 
     try:
@@ -609,9 +609,9 @@ def _print_lineage(store, session: str, block_size: int) -> None:
 
 
 def _forget_content(settings: Settings, session: str, source: str, backend: str | None) -> None:
-    """Rebuild a saved meeting without a speaker or the screen (app/forget.py) and say what went."""
-    from app.forget import forget_source
-    from app.runtime import Runtime
+    """Rebuild a saved meeting without a speaker or the screen (app/live/forget.py) and say what went."""
+    from app.live.forget import forget_source
+    from app.live.runtime import Runtime
 
     runtime = Runtime(_with_store(settings, backend=backend))
     try:
@@ -639,8 +639,8 @@ def audit_verify(
     under a master key this check was not given."""
     import os
 
-    from app.audit import verify
-    from app.store import load_master_key
+    from app.platform.audit import verify
+    from app.platform.store import load_master_key
 
     if not file.is_file():
         raise InputError(f"{file} is not a file")
@@ -692,8 +692,8 @@ def resume(
     as_json: JsonOpt = False, config: ConfigOpt = None, llm: LLMOpt = None,
 ) -> None:
     """Continue a saved meeting after a restart, without prefilling it again: ask it questions or feed it more."""
-    from app.runtime import Runtime
-    from app.session import replay
+    from app.live.runtime import Runtime
+    from app.live.session import replay
     from kvstore.persist import SessionNotFound, session_info
     from kvstore.stores import StoreError
 

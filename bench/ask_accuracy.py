@@ -20,10 +20,10 @@ import os
 import time
 from pathlib import Path
 
-from app.assistant import Assistant
-from app.config import load_settings
-from app.llm import LLMEngine
-from app.transcript import load_transcript
+from app.llm.assistant import Assistant
+from app.platform.config import load_settings
+from app.llm.engine import LLMEngine
+from app.text.transcript import load_transcript
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -23,9 +23,9 @@ sys.path.insert(0, str(ROOT / "samples"))
 
 from textnorm import normalize  # noqa: E402
 
-from app.config import load_settings  # noqa: E402
-from app.models import EMBEDDED_ASR, resolve_model  # noqa: E402
-from app.transcript import load_transcript  # noqa: E402
+from app.platform.config import load_settings  # noqa: E402
+from app.platform.models import EMBEDDED_ASR, resolve_model  # noqa: E402
+from app.text.transcript import load_transcript  # noqa: E402
 from encoders.asr import Transcriber, TranscribeOptions  # noqa: E402
 from encoders.audio import SAMPLE_RATE, load_audio  # noqa: E402
 from encoders.diarize import make_diarizer  # noqa: E402

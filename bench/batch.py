@@ -29,9 +29,9 @@ sys.path.insert(0, str(ROOT))
 
 from rich.console import Console  # noqa: E402
 
-from app.config import load_settings  # noqa: E402
-from app.models import models_dir  # noqa: E402
-from app.pipeline import MEDIA_SUFFIXES  # noqa: E402
+from app.platform.config import load_settings  # noqa: E402
+from app.platform.models import models_dir  # noqa: E402
+from app.batch.pipeline import MEDIA_SUFFIXES  # noqa: E402
 from encoders.audio import SAMPLE_RATE, load_audio  # noqa: E402
 
 console = Console(stderr=True)

@@ -66,7 +66,7 @@ class Replay:
 
 def run(engine_for, replay: Replay, kv, cap_bytes: int | None, squeezed_cap: int | None, squeeze_at: int, max_new: int,
         label: str, console, ask: bool = True) -> dict:
-    from app.context import ContextLine, MeetingContext
+    from app.llm.context import ContextLine, MeetingContext
     from kvstore.control import cap_binds
 
     engine = engine_for(kv)
@@ -149,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from app.config import ControllerSettings, KVSettings, LLMSettings
-    from app.llm import LLMEngine
+    from app.platform.config import ControllerSettings, KVSettings, LLMSettings
+    from app.llm.engine import LLMEngine
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)

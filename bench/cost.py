@@ -2,7 +2,7 @@
 
 Each arm is a ``Runtime`` with the embedded Gemma 3 270M whose meetings (QMSum validation transcripts, timed at
 2.5 words a second as a meeting is spoken) are given to a live ``MeetingSession`` one after the other, as the
-live page's "resume a transcript" path does; each session's own meter (app/cost.py) measures its wall time, its
+live page's "resume a transcript" path does; each session's own meter (app/platform/cost.py) measures its wall time, its
 share of the machine and its KV bytes on the device. Arms side by side in one run, same meetings:
 
 * ``full``: transformers' DynamicCache (``kv.enabled: false``), what the model holds with no KV store;
@@ -27,10 +27,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.config import load_settings  # noqa: E402
-from app.cost import GIB, Usage, meeting_cost  # noqa: E402
-from app.runtime import Runtime  # noqa: E402
-from app.transcript import load_transcript  # noqa: E402
+from app.platform.config import load_settings  # noqa: E402
+from app.platform.cost import GIB, Usage, meeting_cost  # noqa: E402
+from app.live.runtime import Runtime  # noqa: E402
+from app.text.transcript import load_transcript  # noqa: E402
 
 from bench.shared_data import qmsum_val  # noqa: E402
 

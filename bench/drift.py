@@ -3,7 +3,7 @@
 For each ``decode_top_k_blocks`` a meeting (QMSum validation) is prefilled into a live MeetingContext with the
 live KV settings (compression at 25%), its specific queries are answered with every decode step sampled
 (``drift_sample_rate`` 1.0), and the Jensen-Shannon divergence and top-1 agreement against a dense read of
-every resident block are reported (app/drift.py, what ``minutia_kv_quality_drift`` shows), with the share of
+every resident block are reported (app/llm/drift.py, what ``minutia_kv_quality_drift`` shows), with the share of
 answers a dense read of the whole question and answer gives word for word (``shadow_question_rate`` 1.0). Then the same
 answers are timed at the default sample rate and with sampling off, side by side in one run: the time the user waits
 for the answers, and the comparisons' time after them (a background pass per answer with a sampled step).
@@ -40,7 +40,7 @@ def exact_cold_tier(name: str):
 
 
 def build_context(engine, kv, meeting, max_tokens: int, exact: bool = False):
-    from app.context import ContextLine, MeetingContext
+    from app.llm.context import ContextLine, MeetingContext
 
     context = MeetingContext(engine, kv, header=engine.live_prompts().header,
                              cold_tier=exact_cold_tier(meeting.name) if exact else None)
@@ -71,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from app.config import KVSettings, LLMSettings
-    from app.llm import LLMEngine
+    from app.platform.config import KVSettings, LLMSettings
+    from app.llm.engine import LLMEngine
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)

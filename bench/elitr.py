@@ -39,9 +39,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.answers import NOT_IN_MEETING  # noqa: E402
+from app.answering.answers import NOT_IN_MEETING  # noqa: E402
 from bench.shared_data import elitr  # noqa: E402
-from app.transcript import Transcript, load_transcript  # noqa: E402
+from app.text.transcript import Transcript, load_transcript  # noqa: E402
 
 # Published answers put beside ours in a judge batch: a spread of GPT-4's scores (the judge is checked on them).
 JUDGE_PEERS = ("GPT-4", "GPT-3.5", "Vicuna-13B-v1.5", "LongAlpaca-7B")
@@ -105,7 +105,7 @@ _NAME = re.compile(r"[\[(]?\b([A-Z]+\d+)\b[\])]?")
 
 
 def _words(text: str) -> list[str]:
-    from app.retrieval import stems
+    from app.answering.retrieval import stems
 
     return stems(_NAME.sub(lambda m: f" {m.group(1).lower()} ", text))
 
@@ -203,7 +203,7 @@ def fold_judged(judged: dict, key: dict, rows: list[dict]) -> dict:
 def answer_all(questions: list[dict], folder: Path, path: str, config: str | None, console) -> list[dict]:
     from rich.progress import Progress
 
-    from app.config import load_settings
+    from app.platform.config import load_settings
 
     settings = load_settings(config)
     by_meeting: dict[str, list[dict]] = defaultdict(list)
@@ -211,12 +211,12 @@ def answer_all(questions: list[dict], folder: Path, path: str, config: str | Non
         by_meeting[q["meeting"]].append(q)
     assistant = runtime = None
     if path == "live":
-        from app.runtime import Runtime
+        from app.live.runtime import Runtime
 
         runtime = Runtime(settings)
     else:
-        from app.assistant import Assistant
-        from app.llm import LLMEngine
+        from app.llm.assistant import Assistant
+        from app.llm.engine import LLMEngine
 
         assistant = Assistant(LLMEngine.from_settings(settings.llm, settings.home, settings.kv))
     rows = []

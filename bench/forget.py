@@ -4,7 +4,7 @@
 
 For each generated meeting (its reference transcript: speakers, times, text), the meeting is given to a live
 session with the configured LLM (Gemma 3 270M by default), saved, and one speaker is forgotten
-(app/forget.py): the speaker who says the most needles. A needle is an amount, metric or date question of the
+(app/live/forget.py): the speaker who says the most needles. A needle is an amount, metric or date question of the
 meeting's facts whose answer words occur only in one speaker's turns. Before and after, each needle is
 scored two ways: the product's answer (``MeetingSession.ask``: sentence retrieval over the transcript and
 the KV), and the model alone (greedy decoding from the KV cache after "Question: ... Answer:", no
@@ -56,10 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.progress import Progress
 
-    from app.config import load_settings
-    from app.forget import forget_source
-    from app.runtime import Runtime
-    from app.transcript import Transcript, Turn
+    from app.platform.config import load_settings
+    from app.live.forget import forget_source
+    from app.live.runtime import Runtime
+    from app.text.transcript import Transcript, Turn
     from kvstore.crypto import MasterKey
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

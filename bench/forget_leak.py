@@ -12,7 +12,7 @@ transcript, no retrieval), dense attention, the configured LLM (Gemma 3 270M by 
 - ``full``: the whole meeting's KV;
 - ``shredded``: the same KV with every row the forgotten speaker's lines wrote masked out of attention (token
   granularity, the best case for tag-and-shred: a block holds other speakers' tokens too);
-- ``rebuilt``: the KV of the meeting prefilled again without that speaker's lines (what app/forget.py does).
+- ``rebuilt``: the KV of the meeting prefilled again without that speaker's lines (what app/live/forget.py does).
 
 Needles of the forgotten speaker answered under ``shredded`` but not ``rebuilt`` are what leaked through the other
 speakers' rows.
@@ -51,7 +51,7 @@ class Reader:
 
     def meeting(self, turns: list[dict]) -> tuple[list[int], list[str]]:
         """Token ids of the header and the lines as the app renders them, and the speaker of each token."""
-        from app.context import ContextLine
+        from app.llm.context import ContextLine
 
         ids, owner = list(self.header), [""] * len(self.header)
         for turn in turns:
@@ -114,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.progress import Progress
 
-    from app.config import load_settings
-    from app.llm import LLMEngine
+    from app.platform.config import load_settings
+    from app.llm.engine import LLMEngine
     from bench.suites.score import keywords_match
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

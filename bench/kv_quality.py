@@ -120,7 +120,7 @@ class Meeting:
     token_turn: Any = None  # [T] index into turns (-1 for the header / BOS)
     full_tokens: int = 0  # length of the whole transcript before truncation
     entity_tokens: list[int] = field(default_factory=list)  # positions kvstore.annotations.EntityFinder marks
-    line_index: Any = None  # (app.retrieval.SentenceIndex over the turns in context, their turn indices); built once
+    line_index: Any = None  # (app.answering.retrieval.SentenceIndex over the turns in context, their turn indices); built once
 
 
 SUBJECTS = ["Falcon", "Orchid", "Granite", "Nimbus", "Juniper", "Cobalt", "Saffron", "Tundra", "Meridian",
@@ -614,12 +614,12 @@ def exact_match(generated: str, gold: str) -> bool:
 
 def focus_turns(meeting: Meeting, question: str, k: int) -> list[int]:
     """The turns holding the ``k`` sentences the app's retrieval ranks highest for ``question``
-    (app.retrieval.SentenceIndex: BM25 + MiniLM over sentences, as ``minutia ask`` picks its evidence lines)."""
+    (app.answering.retrieval.SentenceIndex: BM25 + MiniLM over sentences, as ``minutia ask`` picks its evidence lines)."""
     import torch
 
-    from app.retrieval import SentenceIndex, default_embedder
-    from app.sentences import split_sentences
-    from app.transcript import Transcript, Turn as LineTurn
+    from app.answering.retrieval import SentenceIndex, default_embedder
+    from app.text.sentences import split_sentences
+    from app.text.transcript import Transcript, Turn as LineTurn
 
     if meeting.line_index is None:
         in_context = sorted({int(t) for t in torch.unique(meeting.token_turn).tolist() if t >= 0})
@@ -654,7 +654,7 @@ def turn_token_ranges(meeting: Meeting, turns: list[int]) -> list[tuple[int, int
 @contextlib.contextmanager
 def answering(prepared: Prepared, meeting: Meeting, question: str, k: int) -> Iterator[list[int]]:
     """One question on the prepared cache, rolled back afterwards. With ``k`` (``--focus-lines``) and a minutia
-    cache, the app's answer path (app/context.py): the blocks of the lines retrieval found are pinned
+    cache, the app's answer path (app/llm/context.py): the blocks of the lines retrieval found are pinned
     (``KVCacheManager.focus``) and, inside the question's checkpoint, recalled from the cold tier / read from their
     exact copies (``recall_tokens``). Yields the turns retrieval found ([] without focus)."""
     manager = prepared.manager

@@ -29,9 +29,9 @@ sys.path.insert(0, str(ROOT))
 
 from textnorm import normalize  # noqa: E402
 
-from app.config import load_settings  # noqa: E402
+from app.platform.config import load_settings  # noqa: E402
 from bench.shared_data import qmsum_val  # noqa: E402
-from app.models import EMBEDDED_ASR, resolve_model  # noqa: E402
+from app.platform.models import EMBEDDED_ASR, resolve_model  # noqa: E402
 from encoders.asr import Transcriber  # noqa: E402
 from encoders.audio import SAMPLE_RATE, load_audio  # noqa: E402
 from encoders.diarize import SpeakerTurn, assign_speakers  # noqa: E402
@@ -126,7 +126,7 @@ def _rss_mib() -> float:
 
 def _qmsum_turns(folder: Path, minutes: float, words_per_second: float = 2.5):
     """QMSum meetings back to back, cut to ``minutes`` of meeting at a speaking rate of 150 words/min."""
-    from app.transcript import Transcript, load_transcript
+    from app.text.transcript import Transcript, load_transcript
 
     budget = minutes * 60 * words_per_second
     turns, words = [], 0
@@ -142,11 +142,11 @@ def _qmsum_turns(folder: Path, minutes: float, words_per_second: float = 2.5):
 
 def long_meeting_part(args, settings) -> dict | None:
     """TTFT / answer time / KV bytes / RSS at 10, 30, 60 minutes of meeting: QMSum text injected as
-    already-committed words into one app.session.MeetingSession, questions asked at each mark."""
+    already-committed words into one app.live.session.MeetingSession, questions asked at each mark."""
     if args.minutes is None:
         return None
-    from app.runtime import Runtime
-    from app.transcript import Transcript
+    from app.live.runtime import Runtime
+    from app.text.transcript import Transcript
 
     marks = [float(m) for m in args.minutes.split(",")]
     runtime = Runtime(settings)

@@ -29,8 +29,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.config import load_settings  # noqa: E402
-from app.runtime import Runtime  # noqa: E402
+from app.platform.config import load_settings  # noqa: E402
+from app.live.runtime import Runtime  # noqa: E402
 from ui.app import free_port, serve  # noqa: E402
 from ui.settings import UISettings  # noqa: E402
 

@@ -80,7 +80,7 @@ def make_needles(rng: random.Random) -> list[Needle]:
 def meeting_lines(path: Path, needles: list[Needle], rng: random.Random, max_turns: int):
     """The transcript's first ``max_turns`` turns as ContextLines, each needle inserted as its own line at
     a random depth."""
-    from app.context import ContextLine
+    from app.llm.context import ContextLine
 
     turns = json.loads(path.read_text())["turns"][:max_turns]
     lines = [ContextLine("audio", float(t.get("start") or 0.0), float(t.get("end") or 0.0), t["speaker"],
@@ -134,10 +134,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from app.config import load_settings
-    from app.context import MeetingContext
-    from app.llm import LLMEngine
-    from app.pii import SpacyPIIDetector
+    from app.platform.config import load_settings
+    from app.llm.context import MeetingContext
+    from app.llm.engine import LLMEngine
+    from app.text.pii import SpacyPIIDetector
 
     paths = sorted(args.suite.glob("seed-*/reference.json"))[: args.meetings]
     if not paths:

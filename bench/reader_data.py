@@ -29,9 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.answers import NOT_IN_MEETING  # noqa: E402
-from app.sentences import split_text  # noqa: E402
-from app.transcript import qmsum_text  # noqa: E402
+from app.answering.answers import NOT_IN_MEETING  # noqa: E402
+from app.text.sentences import split_text  # noqa: E402
+from app.text.transcript import qmsum_text  # noqa: E402
 
 WORDS_PER_TOKEN = 0.75  # English speech in Gemma's tokenizer, roughly; contexts are cut by words
 

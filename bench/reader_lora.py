@@ -38,7 +38,7 @@ def load_rows(path: Path) -> list[dict]:
 def answer_template() -> tuple[str, str]:
     """The app's answer prompt (configs/prompts/completion.yaml) cut at ``{transcript}``: what the reader is trained
     on is what it is asked with."""
-    from app.llm import load_prompts
+    from app.llm.engine import load_prompts
 
     head, tail = load_prompts("completion").answer.split("{transcript}", 1)
     return head, tail
@@ -149,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from app.config import default_home
-    from app.models import EMBEDDED_LLM, resolve_model
+    from app.platform.config import default_home
+    from app.platform.models import EMBEDDED_LLM, resolve_model
 
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     train = load_rows(args.data / "train.jsonl")

@@ -23,8 +23,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.config import load_settings  # noqa: E402
-from app.runtime import Runtime  # noqa: E402
+from app.platform.config import load_settings  # noqa: E402
+from app.live.runtime import Runtime  # noqa: E402
 from bench.stream_window import parse_margin, window_label  # noqa: E402
 from bench.suites.meetings import parse_seeds  # noqa: E402
 from encoders.audio import SAMPLE_RATE, load_audio  # noqa: E402

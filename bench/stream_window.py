@@ -22,9 +22,9 @@ sys.path.insert(0, str(ROOT))
 
 from textnorm import normalize  # noqa: E402
 
-from app.config import load_settings  # noqa: E402
+from app.platform.config import load_settings  # noqa: E402
 from bench.suites.meetings import parse_seeds  # noqa: E402
-from app.models import EMBEDDED_ASR, resolve_model  # noqa: E402
+from app.platform.models import EMBEDDED_ASR, resolve_model  # noqa: E402
 from encoders.asr import Transcriber  # noqa: E402
 from encoders.audio import SAMPLE_RATE, load_audio  # noqa: E402
 from encoders.streaming import StreamingOptions, StreamingTranscriber, simulate  # noqa: E402

@@ -26,8 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.config import load_settings  # noqa: E402
-from app.transcript import Transcript, load_transcript  # noqa: E402
+from app.platform.config import load_settings  # noqa: E402
+from app.text.transcript import Transcript, load_transcript  # noqa: E402
 from bench.suites.score import ABSENT_TYPES, answer_correct, repeats_itself  # noqa: E402
 
 
@@ -79,8 +79,8 @@ def cited_key(answer, question: dict) -> bool:
     if question["type"] in ABSENT_TYPES:
         return not answer.citations
     if question["type"] == "yes_no":  # the key of a yes/no answer is the matter itself: most of its focus words
-        from app.questions import parse_question
-        from app.retrieval import stems
+        from app.answering.questions import parse_question
+        from app.answering.retrieval import stems
 
         focus = set(stems(" ".join(parse_question(question["question"]).focus)))
         cited_stems = set(stems(" ".join(c.text for c in answer.citations)))
@@ -98,10 +98,10 @@ def heard(question: dict, reference: dict, transcript: Transcript) -> tuple[bool
     the meeting does not answer have nothing to lose."""
     if question["type"] in ABSENT_TYPES or question.get("evidence_turn") is None:
         return True, True
-    from app.answers import AnswerOptions
-    from app.questions import parse_question
-    from app.retrieval import stems
-    from app.transcript import join_words
+    from app.answering.answers import AnswerOptions
+    from app.answering.questions import parse_question
+    from app.answering.retrieval import stems
+    from app.text.transcript import join_words
     from bench.suites.score import keywords_match
 
     turn = reference["turns"][question["evidence_turn"]]
@@ -125,13 +125,13 @@ def transcript_for(meeting: Path, source: str, settings, cache: Path | None = No
     re-running Whisper and the diarizer (delete the folder after changes to the recogniser or diarizer)."""
     if source == "reference":
         return load_transcript(meeting / "reference.json")
-    from app.speakers import name_speakers
+    from app.text.speakers import name_speakers
 
     kept = cache / f"{meeting.name}.json" if cache else None
     if kept is not None and kept.is_file():
         return name_speakers(anonymous(load_transcript(kept)), settings.asr.hotwords)
-    from app.pipeline import recognise_recording
-    from app.transcript import atomic_write, to_json
+    from app.batch.pipeline import recognise_recording
+    from app.text.transcript import atomic_write, to_json
 
     audio = next(p for p in sorted(meeting.glob("meeting.*")))
     transcript = recognise_recording(audio, settings)
@@ -143,7 +143,7 @@ def transcript_for(meeting: Path, source: str, settings, cache: Path | None = No
 
 def anonymous(transcript: Transcript) -> Transcript:
     """Named labels back to SPEAKER_k (folders kept by older code stored transcripts after naming)."""
-    from app.speakers import rename_speakers
+    from app.text.speakers import rename_speakers
 
     labels = list(dict.fromkeys(t.speaker for t in transcript.turns))
     taken = {label for label in labels if label.startswith("SPEAKER_")}
@@ -189,18 +189,18 @@ def main(argv: list[str] | None = None) -> int:
     settings = load_settings(args.config)
     todo = meetings(args.suite, args.limit)
 
-    from app.answers import AnswerFinder
-    from app.rerank import default_reranker
-    from app.retrieval import default_embedder
+    from app.answering.answers import AnswerFinder
+    from app.answering.rerank import default_reranker
+    from app.answering.retrieval import default_embedder
 
     assistant = runtime = None
     if args.source == "live":
-        from app.runtime import Runtime
+        from app.live.runtime import Runtime
 
         runtime = Runtime(settings)
     elif not args.no_llm:
-        from app.assistant import Assistant
-        from app.llm import LLMEngine
+        from app.llm.assistant import Assistant
+        from app.llm.engine import LLMEngine
 
         assistant = Assistant(LLMEngine.from_settings(settings.llm, settings.home, settings.kv))
 
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             meta = json.loads((meeting / "meta.json").read_text()) if (meeting / "meta.json").is_file() else {}
             reference = json.loads((meeting / "reference.json").read_text())
             if args.source == "live":
-                from app.session import replay
+                from app.live.session import replay
 
                 session = runtime.new_session(source=meeting.name)
                 replay(session, next(p for p in sorted(meeting.glob("meeting.*"))), speed=0)

@@ -6,7 +6,7 @@ and scored on the answer text (bench/suites/score.py).
     .venv/bin/python bench/suite_phrasing.py SUITE_DIR [--limit N] [--templates FILE | --pairs] [--show-wrong]
 
 ``--templates FILE``: a JSON list of other wrappers, each with ``{q}`` where the question goes (lower case, no
-question mark): ways of asking that the built-in list (and the rules in app/questions.py) were not made from.
+question mark): ways of asking that the built-in list (and the rules in app/answering/questions.py) were not made from.
 
 ``--pairs``: two questions of a meeting asked in one message ("Q1? Q2?", "Q1, and q2?", "q1 and q2"; the "and" forms
 where the second starts with a question word; or, with --templates, each a string with {q1} and {q2}); each part is scored on its own answer where the message was answered
@@ -75,8 +75,8 @@ def _pairs(folders: list[Path], embedder, show_wrong: bool, templates: list[str]
     """Score two questions asked in one message (see --pairs)."""
     import json as _json
 
-    from app.answers import AnswerFinder
-    from app.transcript import load_transcript
+    from app.answering.answers import AnswerFinder
+    from app.text.transcript import load_transcript
     from bench.suites.score import answer_correct
 
     parts: dict[str, list[bool]] = {}
@@ -116,9 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.progress import Progress
 
-    from app.answers import AnswerFinder
-    from app.retrieval import default_embedder
-    from app.transcript import load_transcript
+    from app.answering.answers import AnswerFinder
+    from app.answering.retrieval import default_embedder
+    from app.text.transcript import load_transcript
     from bench.suites.score import answer_correct
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

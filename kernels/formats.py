@@ -1,7 +1,7 @@
 """The block formats, in one table: adding a format is a row here plus the kernel code that reads it.
 
 Everything that names formats is derived from :data:`FORMATS`: :class:`BlockFormat` (page tables,
-checkpoints), the config validation (kvstore.config, app.config), the quantizer registry
+checkpoints), the config validation (kvstore.config, app.platform.config), the quantizer registry
 (kvstore.quant) and the kernels' code maps (kernels.reference, triton_quant, triton_decode,
 cpu_decode). tests/test_formats.py holds today's codes as the compatibility contract: codes are
 persisted in checkpoints and branched on by the kernels, so a row's ``code`` never changes.

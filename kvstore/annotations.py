@@ -24,7 +24,7 @@ class TokenFlag(enum.IntFlag):
     ENTITY = 8  # a named entity, number, code, ...
     TIMESTAMP = 16  # an explicit time marker in the transcript
     # 32 was PII (zero K/V rows for personal data, the first design); the app now leaves personal data out of the
-    # text the model reads (app/context.py). Never reuse it: flags are saved with a meeting.
+    # text the model reads (app/llm/context.py). Never reuse it: flags are saved with a meeting.
 
 
 def _grown(length: int, *columns: torch.Tensor) -> tuple[torch.Tensor, ...]:

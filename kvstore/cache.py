@@ -10,7 +10,7 @@ Layer kinds follow the model config exactly like DynamicCache: sliding-window / 
 (Gemma 3's local layers) keep transformers' sliding behaviour, every full-attention layer becomes a
 :class:`~kvstore.layers.TieredLayer`. With compression off the logits equal DynamicCache's.
 
-A live meeting session (app/session.py) drives one cache like this::
+A live meeting session (app/live/session.py) drives one cache like this::
 
     # budget = max(0.25 x tokens seen, the full KV of 8192 tokens): below the floor compression only
     # keeps the floor (like a fixed byte budget, the best-measured policy); past it the ratio rules.

@@ -157,7 +157,7 @@ class KVCacheManager:
     def read_everything(self) -> None:
         """Inside a checkpoint: every cold block back and every quantized block read from its exact copy, as far
         as the device cap allows, with no prefetch and no read counted: the meeting at full precision, a shadow
-        comparison's reference (app/drift.py). The rollback puts the cache back as it was."""
+        comparison's reference (app/llm/drift.py). The rollback puts the cache back as it was."""
         tier = self.cache.cold_tier
         if tier is None:
             return

@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from app.batch import BatchWorker, JobResult
+from app.batch.jobs import BatchWorker, JobResult
 
 ROOT = Path(__file__).resolve().parent.parent
 STANDUP = ROOT / "samples" / "standup" / "meeting.ogg"
@@ -64,9 +64,9 @@ def run_slow_batch(inputs: str, out: str) -> None:
 
     import ray.cloudpickle
 
-    from app.batch import find_jobs
-    from app.batch_ray import BatchOptions, run_batch
-    from app.config import load_settings
+    from app.batch.jobs import find_jobs
+    from app.batch.cluster import BatchOptions, run_batch
+    from app.platform.config import load_settings
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     run_batch(find_jobs([inputs]), load_settings(), BatchOptions(Path(out), workers=2), worker_cls=SlowWorker)

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="session")
 def tiny_llm_dir(tmp_path_factory) -> Path:
     """A randomly initialised 2-layer Gemma 3 and a small byte-level BPE tokenizer, saved as a local
-    HF folder that ``app.llm.LLMEngine`` loads like any model (a few seconds, no downloads)."""
+    HF folder that ``app.llm.engine.LLMEngine`` loads like any model (a few seconds, no downloads)."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig, PreTrainedTokenizerFast
@@ -54,9 +54,9 @@ def scripted_runtime(tiny_llm_dir):
     """Makes Runtimes over the stand-ins for a scripted meeting and the tiny Gemma 3:
     ``scripted_runtime(meeting, home, vision=None, **settings)`` (settings: load_settings overrides beside ``home``;
     ``vision``: a factory of vision pipelines instead of the meeting's)."""
-    from app.config import load_settings
-    from app.llm import LLMEngine
-    from app.runtime import Runtime
+    from app.platform.config import load_settings
+    from app.llm.engine import LLMEngine
+    from app.live.runtime import Runtime
 
     def make(meeting: ScriptedMeeting, home: Path, vision=None, **overrides) -> Runtime:
         llm = {"model": str(tiny_llm_dir), "max_new_tokens": 16}  # a summary of 16 tokens: quick on a CPU

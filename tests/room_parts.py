@@ -16,8 +16,8 @@ class ScriptedRoomRuntime:
         self.vocabulary, self.speakers, self.llm_dir = list(vocabulary), list(speakers), str(llm_dir)
 
     def __call__(self, settings):
-        from app.llm import LLMEngine
-        from app.runtime import Runtime
+        from app.llm.engine import LLMEngine
+        from app.live.runtime import Runtime
 
         speakers = self.speakers
         return Runtime(settings, transcriber=ScriptedTranscriber(self.vocabulary),

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from app.answers import NOT_IN_MEETING, AnswerFinder
-from app.entities import find_entities, merge_date_time
-from app.questions import QuestionType, classify, parse_question, plain_question, split_questions
-from app.speakers import named_speakers, speaker_names
-from app.transcript import load_transcript
+from app.answering.answers import NOT_IN_MEETING, AnswerFinder
+from app.text.entities import find_entities, merge_date_time
+from app.answering.questions import QuestionType, classify, parse_question, plain_question, split_questions
+from app.text.speakers import named_speakers, speaker_names
+from app.text.transcript import load_transcript
 from test_app_actions import _diarized as _turns  # a diarized transcript from (label, text) pairs
 
 STANDUP = Path(__file__).resolve().parent.parent / "samples" / "standup"
@@ -622,7 +622,7 @@ def test_a_price_is_not_read_from_a_date_a_score_or_a_share():
 def test_a_topic_the_recogniser_split_or_misspelled_still_supports_its_answer():
     """Whisper writes "turn out" for turnout and "webinnar" for webinar; a short word heard alike ("bus",
     "mass") is a different thing, and a topic never said stays unanswered."""
-    from app.answers import AnswerOptions
+    from app.answering.answers import AnswerOptions
 
     t = _turns(("SPEAKER_00", "Okay, let's look at the school fair numbers."),
                ("SPEAKER_01", "The latest parent turn out is 34%."),
@@ -643,7 +643,7 @@ def test_a_topic_the_recogniser_split_or_misspelled_still_supports_its_answer():
 def test_a_figure_asked_in_words_finds_the_line_that_says_it_in_digits_and_back():
     """The recogniser writes "12,000 dollars"; a user asks about "twelve thousand dollars" (and the other way
     round): the same figure. Found on the live page: the question was answered with the previous speaker."""
-    from app.retrieval import stems
+    from app.answering.retrieval import stems
 
     t = _turns(("Alice", "And what about the pilot?"),
                ("Carol", "The pilot will cost 12,000 dollars. It starts on Monday, March 10th."),
@@ -662,8 +662,8 @@ def test_a_figure_asked_in_words_finds_the_line_that_says_it_in_digits_and_back(
 def test_a_yes_no_question_is_settled_by_the_line_that_says_what_is_asked():
     """Issue 49 (a new user's try): "Is the payment contract signed?" got "Yes." from a later line that only names the
     contract ("I will send the new contract ..."); the line that says whether it is signed settles it."""
-    from app.answers import AnswerFinder
-    from app.transcript import Transcript, Turn
+    from app.answering.answers import AnswerFinder
+    from app.text.transcript import Transcript, Turn
 
     meeting = Transcript([Turn("Bob", "The payment company did not sign the contract, so we cannot test real payments.",
                                40.0, 46.0),

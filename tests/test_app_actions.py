@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from app.actions import extract_action_items, extract_decisions, extract_key_facts
-from app.speakers import name_speakers
-from app.transcript import Transcript, TranscriptWord, Turn, load_transcript
+from app.answering.actions import extract_action_items, extract_decisions, extract_key_facts
+from app.text.speakers import name_speakers
+from app.text.transcript import Transcript, TranscriptWord, Turn, load_transcript
 
 STANDUP = Path(__file__).resolve().parent.parent / "samples" / "standup"
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")

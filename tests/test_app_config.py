@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config import CONFIG_DIR, DEFAULT_PRESET, load_settings
+from app.platform.config import CONFIG_DIR, DEFAULT_PRESET, load_settings
 from encoders.errors import InputError
 
 
@@ -145,7 +145,7 @@ def test_empty_preset_file_gives_defaults(tmp_path):
 
 def test_one_conversion_to_cache_settings_for_batch_and_live():
     """Batch prompts (a byte budget) and live meetings (a ratio) get every knob from the same conversion."""
-    from app.config import tiered_cache_config
+    from app.platform.config import tiered_cache_config
 
     kv = load_settings(overrides={"kv": {"device_cap_mib": 64, "watermark": 0.7, "modalities": {"audio": {"preferred": "int8"}},
                                           "warm_kinds": ["int8", "int4"]}}).kv
@@ -169,7 +169,7 @@ def test_modality_names_come_from_the_one_enum(tmp_path):
 def test_scorer_weights_default_to_kvstore_and_change_by_entry(monkeypatch):
     """No ``kv.scorers``: the cache gets kvstore's ScoreWeights, in order; an entry changes, adds or (at 0)
     removes one term, from the config or the environment."""
-    from app.config import tiered_cache_config
+    from app.platform.config import tiered_cache_config
     from kvstore.scoring import ScoreWeights
 
     assert list(tiered_cache_config(load_settings().kv).weights.items()) == list(ScoreWeights().items())

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from app.config import KVSettings, LLMSettings
-from app.context import ContextLine, MeetingContext
-from app.llm import LLMEngine
+from app.platform.config import KVSettings, LLMSettings
+from app.llm.context import ContextLine, MeetingContext
+from app.llm.engine import LLMEngine
 from encoders.errors import InputError
 
 LINES = [
@@ -146,9 +146,9 @@ def _long_meeting(engine, kv, cold, minutes: int) -> MeetingContext:
 
 
 def test_the_runtime_spills_cold_blocks_to_an_encrypted_segment_log_removed_with_the_meeting(tiny_llm_dir, tmp_path):
-    from app.audit import verify
-    from app.config import load_settings
-    from app.runtime import Runtime
+    from app.platform.audit import verify
+    from app.platform.config import load_settings
+    from app.live.runtime import Runtime
 
     settings = load_settings(overrides={
         "home": str(tmp_path), "llm": {"model": str(tiny_llm_dir), "dtype": "float32", "max_context_tokens": 4096},
@@ -171,7 +171,7 @@ def test_the_runtime_spills_cold_blocks_to_an_encrypted_segment_log_removed_with
         assert not list((tmp_path / "cold").glob("m1.*")), "the meeting's cold log is removed with it"
         runtime.session_store().put("m2", "b0", b"still logged")  # the shared audit log outlives the meeting
         assert "m2" in (tmp_path / "audit.log").read_text()
-        from app.store import load_master_key
+        from app.platform.store import load_master_key
 
         key = load_master_key(settings, create_key=False).audit_key()
         assert verify(tmp_path / "audit.log", key).ok and "write" in (tmp_path / "audit.log").read_text()
@@ -182,8 +182,8 @@ def test_the_runtime_spills_cold_blocks_to_an_encrypted_segment_log_removed_with
 
 @pytest.mark.parametrize("encrypt", [True, False], ids=["sealed", "plain"])
 def test_the_runtime_seals_cold_blocks_in_host_memory_unless_configured_off(tiny_llm_dir, tmp_path, encrypt):
-    from app.config import load_settings
-    from app.runtime import Runtime
+    from app.platform.config import load_settings
+    from app.live.runtime import Runtime
     from kvstore.placement import Tier
 
     settings = load_settings(overrides={
@@ -216,8 +216,8 @@ def test_the_runtime_seals_cold_blocks_in_host_memory_unless_configured_off(tiny
         if encrypt:  # every host-tier write, read and the shred are in the keyed audit log, ids batched
             import json
 
-            from app.audit import verify
-            from app.store import HOST_AUDIT_BATCH, load_master_key
+            from app.platform.audit import verify
+            from app.platform.store import HOST_AUDIT_BATCH, load_master_key
 
             log = tmp_path / "audit.log"
             assert verify(log, load_master_key(settings, create_key=False).audit_key()).ok

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from app.config import load_settings
-from app.models import EMBEDDED_ASR, EMBEDDED_LLM, models_dir
+from app.platform.config import load_settings
+from app.platform.models import EMBEDDED_ASR, EMBEDDED_LLM, models_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 STANDUP = ROOT / "samples" / "standup"

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from app.actions import extract_action_items, extract_decisions
-from app.assistant import Assistant, render_turns
-from app.config import KVSettings, LLMSettings
-from app.llm import LLMEngine, load_prompts
-from app.models import EMBEDDED_LLM, resolve_model
-from app.transcript import Transcript, load_transcript
+from app.answering.actions import extract_action_items, extract_decisions
+from app.llm.assistant import Assistant, render_turns
+from app.platform.config import KVSettings, LLMSettings
+from app.llm.engine import LLMEngine, load_prompts
+from app.platform.models import EMBEDDED_LLM, resolve_model
+from app.text.transcript import Transcript, load_transcript
 from encoders.errors import InputError
 
 STANDUP = Path(__file__).resolve().parent.parent / "samples" / "standup"
@@ -170,8 +170,8 @@ def test_ask_amount_is_grounded(engine, standup):
 
 
 def test_sentence_retrieval_finds_the_matching_one(standup):
-    from app.retrieval import SentenceIndex
-    from app.sentences import split_sentences
+    from app.answering.retrieval import SentenceIndex
+    from app.text.sentences import split_sentences
 
     index = SentenceIndex(split_sentences(standup))
     best = index.sentences[index.search("How much will the pilot cost?", 3)[0].index]
@@ -190,7 +190,7 @@ def test_overlong_question(engine, standup):
 
 
 def test_batch_and_live_refuse_a_question_by_one_rule(engine, standup):
-    from app.questions import MAX_QUESTION_CHARS, checked_question
+    from app.answering.questions import MAX_QUESTION_CHARS, checked_question
 
     assert checked_question("  Who   pays?\n") == "Who pays?"
     too_long = "Who pays? " * (MAX_QUESTION_CHARS // 10 + 1)

@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.config import load_settings
-from app.models import EMBEDDED_ASR, EMBEDDED_LLM, models_dir
-from app.runtime import Runtime
-from app.session import _to_mono_16k, replay
+from app.platform.config import load_settings
+from app.platform.models import EMBEDDED_ASR, EMBEDDED_LLM, models_dir
+from app.live.runtime import Runtime
+from app.live.session import _to_mono_16k, replay
 from encoders.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.transcript import (
+from app.text.transcript import (
     Transcript,
     TranscriptWord,
     Turn,
@@ -312,7 +312,7 @@ def test_realign_does_not_move_long_tails_or_unfinished_runs():
 
 
 def test_markdown_output_reads_back(tmp_path):
-    from app.transcript import load_transcript, to_markdown
+    from app.text.transcript import load_transcript, to_markdown
 
     original = load_transcript(Path(__file__).resolve().parent.parent / "samples" / "standup" / "reference.json")
     path = tmp_path / "t.md"

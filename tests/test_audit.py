@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.audit import GENESIS, AuditError, AuditLog, verify
+from app.platform.audit import GENESIS, AuditError, AuditLog, verify
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -116,7 +116,7 @@ def test_processes_sharing_one_log_keep_one_chain(tmp_path):
     """Two minutia processes with the same home (a bot and the live page) append to one log."""
     path = tmp_path / "audit.jsonl"
     AuditLog(path).close()
-    code = ("import sys; from app.audit import AuditLog; log = AuditLog(sys.argv[1]); "
+    code = ("import sys; from app.platform.audit import AuditLog; log = AuditLog(sys.argv[1]); "
             "[log.record(sys.argv[2], 'write', [i]) for i in range(150)]; log.close()")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(path), f"process-{i}"], cwd=ROOT) for i in range(3)]
     assert all(p.wait(timeout=120) == 0 for p in procs)
@@ -159,8 +159,8 @@ def test_session_store_operations_are_audited(tmp_path):
     """The app's session store: every block written, read and deleted lands in a chain that verifies."""
     import json
 
-    from app.config import load_settings
-    from app.store import open_session_store
+    from app.platform.config import load_settings
+    from app.platform.store import open_session_store
 
     settings = load_settings(overrides={"home": str(tmp_path / "home")})
     store = open_session_store(settings)
@@ -171,7 +171,7 @@ def test_session_store_operations_are_audited(tmp_path):
     log = settings.home / "audit.log"
     ops = [json.loads(line)["op"] for line in log.read_text().splitlines()]
     assert ops == ["write", "read", "delete"]
-    from app.store import load_master_key
+    from app.platform.store import load_master_key
 
     assert verify(log, load_master_key(settings, create_key=False).audit_key()).ok
     assert oct((settings.home / "master.key").stat().st_mode & 0o777) == "0o600"
@@ -220,8 +220,8 @@ def test_damage_before_the_end_is_refused_cleanly(tmp_path, damage):
     with pytest.raises(AuditError, match="line 3"):
         AuditLog(path)
 
-    from app.config import load_settings
-    from app.store import open_session_store
+    from app.platform.config import load_settings
+    from app.platform.store import open_session_store
     from encoders.errors import InputError
 
     settings = load_settings(overrides={"home": str(tmp_path / "home"), "store": {"audit_log": str(path)}})
@@ -239,8 +239,8 @@ def test_torn_cli_message(tmp_path):
 
 def test_every_read_path_is_audited(tmp_path):
     """Resume and cold-tier recall read with ``read_with`` (a lent view), not ``get``: those reads are in the log."""
-    from app.config import load_settings
-    from app.store import open_session_store
+    from app.platform.config import load_settings
+    from app.platform.store import open_session_store
 
     settings = load_settings(overrides={"home": str(tmp_path / "home")})
     store = open_session_store(settings)
@@ -253,7 +253,7 @@ def test_every_read_path_is_audited(tmp_path):
     assert [r["op"] for r in records] == ["write", "read", "read", "read"]
     assert all(r["blocks"] == ["b1"] and r["session"] == "m" for r in records)
     assert all("@" in r["actor"] and "pid" in r["actor"] for r in records)  # operator and service
-    from app.store import load_master_key
+    from app.platform.store import load_master_key
 
     assert verify(settings.home / "audit.log", load_master_key(settings, create_key=False).audit_key()).ok
 
@@ -264,8 +264,8 @@ def test_the_session_store_log_is_keyed_by_default(tmp_path):
     import hashlib
     import os
 
-    from app.config import load_settings
-    from app.store import load_master_key, open_session_store
+    from app.platform.config import load_settings
+    from app.platform.store import load_master_key, open_session_store
 
     settings = load_settings(overrides={"home": str(tmp_path / "home")})
     store = open_session_store(settings)
@@ -302,8 +302,8 @@ def test_forget_shreds_one_source_of_a_saved_meeting(tmp_path):
     before cannot be decrypted, the other source stays readable, and the audit log records the forget."""
     import os
 
-    from app.config import load_settings
-    from app.store import load_master_key, open_session_store
+    from app.platform.config import load_settings
+    from app.platform.store import load_master_key, open_session_store
 
     settings = load_settings(overrides={"home": str(tmp_path / "home")})
     store = open_session_store(settings)
@@ -421,8 +421,8 @@ def test_the_log_is_readable_by_its_owner_only(tmp_path):
 def test_a_missing_master_key_with_meetings_saved_is_an_error_not_a_new_key(tmp_path, create_key):
     """Issue 49 F8: with master.key deleted, resume said "nothing was saved here" and the next `live --save` made a
     new key, after which the saved meetings could never be opened."""
-    from app.config import load_settings
-    from app.store import open_session_store
+    from app.platform.config import load_settings
+    from app.platform.store import open_session_store
     from encoders.errors import InputError
 
     settings = load_settings(overrides={"home": str(tmp_path / "home")})

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from app.batch import BatchJob, JobResult, Manifest, find_jobs
-from app.config import load_settings
-from app.models import EMBEDDED_ASR, EMBEDDED_LLM, models_dir
+from app.batch.jobs import BatchJob, JobResult, Manifest, find_jobs
+from app.platform.config import load_settings
+from app.platform.models import EMBEDDED_ASR, EMBEDDED_LLM, models_dir
 from encoders.errors import InputError
 
 import batch_parts
@@ -91,7 +91,7 @@ def ray_runtime():
 
 
 def test_a_worker_that_dies_is_replaced_and_its_recording_retried(tmp_path, ray_runtime):
-    from app.batch_ray import BatchOptions, run_batch
+    from app.batch.cluster import BatchOptions, run_batch
 
     inputs = [_silence(tmp_path / "in" / name) for name in ("crash.wav", "fine.wav")]
     settings = load_settings(None, {"home": str(tmp_path / "home")})
@@ -119,7 +119,7 @@ def test_a_worker_that_dies_is_replaced_and_its_recording_retried(tmp_path, ray_
 
 
 def test_a_worker_the_cluster_cannot_place_is_refused(tmp_path, ray_runtime):
-    from app.batch_ray import BatchOptions, run_batch
+    from app.batch.cluster import BatchOptions, run_batch
 
     jobs = find_jobs([_silence(tmp_path / "in" / "a.wav", 0.5)])
     with pytest.raises(InputError, match="no node of the Ray cluster has 64 CPUs"):
@@ -166,12 +166,12 @@ def test_sigterm_stops_the_batch_keeping_what_is_finished(tmp_path):
 
 
 def test_two_batches_cannot_write_one_folder(tmp_path):
-    from app.batch_ray import BatchOptions, run_batch
-    from app.store import ProcessLock
+    from app.batch.cluster import BatchOptions, run_batch
+    from app.platform.store import ProcessLock
 
     held = ProcessLock(tmp_path / "out" / ".lock", "held")
     try:
-        script = ("import sys; from app.batch_ray import BatchOptions, run_batch; from app.config import load_settings; "
+        script = ("import sys; from app.batch.cluster import BatchOptions, run_batch; from app.platform.config import load_settings; "
                   f"run_batch([], load_settings(), BatchOptions({str(tmp_path / 'out')!r}))")
         proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
         assert proc.returncode != 0 and "another minutia batch" in proc.stderr

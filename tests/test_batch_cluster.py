@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.batch import find_jobs
-from app.config import load_settings
+from app.batch.jobs import find_jobs
+from app.platform.config import load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 ray = pytest.importorskip("ray")
@@ -34,7 +34,7 @@ def test_batch_workers_are_placed_on_both_nodes(tmp_path):
     import ray.cloudpickle
     from ray.cluster_utils import Cluster
 
-    from app.batch_ray import BatchOptions, run_batch
+    from app.batch.cluster import BatchOptions, run_batch
     import batch_parts
     from batch_parts import DiesOnceWorker, _silence
 

@@ -25,10 +25,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from app.bot import BotServer, BotSettings
-from app.config import load_settings
-from app.models import EMBEDDED_ASR, EMBEDDED_LLM, models_dir
-from app.runtime import Runtime
+from app.rooms.bot import BotServer, BotSettings
+from app.platform.config import load_settings
+from app.platform.models import EMBEDDED_ASR, EMBEDDED_LLM, models_dir
+from app.live.runtime import Runtime
 from app.testing.peers import FileAudioTrack, RoomClient
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from scripted_parts import scripted_meeting
 
-from app.bot import BotServer, BotSettings
+from app.rooms.bot import BotServer, BotSettings
 from app.testing.peers import FileAudioTrack, ImageTrack, RoomClient
 
 ROOMS = {"standup": "token-standup", "side": "token-side"}

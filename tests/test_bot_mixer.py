@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from app.mixer import MIX_FRAME, AudioMixer
-from app.room_messages import line_message, majority_label
+from app.rooms.mixer import MIX_FRAME, AudioMixer
+from app.rooms.room_messages import line_message, majority_label
 
 
 def _tone(value: float, frames: int = 1) -> np.ndarray:
@@ -144,7 +144,7 @@ def test_line_messages_name_the_speaker_once_known():
 
 def test_the_cold_tier_placements_transfers_are_scraped():
     """A session whose cache has a cold tier: its placement's moves show on /metrics, per session and tier pair."""
-    from app.metrics import Metrics
+    from app.platform.metrics import Metrics
     from kvstore.placement import Tier, TierPlacement, WatermarkController
     from kvstore.stores.memory import MemoryStore
 

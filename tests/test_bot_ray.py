@@ -17,7 +17,7 @@ import httpx
 import pytest
 from scripted_parts import scripted_meeting
 
-from app.bot import BotServer, BotSettings
+from app.rooms.bot import BotServer, BotSettings
 from app.testing.peers import FileAudioTrack, RoomClient
 
 ROOMS = {"cluster": "token-cluster"}
@@ -50,9 +50,9 @@ def test_rooms_run_as_ray_actors_behind_the_bot(tmp_path, tiny_llm_dir):
 
     import room_parts
     import scripted_parts
-    from app.bot_meetings import ClusterMeetings
-    from app.config import load_settings
-    from app.room_fleet import FleetOptions, RoomFleet
+    from app.rooms.bot_meetings import ClusterMeetings
+    from app.platform.config import load_settings
+    from app.rooms.room_fleet import FleetOptions, RoomFleet
     from kvstore.crypto import MasterKey
 
     for module in (room_parts, scripted_parts):

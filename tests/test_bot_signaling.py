@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.bot import BotServer, BotSettings, listen_ice_hosts, restrict_ice_hosts
-from app.config import load_settings
-from app.runtime import Runtime
+from app.rooms.bot import BotServer, BotSettings, listen_ice_hosts, restrict_ice_hosts
+from app.platform.config import load_settings
+from app.live.runtime import Runtime
 from app.testing.peers import RoomClient
 
 ROOMS = {"alpha": "token-alpha", "beta": "token-beta", "fuzz": "token-fuzz"}
@@ -42,7 +42,7 @@ def _offer_sdp() -> str:
     """A real aiortc offer (audio, video, data channel) with loopback host candidates."""
     from aiortc import RTCPeerConnection
 
-    from app.bot import ice_configuration
+    from app.rooms.bot import ice_configuration
 
     restrict_ice_hosts(["127.0.0.1"])
 

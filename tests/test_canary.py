@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from app.canary import CanaryRollout, Signal, rollout_for, signals_of
-from app.config import CanarySettings, KVSettings, load_settings
+from app.platform.canary import CanaryRollout, Signal, rollout_for, signals_of
+from app.platform.config import CanarySettings, KVSettings, load_settings
 from encoders.errors import InputError
 
 RATE = 16000
@@ -110,8 +110,8 @@ def test_live_sessions_run_their_arm_and_a_worse_canary_is_rolled_back_and_audit
     summaries asked at the end sample the sparse read's drift, the canary's is higher, and it is rolled back."""
     from scripted_parts import scripted_meeting
 
-    from app.audit import verify
-    from app.store import load_master_key
+    from app.platform.audit import verify
+    from app.platform.store import load_master_key
 
     meeting = scripted_meeting([
         ("SPEAKER_00", "Good morning. The pilot will cost twelve thousand dollars and the launch is in May."),
@@ -154,7 +154,7 @@ def test_live_sessions_run_their_arm_and_a_worse_canary_is_rolled_back_and_audit
 
 
 def test_the_shipped_canary_presets_are_valid(tmp_path):
-    from app.config import preset_path
+    from app.platform.config import preset_path
 
     presets = sorted((preset_path("cpu-small").parent / "canaries").glob("*.yaml"))
     assert presets

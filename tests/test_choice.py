@@ -1,13 +1,13 @@
-"""app/choice.py (issue 49 F5): a question that offers options is answered with the option the meeting settles on,
+"""app/answering/choice.py (issue 49 F5): a question that offers options is answered with the option the meeting settles on,
 read from how the line puts them, never with "Yes." and never with the option it ranks lower."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.answers import AnswerFinder
-from app.choice import alternatives, choose
-from app.transcript import Transcript, Turn
+from app.answering.answers import AnswerFinder
+from app.answering.choice import alternatives, choose
+from app.text.transcript import Transcript, Turn
 
 
 @pytest.mark.parametrize("question, options", [

@@ -1,4 +1,4 @@
-"""The cost of a meeting (issue 19 item 5): its measured use of the machine, priced (app/cost.py)."""
+"""The cost of a meeting (issue 19 item 5): its measured use of the machine, priced (app/platform/cost.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from app.config import CostSettings
-from app.cost import GIB, Usage, UsageMeter, meeting_cost
+from app.platform.config import CostSettings
+from app.platform.cost import GIB, Usage, UsageMeter, meeting_cost
 
 RATE = 16000
 
@@ -93,7 +93,7 @@ def test_a_meeting_measures_its_use_saves_it_and_shows_its_cost(session_parts):
     prices it."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from app.metrics import Metrics
+    from app.platform.metrics import Metrics
 
     runtime, meeting = session_parts
     session = runtime.new_session("priced")

@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
-from app.config import KVSettings, LLMSettings
-from app.context import ContextLine, MeetingContext
-from app.drift import DriftMonitor, js_divergence
-from app.llm import LLMEngine
+from app.platform.config import KVSettings, LLMSettings
+from app.llm.context import ContextLine, MeetingContext
+from app.llm.drift import DriftMonitor, js_divergence
+from app.llm.engine import LLMEngine
 
 LINES = [
     ContextLine("audio", 0.5, 4.0, "Alice", "Good morning, this is our weekly meeting about the launch."),

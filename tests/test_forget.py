@@ -1,4 +1,4 @@
-"""Forgetting one speaker of a saved meeting (app/forget.py) on the stand-in parts and the tiny Gemma 3: the
+"""Forgetting one speaker of a saved meeting (app/live/forget.py) on the stand-in parts and the tiny Gemma 3: the
 meeting is rebuilt without that speaker's words, saved under a new source, and the old sources are shredded."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import time
 import pytest
 import torch
 
-from app.forget import forget_source
-from app.transcript import Transcript, Turn, turns_from_words
+from app.live.forget import forget_source
+from app.text.transcript import Transcript, Turn, turns_from_words
 from encoders.errors import InputError
 
 RATE = 16000
@@ -182,7 +182,7 @@ def test_a_speaker_is_forgotten_while_the_meeting_goes_on(session_parts):
     """A live meeting without a session store: the speaker heard so far is forgotten (what the recogniser still
     held is transcribed first, so none of it escapes), and the meeting goes on in the rebuilt session, which
     takes new audio and holds the KV of a meeting in which that speaker never spoke."""
-    from app.forget import forget_in_live_meeting
+    from app.live.forget import forget_in_live_meeting
 
     runtime, meeting = session_parts
     session = runtime.new_session("live-forget", source="mic")
@@ -214,7 +214,7 @@ def test_a_rename_after_the_end_reaches_the_save_so_a_forget_keeps_it(session_pa
     """A meeting that saves itself has ended (a bot room whose audio stopped); then a speaker is renamed and
     another forgotten. The forget rebuilds the meeting from its save: the name given after the end must be in it
     (it was lost before: no checkpoint runs once a meeting has ended)."""
-    from app.forget import forget_in_live_meeting
+    from app.live.forget import forget_in_live_meeting
 
     runtime, _ = session_parts
     session = runtime.new_session("renamed-late", source="mic", autosave=True)
@@ -234,8 +234,8 @@ def test_a_rename_after_the_end_reaches_the_save_so_a_forget_keeps_it(session_pa
 def test_the_lineage_of_a_saved_meeting_is_what_its_timeline_says(session_parts):
     """Each speaker and the screen with the KV blocks their tokens sit in: every token of the timeline's lines is
     counted once, and a block is shared exactly when lines of two sources fall in it."""
-    from app.forget import saved_lineage
-    from app.lineage import SCREEN, source_of
+    from app.live.forget import saved_lineage
+    from app.live.lineage import SCREEN, source_of
 
     runtime, meeting = session_parts
     session = _meeting(runtime, meeting, "lin")
@@ -261,8 +261,8 @@ def test_the_screen_is_forgotten_with_every_slide_it_showed(scripted_runtime, tm
     """`forget --source screen`: the slides leave the meeting, the timeline and the KV (which is then the one of
     a meeting nobody shared a screen in), a figure only the screen showed is no longer answered, the words stay,
     the old key is shredded (a backup of its blocks cannot be read) and the audit log says what went."""
-    from app.forget import saved_lineage
-    from app.lineage import SCREEN
+    from app.live.forget import saved_lineage
+    from app.live.lineage import SCREEN
     from tests.scripted_parts import scripted_meeting
 
     meeting = scripted_meeting([
@@ -316,7 +316,7 @@ def test_the_screen_is_forgotten_with_every_slide_it_showed(scripted_runtime, tm
 def test_the_screen_is_forgotten_while_the_meeting_goes_on(session_parts):
     """In a live meeting ("forget: screen" in a bot room, the page's Forget box): what the screen showed so far
     goes; the speakers' words stay; later frames are read again (the screen is still shared)."""
-    from app.forget import forget_in_live_meeting
+    from app.live.forget import forget_in_live_meeting
 
     runtime, meeting = session_parts
     session = _meeting(runtime, meeting, "live-screen")
@@ -329,7 +329,7 @@ def test_the_screen_is_forgotten_while_the_meeting_goes_on(session_parts):
 def test_a_speaker_named_mid_meeting_is_one_source_with_all_their_blocks():
     """Issue 49 F7: lines committed after a speaker was named hold the name on the timeline; the listing showed
     "Carol" and "SPEAKER_05" apart, and a forget of SPEAKER_05 reported 0 blocks."""
-    from app.lineage import blocks_of, lineage
+    from app.live.lineage import blocks_of, lineage
     from kvstore.timeline import TimelineIndex
 
     timeline = TimelineIndex()

@@ -12,7 +12,7 @@ from typing import get_args
 
 import pytest
 
-from app.config import KVSettings, ModalitySettings
+from app.platform.config import KVSettings, ModalitySettings
 from kernels import cpu_decode, reference
 from kvstore.config import ModalityPolicy, TieredCacheConfig
 from kernels.formats import BY_NAME, CODEC_NAMES, CODECS, FORMATS, NAMES, QUANTIZED, QUANTIZED_NAMES, BlockFormat, Format

@@ -106,6 +106,30 @@ def test_a_package_imports_only_the_layers_below_it(package):
     assert _packages_imported(package) <= below, f"{package} imports {sorted(_packages_imported(package) - below)}"
 
 
+# app's floors, lowest first: a module of one imports only its own floor and those before it (app.cli and the test
+# peers in app.testing stand above them all).
+APP_FLOORS = ("platform", "text", "answering", "llm", "live", "batch", "rooms")
+
+
+def _floor(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "app" and parts[1] in APP_FLOORS else None
+
+
+def test_app_floors_import_only_the_floors_below_them():
+    upward = sorted(f"{module} -> {target}" for module, targets in _graph("app").items() if _floor(module)
+                    for target in targets
+                    if _floor(target) is None and target != "app" or _floor(target) and
+                    APP_FLOORS.index(_floor(target)) > APP_FLOORS.index(_floor(module)))
+    assert upward == []
+
+
+def test_every_app_module_stands_on_a_floor():
+    loose = sorted(m for m in _modules("app") if m not in ("app", "app.cli") and not m.startswith("app.testing")
+                   and _floor(m) is None)
+    assert loose == []
+
+
 def test_the_layer_check_sees_an_import_upward(tmp_path, monkeypatch):
     (tmp_path / "kernels").mkdir()
     (tmp_path / "kernels" / "op.py").write_text("def f():\n    from kvstore.formats import BY_NAME\n")

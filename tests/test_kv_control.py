@@ -125,9 +125,9 @@ def test_the_controller_holds_device_memory_at_its_setpoint_through_a_squeeze_an
 
 
 def test_a_context_steps_its_controller_and_reports_it(tiny_llm_dir) -> None:
-    from app.config import ControllerSettings, KVSettings, LLMSettings
-    from app.context import ContextLine, MeetingContext
-    from app.llm import LLMEngine
+    from app.platform.config import ControllerSettings, KVSettings, LLMSettings
+    from app.llm.context import ContextLine, MeetingContext
+    from app.llm.engine import LLMEngine
 
     kv = KVSettings(budget_ratio=1.0, block_size=16, recent_tokens=32, drift_sample_rate=0.5,
                     shadow_question_rate=0.0, decode_top_k_blocks=2,
@@ -158,9 +158,9 @@ def test_a_context_steps_its_controller_and_reports_it(tiny_llm_dir) -> None:
 
 
 def test_no_controller_without_a_cap_or_arms_and_bad_caps_are_refused(tiny_llm_dir) -> None:
-    from app.config import ControllerSettings, KVSettings, LLMSettings
-    from app.context import MeetingContext
-    from app.llm import LLMEngine
+    from app.platform.config import ControllerSettings, KVSettings, LLMSettings
+    from app.llm.context import MeetingContext
+    from app.llm.engine import LLMEngine
     from encoders.errors import InputError
 
     kv = KVSettings()

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.config import load_settings
-from app.metrics import JsonFormatter, Metrics, configure_json_logging, device_memory
-from app.runtime import Runtime
+from app.platform.config import load_settings
+from app.platform.metrics import JsonFormatter, Metrics, configure_json_logging, device_memory
+from app.live.runtime import Runtime
 
 
 def _samples(text: str) -> dict[tuple[str, tuple], float]:

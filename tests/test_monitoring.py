@@ -13,9 +13,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.config import load_settings
-from app.metrics import Metrics
-from app.runtime import Runtime
+from app.platform.config import load_settings
+from app.platform.metrics import Metrics
+from app.live.runtime import Runtime
 from test_metrics import session_with_kv
 
 MONITORING = Path(__file__).resolve().parent.parent / "configs" / "monitoring"

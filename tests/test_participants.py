@@ -1,4 +1,4 @@
-"""Named participants of a bot room (app/participants.py): their words by their own track, the rest by voice."""
+"""Named participants of a bot room (app/rooms/participants.py): their words by their own track, the rest by voice."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from app.mixer import MIX_FRAME
-from app.participants import UNNAMED, Participants, display_name
+from app.rooms.mixer import MIX_FRAME
+from app.rooms.participants import UNNAMED, Participants, display_name
 from encoders.errors import InputError
 from encoders.online_diarize import LabelChange
 

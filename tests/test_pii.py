@@ -8,11 +8,11 @@ import json
 import pytest
 import torch
 
-from app.config import KVSettings, LLMSettings, PIISettings, load_settings
-from app.context import ContextLine, MeetingContext
-from app.llm import LLMEngine
-from app.pii import KINDS, SpacyPIIDetector, cut_text, detector_for, mask_text, mask_transcript
-from app.transcript import Transcript, TranscriptWord, Turn
+from app.platform.config import KVSettings, LLMSettings, PIISettings, load_settings
+from app.llm.context import ContextLine, MeetingContext
+from app.llm.engine import LLMEngine
+from app.text.pii import KINDS, SpacyPIIDetector, cut_text, detector_for, mask_text, mask_transcript
+from app.text.transcript import Transcript, TranscriptWord, Turn
 from encoders.errors import InputError
 from kvstore.layers import TieredLayer
 
@@ -58,9 +58,9 @@ def test_names_are_only_found_when_asked_for() -> None:
 
 
 def test_a_missing_spacy_model_is_one_clear_line(monkeypatch) -> None:
-    import app.pii
+    import app.text.pii
 
-    monkeypatch.setattr(app.pii, "SPACY_MODEL", "en_core_web_sm_not_installed")
+    monkeypatch.setattr(app.text.pii, "SPACY_MODEL", "en_core_web_sm_not_installed")
     with pytest.raises(InputError) as info:
         SpacyPIIDetector(["person"])
     assert "\n" not in str(info.value) and "en_core_web_sm_not_installed" in str(info.value)

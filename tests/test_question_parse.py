@@ -1,12 +1,12 @@
-"""app/question_parse.py: who attended is read from the question's grammar, so short and unseen phrasings are
+"""app/answering/question_parse.py: who attended is read from the question's grammar, so short and unseen phrasings are
 found and questions that only share the words are not (issue 48/49: "Who attended?" got "does not say")."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.question_parse import asks_how_long, asks_who_attended, asks_who_spoke_most
-from app.retrieval import base_form, stems
+from app.answering.question_parse import asks_how_long, asks_who_attended, asks_who_spoke_most
+from app.answering.retrieval import base_form, stems
 
 ATTENDED = ["Who attended?", "Who was there?", "Who joined the call?", "Who participated?",
             "Who were the participants?", "Who was on the call?", "List the attendees.", "Which people joined the sync?",
@@ -53,8 +53,8 @@ def test_how_long_the_meeting_was(question, asked):
 
 
 def test_meeting_level_questions_are_answered_from_the_record():
-    from app.answers import AnswerFinder
-    from app.transcript import Transcript, Turn
+    from app.answering.answers import AnswerFinder
+    from app.text.transcript import Transcript, Turn
 
     meeting = Transcript([Turn("Ana", "Morning all, the agenda has three items and the first is the invoice run.", 0.0, 5.0),
                           Turn("Ben", "Fine.", 5.0, 6.0),
@@ -71,8 +71,8 @@ def test_meeting_level_questions_are_answered_from_the_record():
 def test_a_slide_is_no_attendee():
     """The live path places slides among the turns as "Slide": the helper's new-user try got "Slide, Alice, Bob and
     Carol." for who attended (issue 49)."""
-    from app.answers import AnswerFinder
-    from app.transcript import SLIDE_SPEAKER, Transcript, Turn
+    from app.answering.answers import AnswerFinder
+    from app.text.transcript import SLIDE_SPEAKER, Transcript, Turn
 
     meeting = Transcript([Turn(SLIDE_SPEAKER, "Budget; Pilot: 12,000 dollars", 0.0, 0.0),
                           Turn("Ana", "The pilot costs twelve thousand, and the slides have every figure of it.", 1.0, 5.0),

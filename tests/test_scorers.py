@@ -137,7 +137,7 @@ def test_a_config_entry_puts_a_new_scorer_in_the_cache_plan() -> None:
 
 def _kept_blocks_configured(tmp_path, scorers: str) -> set[int]:
     """Blocks the drop-only cache above keeps when it is built from an app config file's ``kv`` section."""
-    from app.config import load_settings, tiered_cache_config
+    from app.platform.config import load_settings, tiered_cache_config
 
     path = tmp_path / "drop-only.yaml"
     path.write_text("kv:\n  compress: true\n  block_size: 16\n  recent_tokens: 32\n  warm_kinds: []\n"

@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 from scripted_parts import scripted_meeting
 
-from app.config import load_settings
-from app.models import EMBEDDED_ASR, models_dir
-from app.runtime import Runtime
+from app.platform.config import load_settings
+from app.platform.models import EMBEDDED_ASR, models_dir
+from app.live.runtime import Runtime
 from encoders.errors import InputError
 
 
@@ -68,7 +68,7 @@ def test_a_saved_meeting_is_not_overwritten_without_replace(tmp_path, scripted_r
 def test_a_forget_waits_for_the_meeting_being_saved_elsewhere(tmp_path, scripted_runtime):
     """Issue 49 F1: forgetting a source of a meeting that another process is saving must be refused, or that process
     goes on saving under the shredded key and the meeting can no longer be read."""
-    from app.forget import forget_source
+    from app.live.forget import forget_source
 
     live, other = scripted_runtime(_SCRIPT, tmp_path), scripted_runtime(_SCRIPT, tmp_path)
     try:
@@ -97,12 +97,12 @@ def test_one_writer_per_session_id(tmp_path, scripted_runtime):
 def test_a_dead_process_leaves_no_lock(tmp_path, tiny_llm_dir):
     """SIGKILL of the holder: the kernel drops the flock, the name is free at once."""
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from pathlib import Path; from app.store import SessionClaim; "
+        "import sys, time; from pathlib import Path; from app.platform.store import SessionClaim; "
         "claim = SessionClaim(Path(sys.argv[1]), 'crashy'); print('held', flush=True); time.sleep(60)"), str(tmp_path)],
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        from app.store import SessionClaim
+        from app.platform.store import SessionClaim
 
         with pytest.raises(InputError, match=f"pid {holder.pid}"):
             SessionClaim(tmp_path, "crashy")

@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from app.events import LineClosed, SlideShown, WordsCommitted
+from app.live.events import LineClosed, SlideShown, WordsCommitted
 from encoders.errors import InputError
 
 RATE = 16000
@@ -206,7 +206,7 @@ def test_bad_input_is_refused_for_that_request_only(session_parts):
 def test_a_resumed_meetings_cold_blocks_keep_its_source(scripted_runtime, tmp_path):
     """The blocks a resumed meeting holds in its cold tier are tagged with the meeting's source, as they were
     before the save, so forgetting that source reaches them (they were tagged with no source at all)."""
-    from app.transcript import Transcript, Turn
+    from app.text.transcript import Transcript, Turn
     from tests.scripted_parts import scripted_meeting
 
     meeting = scripted_meeting([("SPEAKER_00", "Good morning.")])
@@ -289,7 +289,7 @@ def test_a_worker_failure_ends_the_session_with_a_plain_message(session_parts):
 def test_a_speaker_renamed_by_the_user_keeps_the_name_in_answers_and_after_a_resume(session_parts):
     """The user knows who SPEAKER_01 is: the name holds over what the meeting says, reaches "who" answers, and is
     saved with the meeting; a name already taken, an empty name or an unknown speaker are refused."""
-    from app.transcript import Transcript, Turn
+    from app.text.transcript import Transcript, Turn
 
     runtime, _ = session_parts
     session = runtime.new_session("renamed", source="mic")
@@ -327,8 +327,8 @@ def test_every_committed_word_lands_in_the_commit_latency_histogram_on_metrics(s
     """The histogram counts every word of the meeting (the recent-lags list keeps 2,000), as /metrics shows it."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from app.metrics import Metrics
-    from app.session_speech import LagHistogram
+    from app.platform.metrics import Metrics
+    from app.live.session_speech import LagHistogram
 
     runtime, meeting = session_parts
     session = runtime.new_session("latency")

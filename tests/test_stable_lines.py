@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from threading import RLock
 
-from app.events import SessionOutput
-from app.session_speech import RELABEL_WINDOW_SECONDS, SpeechLines
-from app.transcript import turns_from_words
+from app.live.events import SessionOutput
+from app.live.session_speech import RELABEL_WINDOW_SECONDS, SpeechLines
+from app.text.transcript import turns_from_words
 from encoders.asr import Word
 from encoders.online_diarize import LabelChange
 from encoders.streaming import StreamUpdate

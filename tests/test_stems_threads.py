@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from app.retrieval import stems
+from app.answering.retrieval import stems
 
 TEXT = ("The pilot will cost twelve thousand dollars and the payment company did not sign the contract, "
         "so we cannot test real payments; the customers complained about the onboarding flows ") * 10

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.config import load_settings
-from app.models import EMBEDDED_ASR, models_dir, resolve_model
+from app.platform.config import load_settings
+from app.platform.models import EMBEDDED_ASR, models_dir, resolve_model
 from encoders.asr import Segment, Word
 from encoders.audio import SAMPLE_RATE, load_audio
 from encoders.errors import InputError
@@ -28,7 +28,7 @@ def words(text: str, start: float = 0.0, step: float = 0.5) -> list[Word]:
 
 
 def texts(ws: list[Word]) -> str:
-    """Words joined as app.transcript joins them (Whisper splits "12,000" into "12" ",000")."""
+    """Words joined as app.text.transcript joins them (Whisper splits "12,000" into "12" ",000")."""
     return re.sub(r"\s+([,.;:!?%])", r"\1", " ".join(w.text for w in ws))
 
 

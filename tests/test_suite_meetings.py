@@ -15,11 +15,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from app.answers import AnswerFinder  # noqa: E402
-from app.config import load_settings  # noqa: E402
-from app.models import EMBEDDED_ASR, models_dir  # noqa: E402
-from app.pipeline import transcribe_recording  # noqa: E402
-from app.retrieval import default_embedder  # noqa: E402
+from app.answering.answers import AnswerFinder  # noqa: E402
+from app.platform.config import load_settings  # noqa: E402
+from app.platform.models import EMBEDDED_ASR, models_dir  # noqa: E402
+from app.batch.pipeline import transcribe_recording  # noqa: E402
+from app.answering.retrieval import default_embedder  # noqa: E402
 from bench.suites import meetings  # noqa: E402
 from bench.suites.score import answer_correct  # noqa: E402
 
@@ -88,9 +88,9 @@ def test_answers(transcribed):
 def test_live_session_answers_a_generated_meeting(settings, tmp_path):
     """The same meeting through the live path: streaming ASR, the online diarizer, names, and the session's
     answers (mid-meeting state machinery, KV-cached context) after it ends."""
-    from app.models import EMBEDDED_LLM
-    from app.runtime import Runtime
-    from app.session import replay
+    from app.platform.models import EMBEDDED_LLM
+    from app.live.runtime import Runtime
+    from app.live.session import replay
 
     if not (models_dir(settings.home) / EMBEDDED_LLM / ".minutia-complete").is_file():
         pytest.skip("the embedded LLM is not provisioned (minutia models)")

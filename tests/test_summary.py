@@ -1,4 +1,4 @@
-"""The extractive meeting summary (app/summary.py) and the QMSum bench's split and scoring; no LLM."""
+"""The extractive meeting summary (app/answering/summary.py) and the QMSum bench's split and scoring; no LLM."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.sentences import split_sentences as sentences
-from app.summary import SummarySettings, build_summary, render_markdown, segment_topics
-from app.transcript import Transcript, Turn, load_transcript
+from app.text.sentences import split_sentences as sentences
+from app.answering.summary import SummarySettings, build_summary, render_markdown, segment_topics
+from app.text.transcript import Transcript, Turn, load_transcript
 
 ROOT = Path(__file__).resolve().parent.parent
 STANDUP = ROOT / "samples" / "standup"
@@ -163,13 +163,13 @@ def test_bootstrap_pairs_the_queries_across_methods(bench):
     ("I agree with Bob.", "Mr. Ian Blackford (Ross, Skye and Lochaber, SNP)", "Mr. Ian Blackford agreed with Bob."),
 ])
 def test_a_said_sentence_becomes_a_line_of_minutes(said, speaker, minutes):
-    from app.reported import reported
+    from app.answering.reported import reported
 
     assert reported(said, speaker) == minutes
 
 
 def test_a_summary_about_a_topic_comes_from_that_part_of_the_meeting(two_topics):
-    from app.focused import FocusedSummarizer
+    from app.answering.focused import FocusedSummarizer
 
     summarizer = FocusedSummarizer(two_topics)
     hiring = summarizer.about("the developer interviews", words=40)
@@ -201,8 +201,8 @@ def test_a_query_borrows_the_words_its_passage_uses(two_topics):
     the summary about it follows the passage past the windows that hold the word."""
     from dataclasses import replace
 
-    from app.focused import FocusedSummarizer, FocusSettings
-    from app.summary import content_words
+    from app.answering.focused import FocusedSummarizer, FocusSettings
+    from app.answering.summary import content_words
 
     meeting = _meeting(BUDGET + CHARGING + HIRING + BUDGET)  # enough windows for feedback from three of them
     summarizer = FocusedSummarizer(meeting)
@@ -229,13 +229,13 @@ def test_a_query_borrows_the_words_its_passage_uses(two_topics):
     ("Recap", ""),
 ])
 def test_a_summary_opens_with_what_it_covers(query, line):
-    from app.focused import topic_line
+    from app.answering.focused import topic_line
 
     assert topic_line(query) == line
 
 
 def test_asked_for_a_summary_the_answer_is_minutes_and_cites_its_lines(two_topics):
-    from app.answers import NOT_IN_MEETING, AnswerFinder
+    from app.answering.answers import NOT_IN_MEETING, AnswerFinder
 
     finder = AnswerFinder(two_topics)
     about = finder.answer("Summarize the discussion about the developer interviews.")

@@ -1,4 +1,4 @@
-"""app/transcript_cache.py (issue 49 F4): the cached transcript of a recording is sealed under the master key; a
+"""app/text/transcript_cache.py (issue 49 F4): the cached transcript of a recording is sealed under the master key; a
 file that does not open is a miss, never an error or a wrong transcript."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import stat
 
-from app.config import load_settings
-from app.transcript import Transcript, Turn
-from app.transcript_cache import TranscriptCache, transcript_cache
+from app.platform.config import load_settings
+from app.text.transcript import Transcript, Turn
+from app.text.transcript_cache import TranscriptCache, transcript_cache
 
 SAID = Transcript([Turn("Alice", "Call me on (415) 555-0132 after the review.", 0.0, 3.0)], source="call.ogg")
 

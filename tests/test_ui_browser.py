@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.config import load_settings
-from app.models import EMBEDDED_ASR, EMBEDDED_LLM, models_dir
+from app.platform.config import load_settings
+from app.platform.models import EMBEDDED_ASR, EMBEDDED_LLM, models_dir
 from ui.app import UPLOAD_TYPES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,7 +41,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from app.runtime import Runtime
+    from app.live.runtime import Runtime
     from ui.app import free_port, serve
     from ui.settings import UISettings
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.actions import ActionItem
-from app.assistant import Answer, Citation, MeetingSummary
-from app.session import Slide
-from app.transcript import Transcript, Turn
+from app.answering.actions import ActionItem
+from app.llm.assistant import Answer, Citation, MeetingSummary
+from app.live.session import Slide
+from app.text.transcript import Transcript, Turn
 from encoders.errors import InputError
 from ui import render
 from ui.app import check_upload, is_loopback, serve
@@ -177,8 +177,8 @@ def test_page_actions_per_tab_without_a_meeting(tmp_path, tiny_llm_dir):
     """Settings are per tab and checked when applied; actions with nothing to act on give a message."""
     import gradio as gr
 
-    from app.config import load_settings
-    from app.runtime import Runtime  # loads no model until a session needs one
+    from app.platform.config import load_settings
+    from app.live.runtime import Runtime  # loads no model until a session needs one
     from ui.app import LivePage
     from ui.settings import UISettings
 
@@ -239,7 +239,7 @@ def test_slides_are_exported_with_their_time_image_and_text():
 
 
 def _snapshot(state: str, heard: float, decoded: float):
-    from app.session import SessionSnapshot
+    from app.live.session import SessionSnapshot
 
     return SessionSnapshot(session_id="s", state=state, stream_seconds=heard, transcript=_transcript(), tentative="",
                            slides=[], kv={}, commit_lag=None, error=None, version=1, decoded_seconds=decoded)
@@ -273,7 +273,7 @@ def test_user_messages_hold_no_paths_errnos_or_exception_names(tmp_path):
 
 def test_words_heard_with_low_confidence_are_marked():
     """Issue 49: "we can test real payments" where the speaker said "cannot": the doubtful word is shown as such."""
-    from app.transcript import TranscriptWord
+    from app.text.transcript import TranscriptWord
 
     words = [TranscriptWord("We", 0.0, 0.2, "Bob", 0.92), TranscriptWord("can", 0.2, 0.4, "Bob", 0.31),
              TranscriptWord("test.", 0.4, 0.6, "Bob", 0.97)]

@@ -82,7 +82,7 @@ def clip_untrained():
 
 
 def test_sample_video_folder(gold):
-    from app.pipeline import resolve_input
+    from app.batch.pipeline import resolve_input
 
     assert VIDEO.stat().st_size < 2_000_000
     assert resolve_input(VIDEO_DIR).recording == VIDEO  # one recording per folder
@@ -344,8 +344,8 @@ def test_the_runtime_embeds_slides_only_with_pretrained_weights(tiny_clip_model,
     reads keyframes and text without CLIP; a checkpoint in ``vision.clip_checkpoint`` turns the step on."""
     import torch
 
-    from app.config import load_settings
-    from app.runtime import Runtime
+    from app.platform.config import load_settings
+    from app.live.runtime import Runtime
 
     plain = Runtime(load_settings())
     assert plain.vision_pipeline().embedder is None

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
-from app.transcript import SLIDE_SPEAKER, WRITERS, atomic_write
+from app.text.transcript import SLIDE_SPEAKER, WRITERS, atomic_write
 from encoders.errors import InputError
 from ui import render
 from ui.asked import AskedQuestions
@@ -31,8 +31,8 @@ from ui.player import muted_copy, playable_copy, player_html
 from ui.settings import UISettings, bundled_samples
 
 if TYPE_CHECKING:
-    from app.runtime import Runtime
-    from app.session import MeetingSession, SessionSnapshot
+    from app.live.runtime import Runtime
+    from app.live.session import MeetingSession, SessionSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -279,7 +279,7 @@ class TabFeed:
 
 def _forget_warning(session: MeetingSession, label: str) -> str:
     """What a forget will remove, said before it is done."""
-    from app.lineage import SCREEN
+    from app.live.lineage import SCREEN
 
     snapshot = session.snapshot()
     if label == SCREEN:
@@ -380,7 +380,7 @@ class LivePage:
         key = (model, ratio)
         with self._lock:
             if key not in self._extra_runtimes:
-                from app.runtime import Runtime
+                from app.live.runtime import Runtime
 
                 settings = base.model_copy(update={
                     "llm": base.llm.model_copy(update={"model": model}),
@@ -451,7 +451,7 @@ class LivePage:
 
     @staticmethod
     def _replay(tab: Tab, session: TabFeed, path: Path, speed: float, stop: threading.Event) -> None:
-        from app.session import replay
+        from app.live.session import replay
 
         try:
             replay(session, path, speed=speed, stop=stop, finish=False)
@@ -581,8 +581,8 @@ class LivePage:
 
     @staticmethod
     def _cost(session: MeetingSession, snapshot: SessionSnapshot) -> Any:
-        """The meeting's cost so far at its settings' prices (app/cost.py), or None before it was measured."""
-        from app.cost import Usage, meeting_cost
+        """The meeting's cost so far at its settings' prices (app/platform/cost.py), or None before it was measured."""
+        from app.platform.cost import Usage, meeting_cost
 
         usage = (snapshot.counters or {}).get("usage")
         return meeting_cost(Usage.from_dict(usage), session.settings.cost) if usage else None
@@ -717,8 +717,8 @@ class LivePage:
         they said or showed so far (transcript, slides, the model's memory); the answers that quote them, the summary
         and exported files go; the player keeps the recording up to now with a forgotten speaker's voice muted.
         The slides, the plots and the others' answers stay. Returns (speaker box, status line, chat)."""
-        from app.forget import forget_in_live_meeting
-        from app.lineage import SCREEN, is_screen
+        from app.live.forget import forget_in_live_meeting
+        from app.live.lineage import SCREEN, is_screen
 
         tab = self.tab(request)
         try:
@@ -778,7 +778,7 @@ class LivePage:
 
     def apply_settings(self, model: str, budget_ratio: float, request: gr.Request) -> str:
         """Model and KV budget for this tab's next meeting; a model that cannot be found is refused now."""
-        from app.models import EMBEDDED_LLM, resolve_model
+        from app.platform.models import EMBEDDED_LLM, resolve_model
 
         tab = self.tab(request)
         model = (model or "").strip() or self.runtime.settings.llm.model
@@ -908,7 +908,7 @@ def _save_image(path: Path, image: Any) -> Path:
 
 
 def _empty_transcript():
-    from app.transcript import Transcript
+    from app.text.transcript import Transcript
 
     return Transcript(turns=[])
 
@@ -970,8 +970,8 @@ def serve(
     check_bind(host, allow_remote, auth)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     if runtime is None:
-        from app.config import load_settings
-        from app.runtime import Runtime
+        from app.platform.config import load_settings
+        from app.live.runtime import Runtime
 
         runtime = Runtime(load_settings())
     ui_settings = ui_settings or UISettings()

@@ -26,8 +26,8 @@ def ui(
     llm: Annotated[Optional[str], typer.Option("--llm", help="LLM: 'gemma-3-270m', a local HF folder or a cached hub id")] = None,
 ) -> None:
     """Serve the live meeting page: the bundled sample ready to replay, microphone, webcam, Q&A, KV dashboard."""
-    from app.config import load_settings
-    from app.runtime import Runtime
+    from app.platform.config import load_settings
+    from app.live.runtime import Runtime
     from ui.app import check_bind, serve
 
     auth = ("minutia", share_password) if share_password else None

@@ -1,7 +1,7 @@
 """Pure rendering: session state -> HTML, Markdown, plot tables and gallery items.
 
 No Gradio here, so every view of the page is unit-testable without a browser. Inputs are duck-typed
-on ``app.session.SessionSnapshot`` (transcript, tentative, slides, kv, state, ...).
+on ``app.live.session.SessionSnapshot`` (transcript, tentative, slides, kv, state, ...).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
-from app.summary import render_markdown as render_summary
-from app.transcript import Transcript, format_time
+from app.answering.summary import render_markdown as render_summary
+from app.text.transcript import Transcript, format_time
 
 # Okabe-Ito + extras: distinguishable for colour-blind readers, readable on white.
 SPEAKER_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#8B4513", "#6A3D9A")
@@ -132,7 +132,7 @@ def action_items_markdown(items: Sequence[Any]) -> str:
 
 
 def summary_markdown(summary: Any, action_items: bool = True) -> str:
-    """A MeetingSummary as the Markdown that is both shown and exported (app/summary.py renders it)."""
+    """A MeetingSummary as the Markdown that is both shown and exported (app/answering/summary.py renders it)."""
     return render_summary(summary, action_items=action_items)
 
 
@@ -294,7 +294,7 @@ def kv_stats_markdown(kv: dict, commit_lag: float | None = None, cost: Any = Non
                      f"({kv.get('shadow_questions', 0)} compared)")
     if commit_lag is not None:
         items.append(f"commit lag (speech to transcript): {commit_lag:.1f} s")
-    if cost is not None:  # an app.cost.CostReport
+    if cost is not None:  # an app.platform.cost.CostReport
         hourly = cost.per_meeting_hour
         items.append(f"cost so far: ${cost.total:.4f}" + (f", ${hourly:.3f} per meeting-hour" if hourly else "")
                      + f" (this meeting's share of {cost.cores} cores" + (f" and {cost.gpus} GPUs" if cost.gpus else "")

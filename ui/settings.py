@@ -1,4 +1,4 @@
-"""Settings of the live page (MINUTIA_UI_* in the environment); the meeting settings stay in app.config."""
+"""Settings of the live page (MINUTIA_UI_* in the environment); the meeting settings stay in app.platform.config."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Scoring answers to the questions of a synthetic meeting suite (facts.json, minutia.facts/2).
 
-An answer is correct when, after minutia's transcript normalisation (app/textnorm.py) (digits and number words map
+An answer is correct when, after minutia's transcript normalisation (app/text/textnorm.py) (digits and number words map
 to the same form: "$12,000" and "twelve thousand dollars" both contain "12000"), it contains one
 of the question's keyword forms as whole words (a flat list), or one form of every group (a list
 of lists, used by what_decided). yes_no answers are judged by their polarity. absent questions
@@ -26,9 +26,9 @@ ABSENT_TYPES = ("absent", "figure_not_said")
 
 @lru_cache(maxsize=1)
 def _textnorm():
-    """app/textnorm.py (where minutia's answers normalise too), else the copy in samples/."""
+    """app/text/textnorm.py (where minutia's answers normalise too), else the copy in samples/."""
     try:
-        from app import textnorm
+        from app.text import textnorm
         return textnorm
     except ImportError:
         spec = importlib.util.spec_from_file_location("minutia_textnorm", ROOT / "samples" / "textnorm.py")

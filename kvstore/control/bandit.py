@@ -3,7 +3,7 @@
 Each arm is a number of blocks a decode step reads per KV head (``None``: every resident block, the dense
 read). The reward of an answer is its decode throughput times a quality factor from the shadow signal,
 ``tokens/s x (1 - js_weight x max(0, JS - js_threshold))``, JS being the Jensen-Shannon divergence between the
-sparse read and a dense read of the same step (app/drift.py samples it). The context is what changes which
+sparse read and a dense read of the same step (app/llm/drift.py samples it). The context is what changes which
 arm pays: how many blocks the meeting keeps (a longer meeting makes a dense read dearer). The learning is
 mabwiser's linear Thompson sampling (one ridge model per arm over the context, sampled for each choice);
 every arm is tried once before the model decides.

@@ -1,6 +1,6 @@
 """One session's KV controller: the PID on device memory and the bandit over the decode read.
 
-Stepped by the session loop (app/context.py): :meth:`KVController.after_prefill` after each prefill chunk,
+Stepped by the session loop (app/llm/context.py): :meth:`KVController.after_prefill` after each prefill chunk,
 :meth:`KVController.before_answer` / :meth:`KVController.after_answer` around each answer, and
 :meth:`KVController.set_cap` when the memory the session may use changes (a squeeze: rooms joining the
 process). It replaces the fixed watermark: the cache's budget follows ``budget_share x cap``
@@ -49,7 +49,7 @@ class ArmChoice:
 
 @dataclass(frozen=True)
 class ControllerConfig:
-    """What the controller holds and explores (app/config.py ``kv.controller`` converts to this)."""
+    """What the controller holds and explores (app/platform/config.py ``kv.controller`` converts to this)."""
 
     setpoint: float = 0.85  # share of the device cap the KV bytes are held at
     kp: float = 0.5

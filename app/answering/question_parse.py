@@ -1,0 +1,146 @@
+"""Questions read by their grammar (spaCy's parser and lemmatiser, the en_core_web_sm pipeline the PII detector
+uses): what a question asks for, whatever its words.
+
+The sentence embedder tells questions apart by their content words, so a short question it has not seen ("Who
+attended?", "Who was there?") sits far from every plain way of asking it (0.45-0.54) while a question that only
+shares "meeting" sits close (0.79). The parse says who or what is asked about and by which verb: "Who attended?" is
+a who-subject of *attend* with no other object than the gathering itself.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+log = logging.getLogger(__name__)
+
+# Being at a gathering: a who-subject of these (with no other object than the gathering) asks who attended.
+PRESENCE_VERBS = frozenset({"attend", "participate", "join"})
+# The gathering itself, however it is called.
+GATHERING_NOUNS = frozenset({"meeting", "call", "session", "discussion", "conversation", "sync", "standup",
+                             "stand-up", "huddle", "today", "this"})
+# The people at one.
+ATTENDEE_NOUNS = frozenset({"participant", "attendee"})
+LISTING_VERBS = frozenset({"list", "name", "give"})
+
+
+@functools.lru_cache(maxsize=1)
+def parser():
+    """The English pipeline without its entity recogniser (None, with a warning, where it is not installed)."""
+    try:
+        import spacy
+
+        from app.text.pii import SPACY_MODEL
+
+        return spacy.load(SPACY_MODEL, exclude=["ner"])
+    except (ImportError, OSError) as exc:
+        log.warning("spaCy's English pipeline is not available (%s): questions are read without their grammar", exc)
+        return None
+
+
+@functools.lru_cache(maxsize=4096)
+def parse(question: str):
+    """The parsed question (a spaCy Doc), or None without the pipeline."""
+    nlp = parser()
+    return nlp(" ".join(question.split())) if nlp is not None else None
+
+
+def _objects(verb) -> list:
+    """The nouns a verb acts on: its direct objects and its prepositions' objects."""
+    found = [c for c in verb.children if c.dep_ in ("dobj", "attr", "oprd")]
+    for prep in (c for c in verb.children if c.dep_ == "prep"):
+        found += [c for c in prep.children if c.dep_ == "pobj"]
+    return found
+
+
+def _only_the_gathering(tokens) -> bool:
+    return all(t.lemma_.lower() in GATHERING_NOUNS for t in tokens)
+
+
+def _future(verb) -> bool:
+    return any(c.dep_ == "aux" and c.lemma_.lower() in ("will", "shall") for c in verb.children) or \
+        any(t.lower_ == "going" for t in verb.children)
+
+
+def asks_who_attended(question: str) -> bool:
+    """Whether ``question`` asks who was at the meeting: "Who attended?", "Which people joined the call?", "Who was
+    there?", "Who were the participants?", "List the attendees." Not "Who attended the conference in Berlin?",
+    "Who will join next week?" or "Who left the meeting?"."""
+    doc = parse(question)
+    if doc is None or not len(doc):
+        return False
+    root = next((t for t in doc if t.dep_ == "ROOT"), doc[0])
+    lemma = root.lemma_.lower()
+    if _future(root):
+        return False
+    subjects = [c for c in root.children if c.dep_ in ("nsubj", "nsubjpass", "attr")]
+    asked_who = any(t.lower_ == "who" or (t.lemma_.lower() in ("people", "person") and
+                                          any(d.lower_ in ("which", "what") for d in t.children))
+                    for t in subjects)
+    objects = _objects(root)
+    if any(c.dep_ in ("advmod", "npadvmod") and c.lower_ not in ("there", "today") for c in root.children):
+        return False  # "Who attended remotely / in person / late?" asks for some of them
+    if lemma in PRESENCE_VERBS or (lemma == "take" and any(o.lower_ == "part" for o in objects)):
+        rest = [o for o in objects if o.lower_ != "part"]
+        return asked_who and _only_the_gathering(rest)
+    if lemma == "be":
+        nouns = [t for t in subjects + objects if t.lower_ != "who"]
+        if asked_who and any(c.lower_ == "there" for c in root.children):  # not "Who is there to help with X?"
+            return _only_the_gathering(nouns) and not any(c.dep_ in ("xcomp", "advcl", "ccomp") for c in root.children)
+        present = [c for c in root.children if c.dep_ == "acomp" and c.lemma_.lower() == "present"]
+        if asked_who and present:
+            return _only_the_gathering(nouns + _objects(present[0]))
+        if any(t.lower_ == "who" for t in subjects):
+            people = [t for t in nouns if t.lemma_.lower() in ATTENDEE_NOUNS]
+            if people:  # "Who were the participants (of the meeting)?"
+                return _only_the_gathering([o for p in people for o in _objects(p)])
+            return bool(nouns) and _only_the_gathering(nouns) and any(c.dep_ == "prep" for c in root.children)
+        return False
+    if lemma in LISTING_VERBS and not subjects:  # an imperative: "List the attendees."
+        return any(o.lemma_.lower() in ATTENDEE_NOUNS for o in objects)
+    return False
+
+
+SPEAKING_VERBS = frozenset({"speak", "talk", "say"})
+LENGTH_NOUNS = frozenset({"duration", "length"})
+HOW_LONG_VERBS = frozenset({"be", "last", "take", "run", "go"})
+
+
+def asks_who_spoke_most(question: str) -> str | None:
+    """"most" for "Who spoke the most?", "Who talked most?", "Who did most of the talking?"; "least" for "Who
+    spoke the least?"; None otherwise ("Who said the most about the budget?" asks about the budget)."""
+    doc = parse(question)
+    if doc is None or not len(doc):
+        return None
+    root = next((t for t in doc if t.dep_ == "ROOT"), doc[0])
+    if not any(c.lower_ == "who" and c.dep_ == "nsubj" for c in root.children) or _future(root):
+        return None
+    amount = next((c for c in root.children if c.lower_ in ("most", "least", "more", "less")), None)
+    if amount is None or any(t.lower_ == "or" for t in doc):  # "Who spoke more, Anna or Ben?" compares two
+        return None
+    about = [o for o in _objects(root) + _objects(amount) if o.i != amount.i]
+    if root.lemma_.lower() in SPEAKING_VERBS:
+        if about and not _only_the_gathering(about):
+            return None
+    elif root.lemma_.lower() != "do" or not about or any(o.lemma_.lower() not in ("talking", "speaking") for o in about):
+        return None
+    return "least" if amount.lower_ in ("least", "less") else "most"
+
+
+def asks_how_long(question: str) -> bool:
+    """"How long was the meeting?", "How long did the call last?", "What was the duration of the meeting?" (not
+    "How long will the migration take?" or "How long was the delay?")."""
+    doc = parse(question)
+    if doc is None or not len(doc):
+        return False
+    root = next((t for t in doc if t.dep_ == "ROOT"), doc[0])
+    if _future(root):
+        return False
+    subjects = [c for c in root.children if c.dep_ in ("nsubj", "nsubjpass")]
+    how_long = any(t.lower_ == "long" and any(c.lower_ == "how" for c in t.children) for t in doc)
+    if how_long and root.lemma_.lower() in HOW_LONG_VERBS:
+        return bool(subjects) and _only_the_gathering(subjects)
+    lengths = [t for t in subjects if t.lemma_.lower() in LENGTH_NOUNS]
+    if lengths and root.lemma_.lower() == "be":
+        return _only_the_gathering(_objects(lengths[0])) and bool(_objects(lengths[0]))
+    return False
