@@ -42,10 +42,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import functools
 import json
 import logging
-import math
 import os
 import platform
 import random
@@ -790,7 +788,7 @@ def prepare_minutia(model, ids, meeting: Meeting, budget: float, args, mode: str
 
     from kvstore.annotations import TokenFlag
     from kvstore.attention import MINUTIA_ATTENTION, use_minutia_attention
-    from kvstore.cache import TieredCache
+    from kvstore.factory import build_cache
     from kvstore.manager import KVCacheManager
 
     use_minutia_attention(model)
@@ -803,7 +801,7 @@ def prepare_minutia(model, ids, meeting: Meeting, budget: float, args, mode: str
     else:  # "live": open-ended prefill in small chunks, as words arrive (issue 6)
         settings = minutia_settings(args, budget_ratio=budget, budget_floor_tokens=args.live_floor,
                                     drop_last_resort=True, hysteresis=args.live_hysteresis)
-    cache = TieredCache(config=model.config, settings=settings)
+    cold = None
     if mode in ("cold", "exact"):
         from kvstore.cold import ColdTier
         from kvstore.placement import Tier, TierPlacement, WatermarkController
@@ -811,9 +809,9 @@ def prepare_minutia(model, ids, meeting: Meeting, budget: float, args, mode: str
 
         staging = args.cold_staging_mib << 20
         tiers = {Tier.DEVICE: MemoryStore(tier="device"), Tier.HOST: MemoryStore(tier="host")}
-        cache.attach_cold_tier(ColdTier(TierPlacement(tiers, meeting.name, WatermarkController(staging)),
-                                        recall_top_k=args.cold_top_k, exact_copies=mode == "exact",
-                                        exact_max_blocks=args.exact_max_blocks))
+        cold = ColdTier(TierPlacement(tiers, meeting.name, WatermarkController(staging)),
+                        recall_top_k=args.cold_top_k, exact_copies=mode == "exact", exact_max_blocks=args.exact_max_blocks)
+    cache = build_cache(model.config, settings, cold)
     if args.annotations:
         starts, changes = turn_start_annotations(meeting)
         cache.annotate(starts, TokenFlag.TURN_START)
@@ -936,11 +934,11 @@ def memory_probe(args) -> dict[str, Any]:
             return dynamic_bytes(cache)
     else:
         from kvstore.attention import use_minutia_attention
-        from kvstore.cache import TieredCache
+        from kvstore.factory import build_cache
         from kvstore.layers import TieredLayer
 
         use_minutia_attention(model)
-        cache = TieredCache(config=model.config, settings=minutia_settings(
+        cache = build_cache(model.config, minutia_settings(
             args, budget_ratio=None, budget_bytes=int(args.memory_budget * full_kv_bytes(model, ids.shape[1]))))
         per_layer_peak: dict[int, int] = {}
         original = TieredLayer.compress

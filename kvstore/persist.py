@@ -24,6 +24,7 @@ from transformers.configuration_utils import PreTrainedConfig
 
 from kvstore import block_ids
 from kvstore.cache import TieredCache
+from kvstore.factory import build_cache
 from kvstore.config import TieredCacheConfig
 from kvstore.crypto import EncryptedStore
 from kvstore.layers import SlidingWindowLayer, TieredLayer
@@ -254,8 +255,7 @@ def load_session(store: BlockStore, session: str, config: PreTrainedConfig,
         raise IncompatibleSession(f"session {session!r} was saved with other storage settings (saved, now): {mismatch}")
     if cold_tier_for is not None:
         cold_tier = cold_tier_for(manifest["metadata"])
-    cache = TieredCache(config=config, settings=settings)
-    cache.attach_cold_tier(cold_tier)
+    cache = build_cache(config, settings, cold_tier)
     kinds = ["tiered" if isinstance(layer, TieredLayer) else "sliding" for layer in cache.layers]
     if kinds != [layer["kind"] for layer in manifest["layers"]]:
         raise IncompatibleSession(f"session {session!r} has layers {[l['kind'] for l in manifest['layers']]}, "

@@ -114,6 +114,8 @@ def _machine(settings: Any) -> dict[str, int]:
 
 
 class MeetingSession:
+    """A meeting in this process: a LiveMeeting (app/live/meeting.py) with one worker thread and its parts."""
+
     def __init__(self, runtime: SharedModels, session_id: str, source: str = "live", autosave: bool = False,
                  restored: SavedMeeting | None = None, settings: Any = None) -> None:
         """``settings``: this meeting's (a canary's KV changes, app/platform/canary.py); the runtime's by default."""

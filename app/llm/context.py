@@ -21,7 +21,7 @@ from typing import Any, Iterator
 
 import torch
 
-from app.platform.config import KVSettings, controller_for, tiered_cache_config
+from app.platform.config import KVSettings, controller_for, kv_cache
 from app.llm.drift import AnswerTrace, DriftMonitor, ShadowQuestions
 from app.llm.engine import LLMEngine
 from app.text.pii import PIIDetector, cut_text, mask_text
@@ -109,8 +109,8 @@ class MeetingContext:
             self.cache, self.tokens, self.lines = restored, int(restored.get_seq_length()), restored_lines
             self._attach(cold_tier)
             return
-        self.cache = self._new_cache()
-        self._attach(cold_tier)
+        self.cache = kv_cache(kv, engine.model.config, cold_tier=cold_tier if kv.enabled else None)
+        self._attach(None)
         self.tokens = 0  # tokens in the cache (== cache.get_seq_length())
         self.lines = 0
         tokenizer = engine.tokenizer
@@ -121,15 +121,6 @@ class MeetingContext:
         self._prefill(header_ids, [(0, len(header_ids), "text", 0, [])])
 
     # ------------------------------------------------------------------ cache set-up
-    def _new_cache(self):
-        if not self.kv.enabled:
-            from transformers import DynamicCache
-
-            return DynamicCache(config=self.engine.model.config)
-        from kvstore.cache import TieredCache
-
-        return TieredCache(config=self.engine.model.config, settings=tiered_cache_config(self.kv))
-
     def _attach(self, cold_tier: Any) -> None:
         """Attach the cold tier, and the block manager every promotion, recall and report goes through
         (None for a DynamicCache, which has no blocks)."""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from app.platform.config import CONFIG_DIR, KVSettings, LLMSettings, tiered_cache_config
+from app.platform.config import CONFIG_DIR, KVSettings, LLMSettings, kv_cache
 from encoders.errors import InputError
 from encoders.fair_lock import FairLock
 from kvstore.annotations import EntityFinder, TokenFlag, tokens_in_spans
@@ -134,16 +134,10 @@ class LLMEngine:
         ratio of the tokens seen so far: a ratio enforced from the first prefill chunk on squeezes the
         early context against a tiny budget and drops it for good (bench/kv_quality.py, "ratio" rows).
         """
-        if not self.kv.enabled:
-            from transformers import DynamicCache
-
-            return DynamicCache(config=self.model.config)
-        from kvstore.cache import TieredCache
-
         # a short prompt is not squeezed: the budget never falls below budget_floor_tokens at full precision
         budget_tokens = max(self.kv.budget_ratio * expected_tokens, self.kv.budget_floor_tokens)
         budget_bytes = int(budget_tokens * self.full_kv_bytes_per_token())
-        return TieredCache(config=self.model.config, settings=tiered_cache_config(self.kv, budget_bytes))
+        return kv_cache(self.kv, self.model.config, budget_bytes)
 
     def live_prompts(self) -> "LivePrompts":
         """The answer and summary templates cut at ``{transcript}``, for a meeting held in the KV cache.

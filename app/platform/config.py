@@ -252,6 +252,14 @@ def tiered_cache_config(kv: KVSettings, budget_bytes: int | None = None):
     )
 
 
+def kv_cache(kv: KVSettings, model_config, budget_bytes: int | None = None, cold_tier=None):
+    """The meeting's or the prompt's KV cache from the settings (kvstore.factory.build_cache): the model's own
+    DynamicCache when the KV store is off."""
+    from kvstore.factory import build_cache
+
+    return build_cache(model_config, tiered_cache_config(kv, budget_bytes) if kv.enabled else None, cold_tier)
+
+
 def controller_for(cache, kv: KVSettings):
     """The session's kvstore.control.KVController for ``cache`` (None when it has nothing to do: off, or the cache
     has no device cap and there are no sparsity arms). The one KVSettings -> ControllerConfig conversion."""

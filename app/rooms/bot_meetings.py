@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from app.live.meeting import LiveMeeting
 from app.rooms.mixer import ASR_RATE
 
 if TYPE_CHECKING:
@@ -22,6 +23,9 @@ if TYPE_CHECKING:
     from app.rooms.participants import Participants
     from app.rooms.room_fleet import FleetOptions, RoomFleet
     from app.live.runtime import Runtime
+    from app.live.session import MeetingSession
+    from app.rooms.remote_session import RemoteSession
+    from app.text.transcript import Transcript
 
 log = logging.getLogger("minutia.bot")
 
@@ -29,20 +33,21 @@ log = logging.getLogger("minutia.bot")
 class Meetings(Protocol):
     """What the bot asks of the place its rooms' meetings run."""
 
-    def open(self, room_name: str) -> Any: ...  # a new meeting for a room
+    def open(self, room_name: str) -> LiveMeeting: ...  # a new meeting for a room
 
     # the room's named participants in a session that has heard nothing yet (their names kept, their microphones
     # labelling their words)
-    def install(self, session: Any, participants: "Participants") -> None: ...
+    def install(self, session: LiveMeeting, participants: "Participants") -> None: ...
 
     # 16 kHz audio and who spoke in each 20 ms frame of it (app/rooms/participants.py)
-    def feed(self, session: Any, samples: np.ndarray, frames: list, participants: "Participants") -> None: ...
+    def feed(self, session: LiveMeeting, samples: np.ndarray, frames: list, participants: "Participants") -> None: ...
 
-    def go_on(self, room_name: str, old: Any) -> Any: ...  # new audio after a room's meeting finished
+    def go_on(self, room_name: str, old: LiveMeeting) -> LiveMeeting: ...  # new audio after a room's meeting finished
 
-    def alive(self, session: Any) -> bool: ...  # the session can still take audio
+    def alive(self, session: LiveMeeting) -> bool: ...  # the session can still take audio
 
-    def forget(self, session: Any, speaker: str) -> tuple[Any, Any]: ...  # (the session going on, the report)
+    # (the session going on, the report)
+    def forget(self, session: LiveMeeting, speaker: str) -> tuple[LiveMeeting, Any]: ...
 
     def close(self) -> None: ...
 
@@ -53,14 +58,14 @@ class LocalMeetings:
     def __init__(self, runtime: "Runtime", autosave: bool) -> None:
         self.runtime, self.autosave = runtime, autosave
 
-    def open(self, room_name: str, earlier: Any = None) -> Any:
+    def open(self, room_name: str, earlier: "Transcript | None" = None) -> "MeetingSession":
         """A room's session; ``earlier`` (a transcript) is the meeting so far when a finished room goes on."""
         session = self.runtime.new_session(source=f"webrtc:{room_name}", autosave=self.autosave)
         if earlier is not None and earlier.turns:
             session.add_transcript(earlier)
         return session
 
-    def go_on(self, room_name: str, old: Any):
+    def go_on(self, room_name: str, old: "MeetingSession") -> "MeetingSession":
         """A saved session is resumed from the store (same id, times go on, KV and slides kept); otherwise a new
         session starts from the old one's transcript (its lines are prefilled again)."""
         from encoders.errors import InputError
@@ -77,11 +82,11 @@ class LocalMeetings:
                 log.warning("cannot resume the room's session", extra={"room": room_name, "error": str(exc)})
         return self.open(room_name, old.transcript())
 
-    def install(self, session: Any, participants: "Participants") -> None:
+    def install(self, session: "MeetingSession", participants: "Participants") -> None:
         session.diarizer_for = participants.diarizer
         session.keep_names({name: name for name in participants.names.values()})
 
-    def feed(self, session: Any, samples: np.ndarray, frames: list, participants: "Participants") -> None:
+    def feed(self, session: "MeetingSession", samples: np.ndarray, frames: list, participants: "Participants") -> None:
         participants.queue(frames)  # before the audio: the recogniser's thread may take it at once
         try:
             session.feed_audio(samples, ASR_RATE)
@@ -89,10 +94,10 @@ class LocalMeetings:
             participants.unqueue(len(frames))
             raise
 
-    def alive(self, session: Any) -> bool:
+    def alive(self, session: "MeetingSession") -> bool:
         return session in self.runtime.sessions()
 
-    def forget(self, session: Any, speaker: str):
+    def forget(self, session: "MeetingSession", speaker: str):
         from app.live.forget import forget_in_live_meeting
 
         return forget_in_live_meeting(self.runtime, session, speaker)
@@ -110,29 +115,29 @@ class ClusterMeetings:
 
         self.settings = settings
         self.fleet = fleet if fleet is not None else RoomFleet(settings, options)
-        self.sessions: list = []
+        self.sessions: list["RemoteSession"] = []
 
-    def open(self, room_name: str):
+    def open(self, room_name: str) -> "RemoteSession":
         from app.rooms.remote_session import RemoteSession
 
         session = RemoteSession(self.fleet.open(room_name), self.settings)
         self.sessions.append(session)
         return session
 
-    def go_on(self, room_name: str, old: Any):
+    def go_on(self, room_name: str, old: "RemoteSession") -> "RemoteSession":
         old.go_on()
         return old
 
-    def install(self, session: Any, participants: "Participants") -> None:
+    def install(self, session: "RemoteSession", participants: "Participants") -> None:
         session.keep_names({name: name for name in participants.names.values()})
 
-    def feed(self, session: Any, samples: np.ndarray, frames: list, participants: "Participants") -> None:
+    def feed(self, session: "RemoteSession", samples: np.ndarray, frames: list, participants: "Participants") -> None:
         session.feed_audio(samples, ASR_RATE, frames)
 
-    def alive(self, session: Any) -> bool:
+    def alive(self, session: "RemoteSession") -> bool:
         return session.state != "error"
 
-    def forget(self, session: Any, speaker: str):
+    def forget(self, session: "RemoteSession", speaker: str):
         return session, session.forget(speaker)
 
     def close(self) -> None:

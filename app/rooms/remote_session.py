@@ -31,7 +31,8 @@ log = logging.getLogger(__name__)
 
 
 class RemoteSession:
-    """The bot's view of a meeting hosted by a Ray actor (see the module docstring)."""
+    """The bot's view of a meeting hosted by a Ray actor (see the module docstring): a LiveMeeting
+    (app/live/meeting.py), as a local session is."""
 
     autosave = True  # a room's host always checkpoints to the session store: that is how it survives its node
 
