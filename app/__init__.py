@@ -8,5 +8,5 @@ tests/test_import_layers.py):
 - ``live``: the meeting session and its parts, events, the runtime, forget;
 - ``batch``: recordings to transcripts, batch jobs, exports;
 - ``rooms``: the WebRTC bot and the fleet of rooms;
-- ``cli``: the ``minutia`` command, above them all (``testing`` holds the test peers).
+- ``cli``: the ``minutia`` command, one module per command group, above them all (``testing`` holds the test peers).
 """

@@ -43,6 +43,55 @@ def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate(chunks), dtype=np.float32)
 
 
+_OGG_PAGE = b"OggS"
+_OGG_MAX_PAGE = 27 + 255 + 255 * 255  # header, segment table, payload
+
+
+def cut_off(path: str | Path, decoded_seconds: float | None = None) -> str | None:
+    """Why ``path`` looks cut off (its end missing: a copy or an upload that stopped early), or None when it looks
+    whole or its format cannot tell. Decoders stop quietly at such an end, so a transcript would end there with no
+    word of warning.
+
+    - Ogg: the last page must be whole and mark the end of its stream (RFC 3533's end-of-stream flag).
+    - WAV: the RIFF header's size must fit in the file (0 and 0xFFFFFFFF mean a live writer that never knew it).
+    - Others: the container's own duration, when it states one, must be decoded (``decoded_seconds``), less a second.
+    """
+    path = Path(path)
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        head = f.read(12)
+        if head[:4] == _OGG_PAGE:
+            f.seek(max(0, size - _OGG_MAX_PAGE))
+            tail = f.read()
+            at = tail.rfind(_OGG_PAGE)
+            page = tail[at:]
+            if at < 0 or len(page) < 27 or len(page) < 27 + page[26]:
+                return f"{path.name} looks cut off: it stops in the middle of its last page of sound"
+            length = 27 + page[26] + sum(page[27:27 + page[26]])
+            if length > len(page):
+                return f"{path.name} looks cut off: it stops in the middle of its last page of sound"
+            if not page[5] & 0x04:
+                return f"{path.name} looks cut off: it stops without the mark that ends a whole recording"
+            return None
+        if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
+            declared = int.from_bytes(head[4:8], "little")
+            if declared not in (0, 0xFFFFFFFF) and declared + 8 > size:
+                return f"{path.name} looks cut off: it holds {size:,} of the {declared + 8:,} bytes its header promises"
+            return None
+    if decoded_seconds is None:
+        return None
+    import av
+
+    try:
+        with av.open(str(path)) as container:
+            stated = container.duration / 1_000_000 if container.duration else None
+    except (av.error.FFmpegError, ValueError):
+        return None
+    if stated is not None and decoded_seconds < stated - 1.0:
+        return f"{path.name} looks cut off: {decoded_seconds:.0f} s of its {stated:.0f} s play"
+    return None
+
+
 def check_audio(audio: np.ndarray, sample_rate: int) -> np.ndarray:
     """Validate the in-memory convention once, so encoders can fail with one clear line."""
     if sample_rate <= 0:

@@ -125,7 +125,7 @@ def test_app_floors_import_only_the_floors_below_them():
 
 
 def test_every_app_module_stands_on_a_floor():
-    loose = sorted(m for m in _modules("app") if m not in ("app", "app.cli") and not m.startswith("app.testing")
+    loose = sorted(m for m in _modules("app") if m != "app" and not m.startswith(("app.cli", "app.testing"))
                    and _floor(m) is None)
     assert loose == []
 

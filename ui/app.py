@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import gradio as gr
 
 from app.text.transcript import SLIDE_SPEAKER, WRITERS, atomic_write
+from encoders.audio import cut_off
 from encoders.errors import InputError
 from ui import render
 from ui.asked import AskedQuestions
@@ -428,6 +429,8 @@ class LivePage:
                 pace = "as fast as it goes" if float(speed) == 0 else (
                     "at real speed" if float(speed) == 1 else f"at {float(speed):g} times real speed")
                 tab.notice = f"replaying {name} {pace}"
+                if upload and (why := cut_off(path)) is not None:  # the replay would just stop early, unsaid
+                    tab.notice += f" ({why})"
             threading.Thread(target=self._prepare_player, args=(tab, session, path), daemon=True).start()
         except Exception as exc:
             return self._fail(tab, exc), []

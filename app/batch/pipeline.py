@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from app.platform.config import Settings
@@ -20,7 +21,7 @@ from app.text.transcript import (
     turns_from_words,
 )
 from encoders.asr import Transcriber, TranscribeOptions
-from encoders.audio import SAMPLE_RATE, load_audio
+from encoders.audio import SAMPLE_RATE, cut_off, load_audio
 from encoders.diarize import assign_speakers, make_diarizer
 from encoders.errors import InputError
 from encoders.vad import detect_speech
@@ -98,6 +99,9 @@ class Recogniser:
             raise InputError(f"{path} is empty")
         audio = load_audio(path, SAMPLE_RATE)
         duration = len(audio) / SAMPLE_RATE
+        if (why := cut_off(path, duration)) is not None:  # decoders stop quietly where a cut-off file ends
+            console.print(f"[yellow]warning:[/] {escape(why)}; transcribing the {duration:.0f} s there are",
+                          soft_wrap=True)
         regions = detect_speech(audio, SAMPLE_RATE)
         if not regions:
             raise InputError(f"no speech found in {path} ({duration:.1f} s of audio)")

@@ -1,0 +1,202 @@
+"""Commands on a recording or a transcript: models, transcribe, summarize, ask, demo, batch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markdown import Markdown
+from rich.markup import escape
+
+from app.cli.common import (
+    ASROpt,
+    ConfigOpt,
+    DiarOpt,
+    HotwordsOpt,
+    JsonOpt,
+    LLMOpt,
+    OutOpt,
+    SpeakersOpt,
+    _formats,
+    _out_dir,
+    _settings,
+    _stem,
+    app,
+    err,
+    out,
+    print_answer,
+)
+from app.platform.config import Settings
+from encoders.errors import InputError
+
+
+@app.command()
+def models(config: ConfigOpt = None) -> None:
+    """Provision the embedded default models (idempotent)."""
+    from app.platform.models import describe, provision
+
+    settings = _settings(config)
+    for model in provision(settings.home):
+        info = describe(model.path)
+        state = "provisioned" if model.created else "already present"
+        err.print(f"[green]{model.name}[/]: {state} at {model.path} ({info['bytes'] / 1e6:.0f} MB)")
+    from kernels import cpu_decode
+
+    with err.status("building the fused CPU decode kernel (once per machine)"):
+        built = cpu_decode.available()
+    if built:
+        err.print("[green]CPU decode kernel[/]: ready")
+    else:
+        err.print(f"[yellow]CPU decode kernel[/]: not built ({cpu_decode.build_error()}); decoding uses the torch reference")
+
+
+@app.command()
+def transcribe(
+    recording: Annotated[Path, typer.Argument(help="wav, mp3, m4a, mp4, webm, ogg ... or a folder with one")],
+    out_dir: OutOpt = None,
+    formats: Annotated[str, typer.Option(help="comma-separated: json,srt,vtt,md")] = "json,srt,vtt,md",
+    config: ConfigOpt = None, asr_model: ASROpt = None, diarization_model: DiarOpt = None,
+    num_speakers: SpeakersOpt = None, hotwords: HotwordsOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Recording -> speaker-attributed transcript with word times (JSON, SRT, VTT, Markdown)."""
+    from app.batch.exports import write_transcript
+    from app.batch.pipeline import load_meeting, resolve_input
+    from app.text.transcript import WRITERS, to_json
+
+    wanted = _formats(formats)
+    if not wanted:
+        raise InputError(f"unknown format(s) (none); choose from {', '.join(WRITERS)}")
+    settings = _settings(config, asr=asr_model, diar=diarization_model, speakers=num_speakers, hotwords=hotwords)
+    if resolve_input(recording).recording is None:
+        raise InputError(f"{recording} is not a recording")
+    folder = _out_dir(out_dir, recording)
+    transcript, written = write_transcript(
+        load_meeting(recording, settings, err), settings, folder, f"{_stem(recording)}.transcript", wanted)
+    if as_json:
+        print(to_json(transcript), end="")
+        return
+    for index, turn in enumerate(transcript.turns):
+        from app.text.transcript import turn_label
+
+        out.print(f"[dim]{turn_label(index, turn)}[/] [bold]{turn.speaker}[/]: {turn.text}")
+    err.print(f"[green]wrote[/] {', '.join(str(p) for p in written)}")
+
+
+def _assistant(settings: Settings):
+    from app.llm.assistant import Assistant
+    from app.llm.engine import LLMEngine
+
+    with err.status(f"loading the LLM ({settings.llm.model})"):
+        return Assistant(LLMEngine.from_settings(settings.llm, settings.home, settings.kv))
+
+
+@app.command()
+def summarize(
+    meeting: Annotated[Path, typer.Argument(help="a recording, a transcript (minutia JSON, QMSum JSON, text) or a folder")],
+    out_dir: OutOpt = None, config: ConfigOpt = None, llm: LLMOpt = None, asr_model: ASROpt = None,
+    diarization_model: DiarOpt = None, num_speakers: SpeakersOpt = None, hotwords: HotwordsOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Summary, decisions and action items (owner, task, due date) as Markdown and JSON."""
+    from app.batch.exports import for_the_model, write_summary
+    from app.batch.pipeline import load_meeting
+
+    settings = _settings(config, llm, asr_model, diarization_model, num_speakers, hotwords)
+    folder, stem = _out_dir(out_dir, meeting), _stem(meeting)
+    transcript = for_the_model(load_meeting(meeting, settings, err), settings)
+    assistant = _assistant(settings)
+    with err.status("summarising"):
+        summary = assistant.summarize(transcript)
+    markdown, payload, _ = write_summary(summary, transcript.source, settings, folder, stem)
+    if as_json:
+        print(payload, end="")
+    else:
+        out.print(Markdown(markdown))
+        err.print(f"[green]wrote[/] {folder / f'{stem}.summary.md'}, {folder / f'{stem}.summary.json'}")
+
+
+@app.command()
+def ask(
+    meeting: Annotated[Path, typer.Argument(help="a recording, a transcript or a folder")],
+    question: Annotated[str, typer.Argument(help="the question")],
+    config: ConfigOpt = None, llm: LLMOpt = None, asr_model: ASROpt = None,
+    diarization_model: DiarOpt = None, num_speakers: SpeakersOpt = None, hotwords: HotwordsOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Answer a question about a meeting, citing the turns (times, speakers) it rests on."""
+    from app.answering.questions import checked_question
+    from app.batch.exports import for_the_model
+    from app.batch.pipeline import load_meeting
+
+    question = checked_question(question)  # before the meeting is read: a bad question fails at once
+    settings = _settings(config, llm, asr_model, diarization_model, num_speakers, hotwords)
+    transcript = for_the_model(load_meeting(meeting, settings, err), settings)
+    assistant = _assistant(settings)
+    with err.status("thinking"):
+        answer = assistant.ask(transcript, question)
+    if as_json:
+        print(json.dumps(answer.to_dict(), indent=2, ensure_ascii=False))
+        return
+    print_answer(answer)
+
+
+@app.command()
+def demo(config: ConfigOpt = None, out_dir: OutOpt = None) -> None:
+    """Run the batch path on the bundled sample: transcript, summary, action items, one answer."""
+    sample = Path(__file__).resolve().parents[2] / "samples" / "standup"
+    target = out_dir or Path("out") / "demo"
+    err.rule("[bold]1. transcript with speakers")
+    transcribe(sample, out_dir=target, config=config)
+    err.rule("[bold]2. summary and action items")
+    summarize(sample, out_dir=target, config=config)
+    question = "How much will the pilot cost?"
+    err.rule(f"[bold]3. question: {question}")
+    ask(sample, question, config=config)
+
+
+@app.command()
+def batch(
+    inputs: Annotated[list[Path], typer.Argument(help="recordings, or folders searched for recordings")],
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="output folder: one sub-folder per recording, manifest.json, index.jsonl, report.json")] = Path("out/batch"),
+    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="a running Ray cluster: 'auto' or HOST:PORT (default: a local Ray runtime for this run)")] = None,
+    workers: Annotated[Optional[int], typer.Option(help="worker processes, each with its own models (default: the cluster's CPUs / --cpus-per-worker)")] = None,
+    cpus_per_worker: Annotated[int, typer.Option(help="CPUs Ray reserves for each worker (its threads)")] = 1,
+    retries: Annotated[int, typer.Option(help="retries of a recording whose worker died or hit an unexpected error")] = 1,
+    summaries: Annotated[bool, typer.Option("--summaries/--no-summaries", help="also write each recording's summary and action items")] = True,
+    formats: Annotated[str, typer.Option(help="transcript formats, comma-separated: json,srt,vtt,md")] = "json,srt,vtt,md",
+    config: ConfigOpt = None, llm: LLMOpt = None, asr_model: ASROpt = None, diarization_model: DiarOpt = None,
+    num_speakers: SpeakersOpt = None, hotwords: HotwordsOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Many recordings at once on Ray: transcripts, speakers, summaries and a search index; a rerun skips what is finished."""
+    from rich.table import Table
+
+    from app.batch.cluster import BatchOptions, run_batch
+    from app.batch.jobs import find_jobs
+
+    wanted = _formats(formats)
+    if "json" not in wanted:
+        wanted.insert(0, "json")  # the index and a rerun's checks read it
+    settings = _settings(config, llm, asr_model, diarization_model, num_speakers, hotwords)
+    jobs = find_jobs(inputs)
+    folder = _out_dir(out_dir, out_dir)
+    options = BatchOptions(folder, ray_address, workers, cpus_per_worker, retries, summaries, wanted)
+    report = run_batch(jobs, settings, options, err)
+    data = report.to_dict()
+    if as_json:
+        print(json.dumps(data, indent=2, ensure_ascii=False))
+    else:
+        table = Table("recording", "status", "audio", "speakers", "seconds", "note")
+        for job in data["jobs"]:
+            note = job.get("error") or ("finished in an earlier run" if job["status"] == "skipped" else "")
+            audio = f"{job['duration']:.0f} s" if job.get("duration") else ""
+            table.add_row(escape(job["name"]), job["status"], audio, str(len(job.get("speakers") or [])) if job["status"] == "done" else "",
+                          f"{job['seconds']:.1f}" if job.get("seconds") else "", escape(note))
+        out.print(table)
+        rate = data["recording_hours_per_wall_hour"]
+        err.print(f"[green]{data['done']} done[/], {data['skipped']} skipped, [red]{data['failed']} failed[/] "
+                  f"in {data['wall_seconds']:.0f} s on {data['workers']} worker(s)"
+                  + (f"; {rate:.2f} recording-hours per hour" if rate else "") + f"; report: {folder / 'report.json'}")
+    if data["failed"]:
+        raise typer.Exit(1)
