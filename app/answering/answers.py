@@ -20,7 +20,7 @@ import math
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from app.answering.actions import ActionItem, Decision, extract_action_items, extract_decisions
 from app.text.entities import Entity, find_entities, merge_date_time
@@ -93,7 +93,16 @@ class Answer:
 
 
 # (question, evidence sentences) -> (the model's answer text, confidence 0-1), or None if it has none.
-Generate = Callable[[str, Sequence[Sentence]], "tuple[str, float] | None"]
+Generate = Callable[[str, Sequence[Sentence]], "Reading | tuple[str, float] | None"]
+
+
+class Reading(NamedTuple):
+    """What a reader (the LLM) made of the evidence: its answer, how sure it was (0-1), and how many parts of the
+    transcript it read to give it (1: the whole in one pass)."""
+
+    text: str
+    confidence: float
+    parts: int = 1
 
 
 @dataclass(frozen=True)
@@ -185,9 +194,10 @@ class AnswerFinder:
             found = by_type.get(q.type, self._free_form)(q, hits)
         if found is None:
             found = self._free_form(q, hits)
-        text, evidence = found
+        text, evidence, *read = found  # a free-form answer also says how many parts its reader read
         confidence = round(max(h.score for h in hits), 3)
-        return Answer(q.text, _no_repeats(text), [self._cite(s) for s in evidence], 1, confidence, q.type.value)
+        return Answer(q.text, _no_repeats(text), [self._cite(s) for s in evidence], read[0] if read else 1, confidence,
+                      q.type.value)
 
     def _chosen(self, q: Question, hits: list[Hit]) -> Answer | None:
         """A question offering options ("blue or green?"): the option the best line naming one settles on
@@ -439,24 +449,26 @@ class AnswerFinder:
         negated = bool(_NEGATION.search(sentence.text)) != asked_negated
         return ("No." if negated else "Yes."), [sentence]
 
-    def _free_form(self, q: Question, hits: list[Hit]) -> tuple[str, list[Sentence]]:
+    def _free_form(self, q: Question, hits: list[Hit]) -> tuple[str, list[Sentence], int]:
         evidence = [self.sentences[h.index] for h in self._competing(hits)][:3]
         readable = [s for s in evidence if not speaks_to_the_model(s.text)]  # quoted, never acted on
+        parts = 1  # of the transcript, that a reader read (its answer kept or not)
         if self.generate is not None and readable:
             evidence = readable
             generated = self.generate(q.text, evidence)
             if generated is not None:
-                text = generated[0].strip()
+                reading = Reading(*generated)
+                text, parts = reading.text.strip(), reading.parts
                 said = set(stems(" ".join(s.text for s in evidence)))
                 # What the answer adds to the question must come from the lines: an answer that only restates
                 # the question ("The one in charge of X is the one in charge of X") says nothing.
                 words = set(stems(text)) - set(stems(q.text))
                 if text and words and len(words & said) / len(words) >= 0.5:
-                    return text, [s for s in evidence if set(stems(s.text)) & words] or evidence[:1]
+                    return text, [s for s in evidence if set(stems(s.text)) & words] or evidence[:1], parts
         # No reader's answer: the best lines themselves, in the order they were said. On real meetings the best
         # line holds the answer far less often than the best two do (docs/benchmarks.md, issue 48).
         quoted = sorted(evidence[:self.options.answer_lines], key=lambda s: (s.start or 0.0, s.turn_index))
-        return " ".join(_tidy(s.text) or s.text for s in quoted), quoted
+        return " ".join(_tidy(s.text) or s.text for s in quoted), quoted, parts
 
     def _summary_about(self, q: Question, confidence: float) -> Answer:
         """A passage, not a fact: the meeting's part about the focus words, as a few lines of minutes."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from app.answering.answers import Answer, AnswerFinder
+from app.answering.answers import Answer, AnswerFinder, Reading
 from app.llm.assistant import Assistant, MeetingSummary
 from app.llm.context import ContextLine, MeetingContext, confidence
 from app.answering.rerank import default_reranker
@@ -76,7 +76,7 @@ class MeetingQuestions:
         return Transcript([self._masked[key(t)] for t in transcript.turns], transcript.source, transcript.duration)
 
     def _model_answer(self, transcript: Transcript, question: str,
-                      evidence: Sequence[Sentence]) -> tuple[str, float] | None:
+                      evidence: Sequence[Sentence]) -> Reading | None:
         """The model's answer from the meeting's KV cache, the evidence lines repeated after it."""
         context = self._context()
         engine = context.engine
@@ -87,13 +87,12 @@ class MeetingQuestions:
         try:
             generation = context.generate(suffix, 48, stop=("\n",), focus=self._focus(evidence))
         except InputError:  # the meeting outgrew the model's positions: read the transcript instead
-            found = Assistant(engine).model_answer(transcript, question, evidence)
-            return None if found is None else found[:2]
+            return Assistant(engine).model_answer(transcript, question, evidence)
         with self._lock:
             self.ttfts.append(generation.time_to_first_token)
             self.ttfts = self.ttfts[-200:]
         text = engine.prompts.answer_from(generation.text)
-        return None if text is None else (text, confidence(generation))
+        return None if text is None else Reading(text, confidence(generation))
 
     def _lines_for_retrieval(self, transcript: Transcript) -> Transcript:
         """Spoken turns and slides, in time order, as one list of turns to rank against a question."""

@@ -8,9 +8,10 @@ answered by app/answering/answers.py, which cites the sentences each answer rest
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Sequence
 
-from app.answering.answers import Answer, AnswerFinder, Citation  # noqa: F401  (Answer, Citation: the app's answer types)
+from app.answering.answers import Answer, AnswerFinder, Citation, Reading  # noqa: F401  (Answer, Citation: the app's answer types)
 from app.llm.engine import LLMEngine, join_example
 from app.answering.questions import checked_question
 from app.answering.rerank import default_reranker
@@ -57,18 +58,8 @@ class Assistant:
     def ask(self, transcript: Transcript, question: str) -> Answer:
         """Answer from the meeting (app/answering/answers.py); the model writes only free-form answers."""
         question = self._fits(checked_question(question))
-        parts: list[int] = [1]
-
-        def generate(q: str, evidence: Sequence[Sentence]) -> tuple[str, float] | None:
-            found = self.model_answer(transcript, q, evidence)
-            if found is None:
-                return None
-            text, confidence, parts[0] = found
-            return text, confidence
-
-        answer = AnswerFinder(transcript, default_embedder(), generate, reranker=default_reranker()).answer(question)
-        answer.parts = parts[0]
-        return answer
+        read = partial(self.model_answer, transcript)
+        return AnswerFinder(transcript, default_embedder(), read, reranker=default_reranker()).answer(question)
 
     def _fits(self, question: str) -> str:
         """The question, when it leaves the model room for the meeting's lines (a model with a short context)."""
@@ -79,7 +70,7 @@ class Assistant:
             )
         return question
 
-    def model_answer(self, transcript: Transcript, question: str, evidence: Sequence[Sentence]) -> tuple[str, float, int] | None:
+    def model_answer(self, transcript: Transcript, question: str, evidence: Sequence[Sentence]) -> Reading | None:
         """The model's answer (text, confidence, parts read): from the evidence's turns for a small model
         (``answer_context_turns``), from the whole transcript (map-reduce past the context) otherwise."""
         template = join_example(self.prompts.example, self.prompts.answer.replace("{question}", question))
@@ -98,7 +89,7 @@ class Assistant:
         if not candidates:
             return None
         logprob, text = max(candidates)
-        return text, round(math.exp(logprob), 3), len(bodies)
+        return Reading(text, round(math.exp(logprob), 3), len(bodies))
 
     # ------------------------------------------------------------------ summaries
     def summarize(self, transcript: Transcript) -> MeetingSummary:
