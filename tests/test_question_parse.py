@@ -79,3 +79,56 @@ def test_a_slide_is_no_attendee():
                           Turn("Ben", "Fine.", 5.0, 6.0)])
     assert AnswerFinder(meeting).answer("Who attended?").text == "Ana and Ben."
     assert AnswerFinder(meeting).answer("Who spoke the least?").text.startswith("Ben")
+
+
+@pytest.mark.parametrize("question, events", [
+    ("When does the harvest begin?", ["begin"]),
+    ("When will the fence be painted?", ["paint"]),  # the passive's verb
+    ("When is the bake sale?", []),  # only the subject says the event
+    ("When does the roof need to be repaired?", ["repair"]),  # past the light verb
+    ("When will Ravi come back?", ["come back"]),  # a phrasal verb keeps its particle
+    ("Which day is pencilled in for the barn dance?", []),  # scheduling is no event
+    ("When was the new price mentioned?", []),  # nor is saying: everything in a meeting is said
+    ("When does the orchard trip depart?", ["depart"]),  # tagged a noun, but it has an auxiliary
+])
+def test_the_events_a_question_names(question, events):
+    from app.answering.question_parse import asked_events
+
+    assert asked_events(question) == events
+
+
+@pytest.mark.parametrize("sentence, date, event", [
+    ("I will rent the coach by Monday, May 4th.", "Monday, May 4th", ("rent", ("coach",))),
+    ("The cider tasting begins on Saturday, May 16th.", "Saturday, May 16th", ("begin", ())),
+    ("My part: sort the seeds, finished by Friday, June 12th.", "Friday, June 12th", ("finish", ())),
+    ("The barn dance is on Friday, June 5th.", "Friday, June 5th", None),  # only "is" holds it
+    ("I'll have it done by Friday, May 8th.", "Friday, May 8th", None),
+])
+def test_the_event_a_date_is_said_of(sentence, date, event):
+    from app.answering.question_parse import date_event
+
+    at = sentence.index(date)
+    assert date_event(sentence, at, at + len(date)) == event
+
+
+def test_a_date_answers_only_the_event_it_is_said_of():
+    """After Carol was forgotten, "When does the pilot start?" got the test plan's date from Alice's line about the
+    pilot (issue 49 F5): a date held by another event acting on something else ("rent the coach") answers no other
+    question; a date held by a light verb, by a verb acting on nothing, by the asked verb or one close in meaning
+    does; when every date is another event's, the meeting does not say."""
+    from app.answering.answers import NOT_IN_MEETING, AnswerFinder
+    from app.answering.retrieval import default_embedder
+    from app.text.transcript import Transcript, Turn
+
+    meeting = Transcript([
+        Turn("Ana", "For the orchard trip, I will rent the coach by Monday, May 4th.", 0.0, 6.0),
+        Turn("Ben", "I can print the maps. I'll have it done by Friday, May 8th.", 6.0, 12.0),
+        Turn("Ana", "The cider tasting begins on Saturday, May 16th.", 12.0, 17.0),
+        Turn("Ben", "My part: sort the seeds, finished by Friday, June 12th.", 17.0, 22.0),
+    ], source="t")
+    finder = AnswerFinder(meeting, default_embedder())
+    assert finder.answer("When does the orchard trip depart?").text == NOT_IN_MEETING  # only the coach's date
+    assert finder.answer("When will the coach be rented?").text == "Monday, May 4th"
+    assert finder.answer("By what date will the maps be printed?").text == "Friday, May 8th"
+    assert finder.answer("When does the cider tasting start?").text == "Saturday, May 16th"  # begins ~ start
+    assert finder.answer("By what day should someone sort the seeds?").text == "Friday, June 12th"  # finishing it

@@ -28,6 +28,7 @@ from app.answering.focused import FocusedSummarizer, FocusedSummary
 from app.answering.choice import alternatives, choose
 from app.answering.injection import speaks_to_the_model
 from app.answering.meeting_record import MeetingAsk, attendees, duration, leader, meeting_ask, purpose, spoke_most
+from app.answering.question_parse import asked_events, date_event
 from app.answering.questions import STOPWORDS, Question, QuestionType, content_words, parse_question, split_questions, topic_words
 from app.answering.rerank import Reranker
 from app.answering.retrieval import Embedder, Hit, SentenceIndex, stems
@@ -130,6 +131,13 @@ _COURTESY = frozenset("thanks thank thx please pls sorry hi hey hello morning af
                       "great ok okay first second third things thing questions question quick".split())
 
 
+# A verb this close to an asked one (MiniLM cosine) names the same event: start~begin 0.84, start~launch 0.63,
+# finish~complete 0.57, send~email 0.58; but start~write 0.29, start~cost 0.25, start~decide 0.39.
+SAME_EVENT = 0.55
+# _entity's answer when every date it found is the time of another event than the one asked.
+_OTHER_EVENTS = object()
+
+
 class AnswerFinder:
     """One meeting's sentences, indexed once; answers any number of questions about it."""
 
@@ -188,6 +196,8 @@ class AnswerFinder:
             # without it ("the new customer website" for "how much does the website cost?") is no answer. (A
             # "when" is often said without a date - "after the launch" - so that falls back to the best line.)
             found = self._entity(q, hits)
+            if found is _OTHER_EVENTS:  # "When does the pilot start?", where only the test plan for it has a date
+                return Answer(q.text, NOT_IN_MEETING, [], 1, 0.0, q.type.value)
             if found is None and q.type in _ONLY_A_FIGURE and _ASKS_A_FIGURE.search(q.text):
                 return Answer(q.text, NOT_IN_MEETING, [], 1, 0.0, q.type.value)
         else:
@@ -310,6 +320,22 @@ class AnswerFinder:
         return [h for h in hits if h.score >= self.options.near_best * best]
 
     # ------------------------------------------------------------------ by type
+    def _same_event(self, asked: list[str], held: tuple[str, tuple[str, ...]] | None) -> bool:
+        """Whether a date held by an event (question_parse.date_event) answers a question whose events and words are
+        ``asked``: only another event acting on something else refuses it ("write the test plan by Wednesday" for
+        "When does the pilot start?"). No event of its own, one acting on nothing ("finished by Friday"), one of the
+        asked in any form ("starts"), or one close in meaning ("begin" for "start") keeps it."""
+        if held is None or not asked:
+            return True
+        said, acts_on = held
+        asked_stems = set(stems(" ".join(asked)))
+        if not acts_on or set(stems(said)) & asked_stems or set(stems(" ".join(acts_on))) & asked_stems:
+            return True
+        if self.index.embedder is None:
+            return True  # no way to tell meanings apart: not reason enough to refuse the date
+        vectors = self.index.embedder.embed([said, *asked])
+        return float((vectors[1:] @ vectors[0]).max()) >= SAME_EVENT
+
     def _coverage(self, q: Question, sentence: Sentence, context_weight: float = 0.5, frame_weight: float = 0.5) -> float:
         """How much of the question the sentence says: its focus stems fully, the words that frame the question
         ("start", "cost") at ``frame_weight``; a stem only in the sentence's context counts ``context_weight``."""
@@ -322,7 +348,7 @@ class AnswerFinder:
         said = sum(w * (1.0 if f in own else context_weight if f in context else 0.0) for f, w in weights.items())
         return said / sum(weights.values())
 
-    def _entity(self, q: Question, hits: list[Hit]) -> tuple[str, list[Sentence]] | None:
+    def _entity(self, q: Question, hits: list[Hit]) -> "tuple[str, list[Sentence]] | object | None":
         """The wanted kind of entity from the sentences that best cover the question (a better-covering sentence
         beats a preferred kind: "the time to hire is 44 days" answers a metric question though not a percentage).
 
@@ -333,19 +359,28 @@ class AnswerFinder:
         asks_past = bool(_PAST.search(q.text))
         wanted = _wanted(q)
         is_price = _price_check(q)
-        found = []
+        # a date answers the event it is said of: not the test plan's date for "When does the pilot start?"
+        events = asked_events(q.text) if q.type is QuestionType.WHEN else []
+        found, other_events = [], 0
         for hit in hits:
             sentence = self.sentences[hit.index]
             if sentence.text.endswith("?"):
                 continue
             entities = [e for e in merge_date_time(sentence.text, find_entities(sentence.text))
                         if e.kind in wanted and is_price(e)]
+            if events and entities:
+                asked = events + content_words(q.text)  # the tagger may take the asked verb for a noun
+                kept = [e for e in entities if self._same_event(asked, date_event(sentence.text, e.start, e.end))]
+                other_events += len(entities) > len(kept)
+                entities = kept
             if entities:
                 rank = min(wanted.index(e.kind) for e in entities)
                 entities = [e for e in entities if wanted.index(e.kind) == rank]
                 found.append((round(self._coverage(q, sentence), 2), -rank, hit, sentence, entities))
+        if other_events:  # a date was another event's: what is left must say something of what is asked
+            found = [f for f in found if self._coverage(q, f[3], context_weight=0.0) > 0]
         if not found:
-            return None
+            return _OTHER_EVENTS if other_events else None
         if q.type is QuestionType.HOW_MUCH and _ASKS_COST.search(q.text):
             # A bare number answers a price only where no line gives an amount of money (the recogniser may drop
             # "dollars"); a slide's "5" read from "5% discount" loses to "12,000 dollars" however well it covers.

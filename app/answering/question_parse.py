@@ -144,3 +144,66 @@ def asks_how_long(question: str) -> bool:
     if lengths and root.lemma_.lower() == "be":
         return _only_the_gathering(_objects(lengths[0])) and bool(_objects(lengths[0]))
     return False
+
+
+# Verbs that carry no event of their own: being, having, scheduling and saying ("When is the launch?", "Which day is
+# pencilled in for it?", "What date did they give?", "When was it mentioned?"); the event is what they are about.
+LIGHT_VERBS = frozenset({"be", "do", "have", "happen", "occur", "take", "go", "get", "plan", "schedule", "reschedule",
+                         "set", "expect", "need", "want", "suppose", "give", "make", "hold", "put", "book", "fall",
+                         "pencil", "move", "promise", "agree", "decide", "fix", "say", "report", "mention", "tell",
+                         "state", "note", "announce", "discuss", "will", "can", "could", "should", "would", "must"})
+# The adverbs that make a phrasal verb ("come back", "set up"), which the parser sometimes tags as modifiers.
+_PARTICLES = frozenset({"back", "up", "out", "off", "over", "down", "away", "on"})
+
+
+def _is_verb(token) -> bool:
+    """A verb, or a word with an auxiliary, whatever the tagger says ("When does the trip depart?": NOUN)."""
+    return token.pos_ in ("VERB", "AUX") or any(c.dep_ == "aux" for c in token.children)
+
+
+def _event(verb) -> str | None:
+    """The verb's lemma with any particle ("come back"), or None for a light verb with none."""
+    particle = next((c.lower_ for c in verb.children if c.dep_ == "prt"
+                     or c.dep_ == "advmod" and c.lower_ in _PARTICLES), None)
+    lemma = verb.lemma_.lower()
+    if lemma in LIGHT_VERBS:
+        return None
+    return f"{lemma} {particle}" if particle else lemma
+
+
+def asked_events(question: str) -> list[str]:
+    """The events a question names by its verbs ("When does the pilot start?" -> ["start"], "When did they promise
+    to clear out the bins by?" -> ["clear out"], "When will he come back?" -> ["come back"]); [] where only light
+    verbs speak ("When is the release?", "Which day is pencilled in for the drill?")."""
+    doc = parse(question)
+    if doc is None:
+        return []
+    # a participle describing a noun ("the shared data") names no event
+    return list(dict.fromkeys(e for t in doc if _is_verb(t) and t.dep_ not in ("amod", "compound")
+                              and (e := _event(t)) is not None))
+
+
+def date_event(sentence: str, start: int, end: int) -> tuple[str, tuple[str, ...]] | None:
+    """The event a date said at ``sentence[start:end]`` is the time of, and what that event acts on: the first verb
+    above the date that is not light, with its objects ("I will write the test plan by Wednesday" -> ("write",
+    ("test", "plan"))); None where only a light verb holds it ("The pilot is on Monday", "I'll have it done by
+    Friday")."""
+    doc = parse(sentence)
+    if doc is None:
+        return None
+    token = next((t for t in doc if t.idx < end and t.idx + len(t) > start), None)
+    seen = 0
+    while token is not None and seen < 12:
+        if _is_verb(token) and token.dep_ != "amod":
+            event = _event(token)
+            if event is None:
+                return None
+            objects = [c for c in token.children if c.dep_ in ("dobj", "nsubjpass", "attr")]
+            # the thing itself ("the test plan"), not what is said of it ("for the pilot")
+            words = tuple(w.lemma_.lower() for o in objects for w in (*(c for c in o.children if c.dep_ == "compound"), o)
+                          if w.pos_ in ("NOUN", "PROPN"))
+            return event, words
+        if token.head is token:
+            return None
+        token, seen = token.head, seen + 1
+    return None
