@@ -324,7 +324,7 @@ def test_forget_shreds_one_source_of_a_saved_meeting(tmp_path):
     missing = cli("--session", "nope", "--source", "mic-alice")
     assert missing.returncode == 2 and "no saved session" in missing.stderr
     done = cli("--session", "m", "--source", "mic-alice")
-    assert done.returncode == 0 and "1 key(s) destroyed, 1 block(s) deleted" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0 and "1 key destroyed, 1 block deleted" in done.stdout, done.stdout + done.stderr
 
     store = open_session_store(settings)
     try:

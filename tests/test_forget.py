@@ -116,7 +116,7 @@ def test_minutia_forget_speaker_on_the_command_line(session_parts, tiny_llm_dir)
     assert both.returncode == 2 and "not both" in both.stderr
     done = cli("--speaker", "SPEAKER_01")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "forgot SPEAKER_01 in session cli: 8 word(s) removed" in done.stdout and "1 old key(s) destroyed" in done.stdout
+    assert "forgot SPEAKER_01 in session cli: 8 words removed" in done.stdout and "1 old key destroyed" in done.stdout
     listed = cli()
     assert listed.returncode == 0, listed.stderr
     lines = listed.stdout.splitlines()
@@ -129,7 +129,7 @@ def test_minutia_forget_speaker_on_the_command_line(session_parts, tiny_llm_dir)
     assert sorted(named) == ["SPEAKER_00", "mic-without-SPEAKER_01", "screen"], unknown.stderr  # key and content
     screen = cli("--source", "screen")
     assert screen.returncode == 0, screen.stderr[-3000:]
-    assert "forgot screen in session cli: 2 slide(s) removed (held in " in screen.stdout, screen.stdout
+    assert "forgot screen in session cli: 2 slides removed (held in " in screen.stdout, screen.stdout
     again = cli("--source", "slides")
     assert again.returncode == 2 and "nothing from the screen" in again.stderr, again.stderr
 

@@ -253,6 +253,12 @@ def test_the_status_line_says_how_far_behind_the_transcript_is():
     assert "transcribed up to 01:44" in keeping_up and "behind" not in keeping_up  # one decode step is not behind
     done = render.status_line(_snapshot("finished", 106.0, 106.0), None)
     assert done.startswith("**finished** · 01:46 of meeting · 3 people spoke 4 times") and "heard" not in done
+    from dataclasses import replace
+
+    from app.text.transcript import Transcript
+
+    started = render.status_line(replace(_snapshot("live", 2.0, 0.0), transcript=Transcript([])))
+    assert "nothing said yet" in started and "0 people" not in started  # the helper's new-user try, issue 49
     assert render.meeting_title("replay:standup.ogg-without-SPEAKER_03") == "standup.ogg"
     assert render.meeting_title("live") == "Live meeting"
 

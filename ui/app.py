@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import gradio as gr
 
 from app.text.transcript import SLIDE_SPEAKER, WRITERS, atomic_write
+from app.text.textnorm import counted
 from encoders.audio import cut_off
 from encoders.errors import InputError
 from ui import render
@@ -284,15 +285,16 @@ def _forget_warning(session: MeetingSession, label: str) -> str:
 
     snapshot = session.snapshot()
     if label == SCREEN:
-        return (f"forget the screen? This removes the {len(snapshot.slides)} slide(s) read so far from the page and the "
+        return (f"forget the screen? This removes the {counted(len(snapshot.slides), 'slide')} read so far from the page and the "
                 "model's memory, the answers that quote them, the summary and exported files. The transcript and "
                 "the others' answers stay. Press Forget again to confirm.")
     name = session.speakers().get(label)
     who = name or label  # the name people know them by; the label only for one with no name
     lines = sum(1 for turn in snapshot.transcript.turns if turn.speaker in {label, name})
-    return (f"forget {who}? This removes what they said ({lines} line(s)) from the transcript and the model's memory, "
-            "the answers that quote them, the summary and exported files, and mutes their voice in the player, which "
-            "keeps the recording up to now. The slides and the others' answers stay. Press Forget again to confirm.")
+    kept = "the recording" if snapshot.state == "finished" else "the recording up to now"
+    return (f"forget {who}? This removes what they said ({counted(lines, 'line')}) from the transcript and the model's "
+            "memory, the answers that quote them, the summary and exported files, and mutes their voice in the player, "
+            f"which keeps {kept}. The slides and the others' answers stay. Press Forget again to confirm.")
 
 
 def check_upload(path: str | Path, max_mb: float) -> Path:
@@ -738,6 +740,8 @@ class LivePage:
                     return speaker, render.status_line(old.snapshot(), tab.notice), gr.skip()
                 tab.pending_forget = None
                 name = old.speakers().get(label) if label != SCREEN else None
+                # said at the next tick while the meeting is rebuilt (a few seconds), not the question just answered
+                tab.notice = f"forgetting {'the screen' if label == SCREEN else name or label}: rebuilding the meeting without them…"
                 heard = old.snapshot()
                 spans = [(w.start, w.end) for w in heard.transcript.words if w.speaker in {label, name}]
                 was_finished = old.state == "finished"
@@ -754,10 +758,10 @@ class LivePage:
                 muted = self._mute_player(tab, spans, heard.stream_seconds) if label != SCREEN else tab.media is not None
         except Exception as exc:
             return speaker, self._fail(tab, exc), gr.skip()
-        player = ("the player keeps the recording up to now with their voice muted" if muted
+        player = (f"the player keeps the recording{'' if was_finished else ' up to now'} with their voice muted" if muted
                   else "the recording's player was removed") if label != SCREEN else "the player is unchanged"
         tab.notice = (f"forgot {report.name or report.forgotten}: {report.removed()} removed from the transcript and the model's memory; "
-                      f"{dropped} answer(s) that quoted them, the summary and exported files were removed; {player}")
+                      f"{counted(dropped, 'answer')} that quoted them, the summary and exported files were removed; {player}")
         tab.shown_asked = tab.asked.version
         return "", render.status_line(tab.session.snapshot(), tab.notice), tab.asked.messages()
 

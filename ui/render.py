@@ -15,6 +15,7 @@ from typing import Any, Iterable, Sequence
 import pandas as pd
 
 from app.answering.summary import render_markdown as render_summary
+from app.text.textnorm import counted
 from app.text.transcript import Transcript, format_time
 
 # Okabe-Ito + extras: distinguishable for colour-blind readers, readable on white.
@@ -318,7 +319,8 @@ def status_line(snapshot: Any, notice: str | None = None) -> str:
     if snapshot is not None:
         turns = len(snapshot.transcript.turns)
         people = len(snapshot.transcript.speakers)
-        said = f"{people} {'person' if people == 1 else 'people'} spoke {turns} {'time' if turns == 1 else 'times'}"
+        said = (f"{counted(people, 'person', 'people')} spoke {counted(turns, 'time')}" if turns
+                else "nothing said yet")
         if state == "finished":
             text += f" · {format_time(snapshot.stream_seconds)} of meeting · {said}"
         else:

@@ -29,6 +29,7 @@ from app.cli.common import (
     print_answer,
 )
 from app.platform.config import Settings
+from app.text.textnorm import counted
 from encoders.errors import InputError
 
 
@@ -196,7 +197,7 @@ def batch(
         out.print(table)
         rate = data["recording_hours_per_wall_hour"]
         err.print(f"[green]{data['done']} done[/], {data['skipped']} skipped, [red]{data['failed']} failed[/] "
-                  f"in {data['wall_seconds']:.0f} s on {data['workers']} worker(s)"
+                  f"in {data['wall_seconds']:.0f} s on {counted(data['workers'], 'worker')}"
                   + (f"; {rate:.2f} recording-hours per hour" if rate else "") + f"; report: {folder / 'report.json'}")
     if data["failed"]:
         raise typer.Exit(1)

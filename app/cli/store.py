@@ -10,6 +10,7 @@ from rich.markup import escape
 
 from app.cli.common import ConfigOpt, LLMOpt, _settings, _with_store, app, err, out
 from app.platform.config import Settings
+from app.text.textnorm import counted
 from encoders.errors import InputError
 
 audit_app = typer.Typer(no_args_is_help=True, help="The hash-chained audit log of KV operations.")
@@ -58,8 +59,8 @@ def forget(
         _forget_content(settings, session, content, backend)
         return
     left = "" if sources != [source] else "; nothing is left of the meeting"
-    out.print(f"forgot {escape(source)} in session {escape(session)}: {report.keys_destroyed} key(s) destroyed, "
-              f"{report.blocks_deleted} block(s) deleted{left}")
+    out.print(f"forgot {escape(source)} in session {escape(session)}: {counted(report.keys_destroyed, 'key')} destroyed, "
+              f"{counted(report.blocks_deleted, 'block')} deleted{left}")
 
 
 @app.command()
@@ -169,9 +170,10 @@ def _forget_content(settings: Settings, session: str, source: str, backend: str 
         runtime.close()
     keys = sum(r.keys_destroyed for r in report.shredded)
     out.print(f"forgot {escape(report.shown())} in session {escape(session)}: {report.removed()} removed "
-              f"(held in {report.blocks} KV block(s), {report.shared_blocks} shared with another source), "
-              f"{report.words_kept} word(s) and {report.slides} slide(s) kept, {report.tokens} token(s) prefilled "
-              f"again as source {escape(report.source)}; {keys} old key(s) destroyed")
+              f"(held in {counted(report.blocks, 'KV block')}, {report.shared_blocks} shared with another source), "
+              f"{counted(report.words_kept, 'word')} and {counted(report.slides, 'slide')} kept, "
+              f"{counted(report.tokens, 'token')} prefilled again as source {escape(report.source)}; "
+              f"{counted(keys, 'old key')} destroyed")
 
 
 @audit_app.command("verify")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from app.live.lineage import SCREEN, SourceBlocks, blocks_of, is_screen, lineage, source_kind
 from app.live.session_store import SavedState
 from app.text.speakers import speaker_label, speaker_names
+from app.text.textnorm import counted
 from app.text.transcript import Transcript, realign_to_sentences, turns_from_words
 from encoders.errors import InputError
 
@@ -50,8 +51,8 @@ class ForgetReport:
         return f"{self.name} ({self.forgotten})" if self.name else self.forgotten
 
     def removed(self) -> str:
-        """What went, in words: "8 word(s)", "2 slide(s)"."""
-        return f"{self.slides_removed} slide(s)" if self.speaker is None else f"{self.words_removed} word(s)"
+        """What went, in words: "8 words", "1 slide"."""
+        return counted(self.slides_removed, "slide") if self.speaker is None else counted(self.words_removed, "word")
 
 
 def forget_source(runtime: Runtime, session_id: str, source: str, timeout: float | None = None) -> ForgetReport:

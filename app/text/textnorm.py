@@ -114,6 +114,11 @@ def _convert_number_words(tokens: list[str], keep_lone: bool = False) -> list[st
     return out
 
 
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """A count as people write it: "1 word", "8 words", "2 people" (``plural`` where it is not noun + s)."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
+
+
 def plain_figures(text: str) -> str:
     """Digit groups joined and ordinal suffixes dropped: "12,000" -> "12000", "10th" -> "10"."""
     text = re.sub(r"(\d),(?=\d{3}\b)", r"\1", text)
