@@ -93,7 +93,7 @@ class Answer:
                 "asked": [a.to_dict() for a in self.asked]}
 
 
-# (question, evidence sentences) -> (the model's answer text, confidence 0-1), or None if it has none.
+# (question, evidence sentences) -> the model's Reading (or just its text and confidence 0-1), or None if it has none.
 Generate = Callable[[str, Sequence[Sentence]], "Reading | tuple[str, float] | None"]
 
 
@@ -361,6 +361,7 @@ class AnswerFinder:
         is_price = _price_check(q)
         # a date answers the event it is said of: not the test plan's date for "When does the pilot start?"
         events = asked_events(q.text) if q.type is QuestionType.WHEN else []
+        asked = events + content_words(q.text) if events else []  # the tagger may take the asked verb for a noun
         found, other_events = [], 0
         for hit in hits:
             sentence = self.sentences[hit.index]
@@ -368,8 +369,7 @@ class AnswerFinder:
                 continue
             entities = [e for e in merge_date_time(sentence.text, find_entities(sentence.text))
                         if e.kind in wanted and is_price(e)]
-            if events and entities:
-                asked = events + content_words(q.text)  # the tagger may take the asked verb for a noun
+            if asked and entities:
                 kept = [e for e in entities if self._same_event(asked, date_event(sentence.text, e.start, e.end))]
                 other_events += len(entities) > len(kept)
                 entities = kept

@@ -146,12 +146,12 @@ def asks_how_long(question: str) -> bool:
     return False
 
 
-# Verbs that carry no event of their own: being, having, scheduling and saying ("When is the launch?", "Which day is
-# pencilled in for it?", "What date did they give?", "When was it mentioned?"); the event is what they are about.
-LIGHT_VERBS = frozenset({"be", "do", "have", "happen", "occur", "take", "go", "get", "plan", "schedule", "reschedule",
-                         "set", "expect", "need", "want", "suppose", "give", "make", "hold", "put", "book", "fall",
-                         "pencil", "move", "promise", "agree", "decide", "fix", "say", "report", "mention", "tell",
-                         "state", "note", "announce", "discuss", "will", "can", "could", "should", "would", "must"})
+# Verbs that carry no event of their own: being, having, planning, saying and the modals ("When is the launch?",
+# "When is it planned?", "When was it mentioned?", "When will it ..."); the event is what they are about.
+LIGHT_VERBS = frozenset({"be", "do", "have", "happen", "occur", "take", "go", "get", "plan", "schedule", "set",
+                         "expect", "need", "want", "suppose", "give", "make", "hold",
+                         "say", "report", "mention", "tell", "state", "note", "announce", "discuss",
+                         "will", "can", "could", "should", "would", "must"})
 # The adverbs that make a phrasal verb ("come back", "set up"), which the parser sometimes tags as modifiers.
 _PARTICLES = frozenset({"back", "up", "out", "off", "over", "down", "away", "on"})
 

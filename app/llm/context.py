@@ -104,13 +104,15 @@ class MeetingContext:
         self.shadow = ShadowQuestions(kv.shadow_question_rate)  # ...and whole answers, both after the answer
         self._decode_rates: deque[float] = deque(maxlen=32)  # tokens/s after the first token, recent answers
         self._closed = False
-        self.controller = None  # kvstore.control.KVController: memory PID and decode-sparsity bandit (_attach)
+        self.controller = None  # kvstore.control.KVController: memory PID and decode-sparsity bandit (_manage)
         if restored is not None:
             self.cache, self.tokens, self.lines = restored, int(restored.get_seq_length()), restored_lines
-            self._attach(cold_tier)
+            if cold_tier is not None and hasattr(restored, "attach_cold_tier"):  # (a resumed one comes with its own)
+                restored.attach_cold_tier(cold_tier)
+            self._manage()
             return
         self.cache = kv_cache(kv, engine.model.config, cold_tier=cold_tier if kv.enabled else None)
-        self._attach(None)
+        self._manage()
         self.tokens = 0  # tokens in the cache (== cache.get_seq_length())
         self.lines = 0
         tokenizer = engine.tokenizer
@@ -121,14 +123,12 @@ class MeetingContext:
         self._prefill(header_ids, [(0, len(header_ids), "text", 0, [])])
 
     # ------------------------------------------------------------------ cache set-up
-    def _attach(self, cold_tier: Any) -> None:
-        """Attach the cold tier, and the block manager every promotion, recall and report goes through
-        (None for a DynamicCache, which has no blocks)."""
+    def _manage(self) -> None:
+        """The block manager every promotion, recall and report goes through, and the controller (None for a
+        DynamicCache, which has no blocks)."""
         from kvstore.cache import TieredCache
         from kvstore.manager import KVCacheManager
 
-        if cold_tier is not None and hasattr(self.cache, "attach_cold_tier"):
-            self.cache.attach_cold_tier(cold_tier)
         self.blocks = KVCacheManager(self.cache) if isinstance(self.cache, TieredCache) else None
         self.controller = controller_for(self.cache, self.kv) if isinstance(self.cache, TieredCache) else None
 
