@@ -671,3 +671,21 @@ def test_a_yes_no_question_is_settled_by_the_line_that_says_what_is_asked():
                           Turn("Bob", "I will send the new contract to the payment company by Thursday.", 68.0, 72.0)])
     answer = AnswerFinder(meeting).answer("Is the payment contract signed?")
     assert answer.text == "No." and answer.citations[0].start == 40.0, answer
+
+
+def test_a_transcript_without_speakers_answers_who_with_the_person_spoken_to():
+    """ELITR-Bench dev meeting 6 is one unlabelled text: every who-answer was "SPEAKER_00", the placeholder. The
+    person a line is said by is the one last spoken to by name ("So Anna, please tell us..."), not one talked of
+    ("so that Peter knows"); a transcript with its speakers keeps them."""
+    lines = (
+        "Thanks for joining, everyone.",
+        "So now Anna, if you can describe the status of your work.",
+        "Sure.",
+        "The scripts work, but so that Peter knows where to pick up the data they need to be one pipeline.",
+        "So I am trying to merge the conversion scripts into a single one.",
+    )
+    unlabelled = AnswerFinder(_turns(*(("SPEAKER_00", line) for line in lines)))
+    assert unlabelled.answer("Who is merging the conversion scripts?").text == "Anna."
+    labelled = AnswerFinder(_turns(*((s, line) for s, line in zip(
+        ("Bob", "Bob", "Anna", "Anna", "Carl"), lines))))
+    assert labelled.answer("Who is merging the conversion scripts?").text == "Carl."

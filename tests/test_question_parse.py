@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.answering.question_parse import asks_how_long, asks_who_attended, asks_who_spoke_most
+from app.answering.question_parse import addressed, asks_how_long, asks_who_attended, asks_who_spoke_most
 from app.answering.retrieval import base_form, stems
 
 ATTENDED = ["Who attended?", "Who was there?", "Who joined the call?", "Who participated?",
@@ -132,3 +132,17 @@ def test_a_date_answers_only_the_event_it_is_said_of():
     assert finder.answer("By what date will the maps be printed?").text == "Friday, May 8th"
     assert finder.answer("When does the cider tasting start?").text == "Saturday, May 16th"  # begins ~ start
     assert finder.answer("By what day should someone sort the seeds?").text == "Friday, June 12th"  # finishing it
+
+
+@pytest.mark.parametrize("line, spoken_to", [
+    ("So now Anna, if you can describe the status of your work.", ["Anna"]),
+    ("What do you think, Peter?", ["Peter"]),
+    ("So Maria please tell us about the budget.", ["Maria"]),
+    ("So now [PERSON10] if you can describe what you are working on.", ["[PERSON10]"]),
+    ("So that Peter knows where to pick up the data.", []),  # talked of
+    ("Maria can tell us about the budget.", []),  # said of her, not to her
+    ("It should all be on Peter's disks.", []),
+    ("I think Anna has the numbers.", []),
+])
+def test_the_person_a_line_speaks_to_is_read_from_its_grammar(line, spoken_to):
+    assert addressed(line) == spoken_to

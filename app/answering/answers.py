@@ -28,12 +28,12 @@ from app.answering.focused import FocusedSummarizer, FocusedSummary
 from app.answering.choice import alternatives, choose
 from app.answering.injection import speaks_to_the_model
 from app.answering.meeting_record import MeetingAsk, attendees, duration, leader, meeting_ask, purpose, spoke_most
-from app.answering.question_parse import asked_events, date_event
+from app.answering.question_parse import addressed, asked_events, date_event
 from app.answering.questions import STOPWORDS, Question, QuestionType, content_words, parse_question, split_questions, topic_words
 from app.answering.rerank import Reranker
 from app.answering.retrieval import Embedder, Hit, SentenceIndex, stems
 from app.text.sentences import Sentence, split_sentences
-from app.text.speakers import is_a_name
+from app.text.speakers import is_a_name, is_anonymous
 from app.text.textnorm import NUMBER_WORDS, normalize
 from app.text.transcript import Transcript, format_time
 
@@ -412,16 +412,34 @@ class AnswerFinder:
                 said = [s for s in self.sentences if s.turn_index == item.turn_index] or [self.sentences[hits[0].index]]
                 task = set(stems(item.task))
                 evidence = max(said, key=lambda s: len(task & set(stems(s.text))))
+                owner = self._speaker(evidence, q.text) if item.owner == evidence.speaker else item.owner
                 due = f" by {item.due}" if item.due else ""
-                return f"{item.owner} (will {item.task}{due}).", [evidence]
+                return f"{owner} (will {item.task}{due}).", [evidence]
         for hit in self._competing(hits):
             sentence = self.sentences[hit.index]
             owner = _committer(sentence, self.transcript.speakers)
             if owner:
-                return f"{owner}.", [sentence]
+                return f"{self._speaker(sentence, q.text) if owner == sentence.speaker else owner}.", [sentence]
         # Nobody commits in so many words: the person the best line is about - someone it names, else who said it.
         sentence = self.sentences[hits[0].index]
-        return f"{_person_in(sentence, self.transcript.speakers, q.text)}.", [sentence]
+        return f"{_person_in(sentence, self.transcript.speakers, q.text, self._speaker(sentence, q.text))}.", [sentence]
+
+    def _speaker(self, sentence: Sentence, question: str) -> str:
+        """Who said a line. A transcript that names no speaker at all (one anonymous label: a text without names, a
+        recording without a diarizer) still names people: the one who speaks is usually the last person spoken to by
+        name shortly before ("So now Anna, if you can describe..." - "I was busy with exams"), so that person, else
+        the label."""
+        if not (is_anonymous(sentence.speaker) and len(set(self.transcript.speakers)) == 1):
+            return sentence.speaker
+        at = next((i for i, s in enumerate(self.sentences) if s is sentence), None)
+        if at is None:
+            return sentence.speaker
+        for earlier in reversed(self.sentences[max(0, at - _NAMED_BEFORE):at]):
+            names = [n.strip("[]") for n in addressed(earlier.text) if is_a_name(n.strip("[]"))
+                     and not re.search(rf"\b{re.escape(n.strip('[]'))}\b", question, re.IGNORECASE)]
+            if names:
+                return names[-1]
+        return sentence.speaker
 
     def _who_said(self, q: Question, hits: list[Hit]) -> tuple[str, list[Sentence]]:
         """Who said it: the best-covering sentence; for an idea or suggestion, the first one proposing it."""
@@ -433,7 +451,7 @@ class AnswerFinder:
             sentence = min(proposals, key=lambda s: s.start or 0.0)
         else:
             sentence = top[0]
-        return f"{sentence.speaker}.", [sentence]
+        return f"{self._speaker(sentence, q.text)}.", [sentence]
 
     def _decided(self, q: Question, hits: list[Hit]) -> tuple[str, list[Sentence]]:
         """The decision about what the question names. A decision often does not repeat its subject ("Fine, the
@@ -615,21 +633,29 @@ def _committer(sentence: Sentence, speakers: Sequence[str]) -> str | None:
 
 # Names a transcript writes for people it does not name: "[PERSON3]", as anonymised meeting corpora write them.
 _BRACKETED = re.compile(r"\[([A-Z][A-Za-z]*\d+)\]")  # "[PERSON3]", not "[Inaudible]"
+_NAMED_BEFORE = 12  # sentences before a line of an unnamed speaker searched for the person spoken to
 _FIRST_PERSON = re.compile(r"\b(?:I|I'm|I'll|I've|I'd)\b")  # the speaker as subject ("send it to me" is not)
 
 
-def _person_in(sentence: Sentence, speakers: Sequence[str], question: str) -> str:
-    """The person a line is about: one it names (a participant, or a bracketed name) that the question does not
-    already name, unless the speaker talks of themself; else its speaker."""
-    names = [m["name"] for m in _NAMED_COMMIT.finditer(sentence.text)
+def _names_in(text: str, speakers: Sequence[str], question: str) -> list[str]:
+    """The people a line names (participants, bracketed names, a name asked or committing), in order, less those
+    the question already names."""
+    names = [m["name"] for m in _NAMED_COMMIT.finditer(text)
              if m["name"].lower() not in STOPWORDS and is_a_name(m["name"])]  # "Monday will be fine" names nobody
-    names += [m.group(1) for m in _BRACKETED.finditer(sentence.text)]
-    names += [s for s in speakers if s != sentence.speaker and re.search(rf"\b{re.escape(s)}\b", sentence.text)]
-    named = [n for n in dict.fromkeys(names) if n != sentence.speaker
-             and not re.search(rf"\b{re.escape(n)}\b", question, re.IGNORECASE)]
+    names += [m.group(1) for m in _BRACKETED.finditer(text)]
+    names += [s for s in speakers if not is_anonymous(s) and re.search(rf"\b{re.escape(s)}\b", text)]
+    return [n for n in dict.fromkeys(names) if not re.search(rf"\b{re.escape(n)}\b", question, re.IGNORECASE)]
+
+
+def _person_in(sentence: Sentence, speakers: Sequence[str], question: str, speaker: str | None = None) -> str:
+    """The person a line is about: one it names (a participant, or a bracketed name) that the question does not
+    already name, unless the speaker talks of themself; else its speaker (``speaker`` where known better than the
+    line's label)."""
+    speaker = speaker or sentence.speaker
+    named = [n for n in _names_in(sentence.text, speakers, question) if n not in (sentence.speaker, speaker)]
     if named and not _FIRST_PERSON.search(sentence.text):
         return named[0]
-    return sentence.speaker
+    return speaker
 
 
 # Hesitations and stutters of speech, which a quoted line need not keep ("So uh, I I said, that ...").

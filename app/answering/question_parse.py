@@ -10,6 +10,7 @@ a who-subject of *attend* with no other object than the gathering itself.
 from __future__ import annotations
 
 import functools
+import re
 import logging
 
 log = logging.getLogger(__name__)
@@ -207,3 +208,27 @@ def date_event(sentence: str, start: int, end: int) -> tuple[str, tuple[str, ...
             return None
         token, seen = token.head, seen + 1
     return None
+
+
+# How the parser attaches a name that is spoken to (English has no vocative case; spaCy's small model gives a
+# vocative one of these): anything else - a subject, an object, a modifier - is a name talked about.
+_VOCATIVE_DEPS = frozenset({"npadvmod", "punct", "dep", "intj", "vocative"})
+
+
+def _told(token) -> bool:
+    """The subject of a bare imperative ("So Anna please tell us..."): the verb in its base form, with no
+    auxiliary ("Anna can tell us" is said of her)."""
+    verb = token.head
+    return token.dep_ == "nsubj" and verb.tag_ == "VB" and not any(c.dep_ in ("aux", "auxpass") for c in verb.children)
+
+
+def addressed(text: str) -> list[str]:
+    """The people ``text`` speaks to by name ("So now Anna, if you can describe...", "What do you think, Peter?",
+    "So Anna please tell us..."), not those it speaks of ("so that Peter knows", "Peter's disks"), in order: proper
+    nouns the parser attaches as a vocative. An anonymised name keeps its brackets ("[PERSON10]")."""
+    doc = parse(text.replace("[", " ").replace("]", " "))
+    if doc is None:
+        return []
+    bracketed = set(re.findall(r"\[([A-Za-z]+\d+)\]", text))
+    return list(dict.fromkeys(f"[{t.text}]" if t.text in bracketed else t.text for t in doc
+                              if (t.tag_ == "NNP" or t.text in bracketed) and (t.dep_ in _VOCATIVE_DEPS or _told(t))))
