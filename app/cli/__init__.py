@@ -9,7 +9,7 @@ from rich.markup import escape
 
 # Each group registers its commands on app, in the order --help lists them.
 from app.cli import recordings  # noqa: F401, I001
-from app.cli import live, rooms, store  # noqa: F401, I001
+from app.cli import library, live, rooms, store  # noqa: F401, I001
 from app.cli.common import _remove_empty_outputs, app, err
 from app.cli.recordings import ask, summarize, transcribe  # noqa: F401  (the commands as functions, for callers)
 from encoders.errors import InputError

@@ -99,8 +99,11 @@ def summarize(
     out_dir: OutOpt = None, config: ConfigOpt = None, llm: LLMOpt = None, asr_model: ASROpt = None,
     diarization_model: DiarOpt = None, num_speakers: SpeakersOpt = None, hotwords: HotwordsOpt = None,
     as_json: JsonOpt = False,
+    library: Annotated[bool, typer.Option("--library/--no-library", help="record the meeting in the library "
+                                          "(minutia library list)")] = True,
 ) -> None:
-    """Summary, decisions and action items (owner, task, due date) as Markdown and JSON."""
+    """Summary, decisions and action items (owner, task, due date) as Markdown and JSON; the meeting is recorded
+    in the library."""
     from app.batch.exports import for_the_model, write_summary
     from app.batch.pipeline import load_meeting
 
@@ -111,11 +114,30 @@ def summarize(
     with err.status("summarising"):
         summary = assistant.summarize(transcript)
     markdown, payload, _ = write_summary(summary, transcript.source, settings, folder, stem)
+    recorded = _record_in_library(settings, transcript, summary, meeting) if library else None
     if as_json:
         print(payload, end="")
     else:
         out.print(Markdown(markdown))
         err.print(f"[green]wrote[/] {folder / f'{stem}.summary.md'}, {folder / f'{stem}.summary.json'}")
+    if recorded:
+        err.print(f"[green]recorded[/] in the library as {escape(recorded)}")
+
+
+def _record_in_library(settings: Settings, transcript, summary, given: Path) -> str | None:
+    """The meeting recorded in the library (its id), dated by the file it was read from; a library that cannot be
+    written warns and costs the summary nothing."""
+    from app.library.record import open_library, record_meeting
+
+    try:
+        lib = open_library(settings)
+        try:
+            return record_meeting(lib, transcript, summary, started=given.stat().st_mtime)
+        finally:
+            lib.close()
+    except InputError as exc:
+        err.print(f"[yellow]warning:[/] the meeting was not recorded in the library: {escape(str(exc))}")
+        return None
 
 
 @app.command()

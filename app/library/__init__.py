@@ -1,0 +1,1 @@
+"""The meeting library: every meeting read, sealed in one SQLite file, listed, searched and asked across."""

@@ -1,0 +1,168 @@
+"""The meeting library (app/library, issue 51): meetings recorded sealed, listed, searched across by word, speaker
+and date, and forgotten whole or by speaker; reads and changes audited."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.library.record import forget_speaker, meeting_id, open_library, parse_date, record_meeting, transcript_of
+from app.platform.config import load_settings
+from app.text.transcript import Transcript, Turn
+from encoders.errors import InputError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _meeting(source: str, *lines: tuple[str, str], step: float = 5.0) -> Transcript:
+    turns = [Turn(speaker, text, i * step, (i + 1) * step) for i, (speaker, text) in enumerate(lines)]
+    return Transcript(turns=turns, source=source, duration=len(lines) * step)
+
+
+PLANNING = _meeting(
+    "planning.json",
+    ("Ines", "The catering contract for the offsite is signed with Green Fork."),
+    ("Tomas", "I will book the coach for forty people by Thursday."),
+    ("Ines", "The venue deposit was paid yesterday."),
+    ("Tomas", "My phone is 555 0199 if the driver needs it."),
+)
+REVIEW = _meeting(
+    "review.json",
+    ("Priya", "The outage last week came from the expired certificate."),
+    ("Olek", "I will renew the certificate and add an expiry alert."),
+    ("Priya", "The coach company sent the invoice for the offsite."),
+)
+
+
+@pytest.fixture
+def library(tmp_path):
+    settings = load_settings(overrides={"home": str(tmp_path)})
+    lib = open_library(settings, embedder=False)
+    yield lib
+    lib.close()
+
+
+def test_meetings_are_recorded_listed_and_searched_across_by_words_speaker_and_date(library):
+    first = record_meeting(library, PLANNING, started=parse_date("2026-11-02"))
+    second = record_meeting(library, REVIEW, started=parse_date("2026-11-30"))
+    assert [m.id for m in library.meetings()] == [second, first]  # newest first
+    assert [m.id for m in library.meetings(since=parse_date("2026-11-15"))] == [second]
+    assert library.get(first).speakers == ["Ines", "Tomas"]
+
+    found = library.search("coach for the offsite")
+    assert {f.meeting for f in found} == {first, second}
+    assert "coach company" in found[0].sentence.text  # the one sentence with both words of the query
+    assert [f.sentence.speaker for f in library.search("coach", speaker="priya")] == ["Priya"]
+    assert [f.meeting for f in library.search("coach", since=parse_date("2026-11-15"))] == [second]
+    assert library.search("certificate", meetings=[first]) == []
+    with pytest.raises(InputError):
+        library.search("the of and")  # nothing to look for
+
+
+def test_the_same_meeting_read_again_replaces_its_entry(library):
+    record_meeting(library, PLANNING)
+    record_meeting(library, PLANNING)
+    assert len(library.meetings()) == 1 and meeting_id(PLANNING) == library.meetings()[0].id
+    assert len(library.search("catering")) == 1
+
+
+def test_nothing_said_is_in_the_file_in_clear(library):
+    record_meeting(library, PLANNING)
+    raw = library.path.read_bytes()
+    for said in (b"catering", b"Green Fork", b"555 0199", b"Tomas", b"Ines", b"planning"):
+        assert said not in raw
+    assert oct(library.path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_another_master_key_opens_nothing(tmp_path, library):
+    record_meeting(library, PLANNING)
+    other = load_settings(overrides={"home": str(tmp_path / "elsewhere")})
+    other.home.mkdir()
+    (other.home / "library").mkdir()
+    (other.home / "library" / "library.db").write_bytes(library.path.read_bytes())
+    stranger = open_library(other, embedder=False)
+    try:
+        with pytest.raises(InputError, match="does not open with this master key"):
+            stranger.meetings()
+        assert stranger.search("catering") == []  # the blind index is keyed too: the words hash differently
+    finally:
+        stranger.close()
+
+
+def test_a_forgotten_meeting_is_gone_with_its_key(library):
+    kept, gone = record_meeting(library, REVIEW), record_meeting(library, PLANNING)
+    assert library.forget(gone) and not library.forget(gone)
+    assert [m.id for m in library.meetings()] == [kept]
+    assert library.search("catering") == [] and library.search("coach")[0].meeting == kept
+    rows = library.db.execute("SELECT COUNT(*) FROM sentences WHERE meeting = ?", (gone,)).fetchone()[0]
+    assert rows == 0 and library.db.execute("SELECT COUNT(*) FROM terms").fetchone()[0] == len(REVIEW.turns)
+
+
+def test_a_forgotten_speaker_leaves_no_word_in_the_library(library):
+    meeting = record_meeting(library, PLANNING)
+    assert any("Tomas" in item for item in library.get(meeting).action_items)
+    assert forget_speaker(library, meeting, "tomas") == 2
+    record = library.get(meeting)
+    assert record.speakers == ["Ines"] and not any("Tomas" in i or "coach" in i for i in record.action_items)
+    assert "coach" not in record.summary and "555" not in record.summary
+    assert all(t.speaker == "Ines" for t in transcript_of(record).turns)
+    assert library.search("coach") == [] and library.search("phone", speaker="Tomas") == []
+    assert b"555 0199" not in library.path.read_bytes()
+    with pytest.raises(InputError, match="has no speaker"):
+        forget_speaker(library, meeting, "Tomas")
+
+
+def test_reads_and_changes_are_audited(library):
+    meeting = record_meeting(library, PLANNING)
+    library.search("catering")
+    library.get(meeting)
+    library.forget(meeting)
+    records = [json.loads(line) for line in Path(library.audit.path).read_text().splitlines()]
+    seen = [(r["op"], r.get("details", {}).get("what")) for r in records if r.get("source") == "library"]
+    assert ("write", None) in seen and ("read", "search") in seen and ("read", "meeting") in seen
+    assert ("delete", "meeting") in seen
+
+
+def test_meaning_finds_a_sentence_that_shares_one_word(tmp_path):
+    """With the sentence encoder, a paraphrase ranks the sentence it means above one that shares its word."""
+    lib = open_library(load_settings(overrides={"home": str(tmp_path)}))
+    if lib.embedder is None:
+        pytest.skip("the packaged sentence encoder is not installed")
+    try:
+        record_meeting(lib, _meeting("m.json", ("Ana", "The server crashed because its disk was full."),
+                                     ("Ben", "Full marks to the design team for the new logo.")))
+        assert "server crashed" in lib.search("why did the machine fail? it was full")[0].sentence.text
+    finally:
+        lib.close()
+
+
+def _minutia(home: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, MINUTIA_HOME=str(home), COLUMNS="100")
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=120)
+
+
+def test_the_library_commands_list_show_search_and_forget(tmp_path):
+    settings = load_settings(overrides={"home": str(tmp_path)})
+    missing = _minutia(tmp_path, "library", "list")
+    assert missing.returncode == 2 and "nothing has been recorded here yet" in missing.stderr
+    lib = open_library(settings, embedder=False)
+    meeting = record_meeting(lib, PLANNING, title="Offsite planning", started=parse_date("2026-11-02"))
+    lib.close()
+    listed = _minutia(tmp_path, "library", "list", "--json")
+    assert listed.returncode == 0 and json.loads(listed.stdout)[0]["title"] == "Offsite planning"
+    shown = _minutia(tmp_path, "library", "show", meeting)
+    assert shown.returncode == 0 and "Action items" in shown.stdout and "Tomas" in shown.stdout
+    bad_date = _minutia(tmp_path, "library", "list", "--since", "last tuesday")
+    assert bad_date.returncode == 2 and "YYYY-MM-DD" in bad_date.stderr and "Traceback" not in bad_date.stderr
+    unknown = _minutia(tmp_path, "library", "show", "nope")
+    assert unknown.returncode == 2 and "no meeting 'nope'" in unknown.stderr
+    forgot = _minutia(tmp_path, "library", "forget", meeting, "--speaker", "Tomas")
+    assert forgot.returncode == 0 and "2 turns removed" in forgot.stdout
+    assert _minutia(tmp_path, "library", "forget", meeting).returncode == 0
+    assert "holds no meeting" in _minutia(tmp_path, "library", "list").stderr
