@@ -132,6 +132,10 @@ def test_minutia_forget_speaker_on_the_command_line(session_parts, tiny_llm_dir)
     assert "forgot screen in session cli: 2 slides removed (held in " in screen.stdout, screen.stdout
     again = cli("--source", "slides")
     assert again.returncode == 2 and "nothing from the screen" in again.stderr, again.stderr
+    # Shredding a key source takes the meeting out of the library too (the library cannot tell its words apart).
+    key_source = cli().stdout.splitlines()[0]
+    shred = cli("--source", key_source)
+    assert shred.returncode == 0 and "forgot meeting cli in the library too" in shred.stdout, shred.stdout
 
 
 def test_a_forgotten_speakers_name_passes_to_no_one(session_parts):
@@ -341,3 +345,25 @@ def test_a_speaker_named_mid_meeting_is_one_source_with_all_their_blocks():
     assert carol is not None and carol.blocks == (0, 1, 2, 3) and carol.tokens == 40 + 110 and carol.name == "Carol"
     assert [s.source for s in lineage(timeline, 64, names)] == ["SPEAKER_05", "SPEAKER_01"]
     assert {s.source for s in lineage(timeline, 64)} == {"SPEAKER_05", "SPEAKER_01", "Carol"}  # unnamed: as saved
+
+
+def test_a_saved_meeting_is_in_the_library_and_a_forget_reaches_it(session_parts):
+    """Issue 51: a saved meeting that has ended is recorded in the meeting library under its session id; forgetting
+    a speaker records the rebuilt meeting over it, so the library keeps none of their words."""
+    from app.library.record import open_library
+
+    runtime, meeting = session_parts
+    session = _meeting(runtime, meeting, "lib")
+    session.save()
+    runtime.close_session("lib")
+    library = open_library(runtime.settings, create_key=False, embedder=False)
+    try:
+        record = library.get("lib")
+        assert {"SPEAKER_00", "SPEAKER_01"} <= set(record.speakers) and library.started("lib")
+        assert any(f.meeting == "lib" for f in library.search("contract"))
+        forget_source(runtime, "lib", "SPEAKER_01")
+        record = library.get("lib")
+        assert "SPEAKER_01" not in record.speakers and library.search("contract") == []
+        assert "contract" not in json.dumps(record.transcript) + record.summary
+    finally:
+        library.close()

@@ -83,7 +83,7 @@ def test_another_master_key_opens_nothing(tmp_path, library):
     record_meeting(library, PLANNING)
     other = load_settings(overrides={"home": str(tmp_path / "elsewhere")})
     other.home.mkdir()
-    (other.home / "library").mkdir()
+    open_library(other, embedder=False).close()  # a library, and a master key, of its own
     (other.home / "library" / "library.db").write_bytes(library.path.read_bytes())
     stranger = open_library(other, embedder=False)
     try:
@@ -166,3 +166,57 @@ def test_the_library_commands_list_show_search_and_forget(tmp_path):
     assert forgot.returncode == 0 and "2 turns removed" in forgot.stdout
     assert _minutia(tmp_path, "library", "forget", meeting).returncode == 0
     assert "holds no meeting" in _minutia(tmp_path, "library", "list").stderr
+
+
+def test_a_lost_master_key_is_no_reason_for_a_new_one_while_the_library_holds_meetings(tmp_path, library):
+    """A new key would seal the next meeting under it and leave every recorded one unreadable (issue 49's rule
+    for saved meetings holds for the library too)."""
+    record_meeting(library, PLANNING)
+    (tmp_path / "master.key").unlink()
+    with pytest.raises(InputError, match="meeting library"):
+        open_library(load_settings(overrides={"home": str(tmp_path)}), embedder=False)
+
+
+def _finder_ask(transcript, question):
+    from app.answering.answers import AnswerFinder
+
+    return AnswerFinder(transcript).answer(question)
+
+
+def test_a_question_across_the_library_is_answered_from_the_meeting_that_says_it(library):
+    from app.answering.answers import NOT_IN_MEETING
+    from app.library.ask import ask_library
+
+    planning = record_meeting(library, PLANNING, title="Offsite planning", started=parse_date("2026-11-02"))
+    record_meeting(library, REVIEW, title="Ops review", started=parse_date("2026-11-30"))
+    found = ask_library(library, "Who will renew the certificate?", _finder_ask)
+    assert found.meeting.title == "Ops review" and found.text.startswith("Olek")
+    assert found.answer.citations and "renew the certificate" in found.answer.citations[0].text
+    coach = ask_library(library, "Who will book the coach?", _finder_ask, meeting_like="offsite plannin")
+    assert coach.meeting.id == planning and coach.text.startswith("Tomas")
+    later = ask_library(library, "Who will book the coach?", _finder_ask, since=parse_date("2026-11-15"))
+    assert later.meeting is None or not later.text.startswith("Tomas")  # the planning meeting is before it
+    nothing = ask_library(library, "What is the marketing budget?", _finder_ask)
+    assert nothing.text == NOT_IN_MEETING and nothing.meeting is None
+    with pytest.raises(InputError, match="title like"):
+        ask_library(library, "Who will book the coach?", _finder_ask, meeting_like="board meeting")
+
+
+def test_minutia_ask_library_answers_across_meetings(tmp_path, monkeypatch, capsys, tiny_llm_dir):
+    from app.cli import ask
+
+    home = tmp_path / "home"
+    lib = open_library(load_settings(overrides={"home": str(home)}), embedder=False)
+    record_meeting(lib, REVIEW, title="Ops review", started=parse_date("2026-11-30"))
+    lib.close()
+    monkeypatch.setenv("MINUTIA_HOME", str(home))
+    monkeypatch.setenv("MINUTIA_LLM__DTYPE", "float32")
+    monkeypatch.setenv("MINUTIA_LLM__MAX_NEW_TOKENS", "4")
+    capsys.readouterr()
+    ask("Who will renew the certificate?", library=True, llm=str(tiny_llm_dir), as_json=True)
+    answered = json.loads(capsys.readouterr().out)
+    assert answered["text"].startswith("Olek") and answered["from"]["title"] == "Ops review"
+    with pytest.raises(InputError, match="add --library"):
+        ask("meeting.json", "Who?", since="2026-11-01")
+    with pytest.raises(InputError, match="give the question alone"):
+        ask("meeting.json", "Who?", library=True)

@@ -127,12 +127,13 @@ def summarize(
 def _record_in_library(settings: Settings, transcript, summary, given: Path) -> str | None:
     """The meeting recorded in the library (its id), dated by the file it was read from; a library that cannot be
     written warns and costs the summary nothing."""
-    from app.library.record import open_library, record_meeting
+    from app.library.record import library_detector, open_library, record_meeting
 
     try:
         lib = open_library(settings)
         try:
-            return record_meeting(lib, transcript, summary, started=given.stat().st_mtime)
+            return record_meeting(lib, transcript, summary, started=given.stat().st_mtime,
+                                  detector=library_detector(settings))
         finally:
             lib.close()
     except InputError as exc:
@@ -142,18 +143,37 @@ def _record_in_library(settings: Settings, transcript, summary, given: Path) -> 
 
 @app.command()
 def ask(
-    meeting: Annotated[Path, typer.Argument(help="a recording, a transcript or a folder")],
-    question: Annotated[str, typer.Argument(help="the question")],
+    meeting: Annotated[str, typer.Argument(help="a recording, a transcript or a folder (with --library: the "
+                                           "question)", show_default=False)],
+    question: Annotated[Optional[str], typer.Argument(help="the question")] = None,
     config: ConfigOpt = None, llm: LLMOpt = None, asr_model: ASROpt = None,
     diarization_model: DiarOpt = None, num_speakers: SpeakersOpt = None, hotwords: HotwordsOpt = None,
     as_json: JsonOpt = False,
+    library: Annotated[bool, typer.Option("--library", help="ask across the meetings in the library")] = False,
+    since: Annotated[Optional[str], typer.Option("--since", help="with --library: meetings from this date on "
+                                                 "(YYYY-MM-DD)")] = None,
+    speaker: Annotated[Optional[str], typer.Option("--speaker", help="with --library: meetings this speaker "
+                                                   "spoke in")] = None,
+    meeting_like: Annotated[Optional[str], typer.Option("--meeting-like", help="with --library: meetings whose "
+                                                        "title is like this")] = None,
 ) -> None:
-    """Answer a question about a meeting, citing the turns (times, speakers) it rests on."""
+    """Answer a question about a meeting (or, with --library, across the recorded meetings), citing the turns
+    (times, speakers) it rests on."""
     from app.answering.questions import checked_question
     from app.batch.exports import for_the_model
     from app.batch.pipeline import load_meeting
 
+    if library:
+        if question is not None:
+            raise InputError("with --library, give the question alone: minutia ask --library \"question\"")
+        _ask_library(checked_question(meeting), since, speaker, meeting_like, config, llm, as_json)
+        return
+    if question is None:
+        raise InputError("give a meeting and a question: minutia ask MEETING \"question\" (or --library \"question\")")
+    if since or speaker or meeting_like:
+        raise InputError("--since, --speaker and --meeting-like choose meetings of the library: add --library")
     question = checked_question(question)  # before the meeting is read: a bad question fails at once
+    meeting = Path(meeting)
     settings = _settings(config, llm, asr_model, diarization_model, num_speakers, hotwords)
     transcript = for_the_model(load_meeting(meeting, settings, err), settings)
     assistant = _assistant(settings)
@@ -163,6 +183,38 @@ def ask(
         print(json.dumps(answer.to_dict(), indent=2, ensure_ascii=False))
         return
     print_answer(answer)
+
+
+def _ask_library(question: str, since, speaker, meeting_like, config, llm, as_json: bool) -> None:
+    from app.library.ask import ask_library
+    from app.library.record import open_library, parse_date
+
+    settings = _settings(config, llm)
+    lib = open_library(settings, create_key=False)
+    try:
+        assistant = _assistant(settings)
+        with err.status("reading the library"):
+            found = ask_library(lib, question, assistant.ask, since=parse_date(since) if since else None,
+                                speaker=speaker, meeting_like=meeting_like)
+    finally:
+        lib.close()
+    where = lambda r: {"meeting": r.id, "title": r.title, "started": r.started}  # noqa: E731
+    if as_json:
+        print(json.dumps({**found.answer.to_dict(), **({"from": where(found.meeting)} if found.meeting else {}),
+                          "also": [{**where(r), "answer": a.text} for r, a in found.also]},
+                         indent=2, ensure_ascii=False))
+        return
+    print_answer(found.answer)
+    if found.meeting is not None:
+        out.print(f"  [dim]from[/] {escape(found.meeting.title)} ({escape(found.meeting.id)}, {_day(found.meeting.started)})")
+    for record, answer in found.also:
+        out.print(f"  [dim]also in[/] {escape(record.title)} ({_day(record.started)}): {escape(answer.text)}")
+
+
+def _day(when: float | None) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(when, timezone.utc).strftime("%Y-%m-%d") if when else "undated"
 
 
 @app.command()

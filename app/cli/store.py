@@ -61,6 +61,24 @@ def forget(
     left = "" if sources != [source] else "; nothing is left of the meeting"
     out.print(f"forgot {escape(source)} in session {escape(session)}: {counted(report.keys_destroyed, 'key')} destroyed, "
               f"{counted(report.blocks_deleted, 'block')} deleted{left}")
+    _forget_in_library(settings, session)
+
+
+def _forget_in_library(settings: Settings, session: str) -> None:
+    """A shredded key source took words the library cannot tell apart from the rest of the meeting: the library's
+    copy of that meeting goes with it."""
+    from app.platform.store import library_path
+
+    if not library_path(settings).exists():
+        return
+    from app.library.record import open_library
+
+    library = open_library(settings, create_key=False, embedder=False)
+    try:
+        if library.forget(session):
+            out.print(f"forgot meeting {escape(session)} in the library too")
+    finally:
+        library.close()
 
 
 @app.command()

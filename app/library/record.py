@@ -19,13 +19,9 @@ from app.text.transcript import Transcript, _from_json, to_json
 from encoders.errors import InputError
 
 
-def library_path(settings: Settings) -> Path:
-    return settings.home / "library" / "library.db"
-
-
 def open_library(settings: Settings, create_key: bool = True, embedder: bool = True) -> Library:
     """The library of this MINUTIA_HOME, sealed under its master key, its reads and changes in the audit log."""
-    from app.platform.store import load_master_key, open_audit_log
+    from app.platform.store import library_path, load_master_key, open_audit_log
 
     path = library_path(settings)
     if not create_key and not path.exists():
@@ -56,17 +52,32 @@ def parse_date(text: str) -> float:
     return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
 
 
+def library_detector(settings: Settings):
+    """The PII detector the library masks what it keeps with: the library is written like an export (``pii.policy``
+    mask-in-exports or zero-in-kv), so it holds no phone number or e-mail that an exported transcript would not."""
+    from app.text.pii import detector_for
+
+    return detector_for(settings.pii) if settings.pii.mask_exports else None
+
+
 def record_meeting(library: Library, transcript: Transcript, summary: MeetingSummary | None = None,
-                   title: str | None = None, started: float | None = None, meeting: str | None = None) -> str:
-    """Record ``transcript`` (and its summary; the extractive one when none is given) in ``library``; its id."""
+                   title: str | None = None, started: float | None = None, meeting: str | None = None,
+                   detector=None) -> str:
+    """Record ``transcript`` (and its summary; the extractive one when none is given) in ``library``, personal data
+    masked with ``detector`` when one is given; its id."""
     meeting = meeting or meeting_id(transcript)
     summary = summary or build_summary(transcript)
+    if detector is not None:
+        from app.text.pii import mask_text, mask_transcript
+
+        transcript = mask_transcript(transcript, detector)
+    shown = (lambda text: mask_text(text, detector.find(text))) if detector is not None else (lambda text: text)
     record = MeetingRecord(
         id=meeting, title=title or Path(transcript.source or meeting).name, source=transcript.source,
         started=started, duration=transcript.duration or (transcript.turns[-1].end if transcript.turns else None),
-        speakers=list(transcript.speakers), summary=summary.summary,
-        decisions=[f"{d.speaker}: {d.text}" for d in summary.decisions],
-        action_items=[f"{a.owner}: {a.task}" + (f" (by {a.due})" if a.due else "") for a in summary.action_items],
+        speakers=list(transcript.speakers), summary=shown(summary.summary),
+        decisions=[shown(f"{d.speaker}: {d.text}") for d in summary.decisions],
+        action_items=[shown(f"{a.owner}: {a.task}" + (f" (by {a.due})" if a.due else "")) for a in summary.action_items],
         transcript=json.loads(to_json(transcript)))
     sentences = [LibrarySentence(s.text, s.speaker, s.turn_index, s.start) for s in split_sentences(transcript)]
     library.put(record, sentences)

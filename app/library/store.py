@@ -203,6 +203,11 @@ class Library:
         self._log(meeting, "read", what="meeting")
         return self._record(meeting, *row)
 
+    def started(self, meeting: str) -> float | None:
+        """When a recorded meeting took place (None when it is not recorded, or undated)."""
+        row = self.db.execute("SELECT started FROM meetings WHERE id = ?", (meeting,)).fetchone()
+        return row[0] if row else None
+
     def sentences(self, meeting: str) -> list[LibrarySentence]:
         return [sentence for sentence, _ in self._sentences(meeting, [])]
 

@@ -131,6 +131,7 @@ class MeetingSession:
         self._version = 0
         self._closed = threading.Event()
         self._finished = threading.Event()
+        self._wall_start = time.time()  # when the meeting began here (the library dates it so)
 
         self._audio = RingBuffer(AUDIO_RING_SECONDS * SAMPLE_RATE, np.float32, policy="drop_oldest")
         self._frames: ItemRing[Keyframe] = ItemRing(VIDEO_RING_FRAMES, policy="drop_oldest")
@@ -471,7 +472,25 @@ class MeetingSession:
                           sent)
         if self.on_transfer is not None:
             self.on_transfer("device", self.settings.store.backend, report.bytes_written, report.seconds)
+        if self._finished.is_set() and self.settings.store.library:
+            self._record_in_library()
         return report
+
+    def _record_in_library(self) -> None:
+        """A saved meeting that has ended goes into the meeting library under its session id (again after a rename
+        or a forget's rebuild, replacing what was there); a library that cannot be written costs the save nothing."""
+        from app.library.record import library_detector, open_library, record_meeting
+
+        try:
+            library = open_library(self.settings)
+            try:
+                started = library.started(self.session_id) or self._wall_start  # a resumed meeting keeps its date
+                record_meeting(library, self.transcript(), title=self.session_id, started=started,
+                               meeting=self.session_id, detector=library_detector(self.settings))
+            finally:
+                library.close()
+        except Exception:
+            log.warning("session %s: not recorded in the meeting library", self.session_id, exc_info=True)
 
     def saved_state(self) -> SavedState:
         """What :meth:`save` would store with the KV now (all of the meeting once it has finished)."""

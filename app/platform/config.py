@@ -305,6 +305,8 @@ class StoreSettings(BaseModel):
     audit_log: Path | None = Field(
         None, description="hash-chained audit log of every block written, read or deleted (default: <home>/audit.log)"
     )
+    library: bool = Field(True, description="record each saved meeting in the meeting library when it ends "
+                          "(minutia library list)")
 
 
 class PIISettings(BaseModel):

@@ -124,10 +124,27 @@ def load_master_key(settings: Settings, create_key: bool = True, key_file: Path 
         raise InputError(str(exc)) from None
 
 
+def library_path(settings: Settings) -> Path:
+    """The meeting library's file (app/library): sealed under the master key like the saved meetings."""
+    return settings.home / "library" / "library.db"
+
+
 def _disk_meetings(settings: Settings) -> tuple[int, str]:
-    """What the configured disk store's folder holds, and where."""
+    """What the configured disk store's folder and the meeting library hold, and where."""
     folder = settings.store.path or settings.home / "sessions"
-    return (sum(1 for p in folder.iterdir() if not p.name.startswith(".")) if folder.is_dir() else 0), str(folder)
+    saved = sum(1 for p in folder.iterdir() if not p.name.startswith(".")) if folder.is_dir() else 0
+    library = library_path(settings)
+    if library.is_file():
+        import sqlite3
+
+        try:
+            with sqlite3.connect(f"file:{library}?mode=ro", uri=True) as db:
+                recorded = db.execute("SELECT COUNT(*) FROM meetings").fetchone()[0]
+        except sqlite3.DatabaseError:
+            recorded = 1  # a library that does not open may still hold meetings
+        if recorded:
+            return saved + recorded, (f"{folder} and " if saved else "") + f"the meeting library {library}"
+    return saved, str(folder)
 
 
 def _listed(inner, where: str) -> tuple[int, str]:

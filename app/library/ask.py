@@ -1,0 +1,70 @@
+"""Ask across the library: find the meetings that speak of the question, and answer it from them with the same
+reader a single meeting gets.
+
+Why not one answer over every sentence of every meeting: the single-meeting reader weighs a line against its own
+meeting (its speakers, what else was said, which date belongs to which event), so the library picks the meetings
+first (by the question's matches across the sealed index) and asks each in turn; the best-matching meeting that
+answers gives the answer, cited with its title and date.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Callable
+
+from app.answering.answers import NOT_IN_MEETING, Answer
+from app.library.record import transcript_of
+from app.library.store import Library, MeetingRecord
+from app.text.transcript import Transcript
+from encoders.errors import InputError
+
+MEETINGS_READ = 3  # meetings asked, best-matching first
+POOL = 40  # sentences found across the library to rank meetings by
+
+
+@dataclass
+class LibraryAnswer:
+    """The answer, the meeting it comes from (None when no meeting answers), and what the others said."""
+
+    question: str
+    answer: Answer
+    meeting: MeetingRecord | None
+    also: list[tuple[MeetingRecord, Answer]] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return self.answer.text
+
+
+def ask_library(library: Library, question: str, ask: Callable[[Transcript, str], Answer],
+                since: float | None = None, speaker: str | None = None, meeting_like: str | None = None,
+                meetings_read: int = MEETINGS_READ) -> LibraryAnswer:
+    """Answer ``question`` from the library's meetings (those from ``since`` on, where ``speaker`` spoke, whose
+    title is like ``meeting_like``), asking each chosen meeting with ``ask``."""
+    chosen = None
+    if meeting_like:
+        chosen = [m.id for m in library.meetings(since) if _like(meeting_like, m.title)]
+        if not chosen:
+            raise InputError(f"no meeting in the library has a title like {meeting_like!r}")
+    found = library.search(question, limit=POOL, since=since, speaker=speaker, meetings=chosen)
+    best: dict[str, float] = {}
+    for f in found:
+        best[f.meeting] = max(best.get(f.meeting, 0.0), f.score)
+    ranked = sorted(best, key=lambda m: -best[m])[:meetings_read]
+    answered: list[tuple[MeetingRecord, Answer]] = []
+    for meeting in ranked:
+        record = library.get(meeting)
+        answered.append((record, ask(transcript_of(record), question)))
+    said = [(r, a) for r, a in answered if a.text != NOT_IN_MEETING]
+    if not said:
+        return LibraryAnswer(question, Answer(question, NOT_IN_MEETING, [], 1, 0.0), None, answered)
+    record, answer = said[0]
+    return LibraryAnswer(question, answer, record, [(r, a) for r, a in said[1:]])
+
+
+def _like(asked: str, title: str) -> bool:
+    """A title like the one asked for: it contains it, or reads nearly the same ("standup" for "Stand-up")."""
+    a, t = asked.lower(), title.lower()
+    plain = lambda s: "".join(ch for ch in s if ch.isalnum())  # noqa: E731
+    return a in t or plain(a) in plain(t) or difflib.SequenceMatcher(None, plain(a), plain(t)).ratio() >= 0.75
