@@ -5,6 +5,7 @@ tests/test_import_layers.py):
 - ``text``: transcripts, sentences, normalised words, entities, speaker names, personal data;
 - ``answering``: questions read, lines found and answered, action items, the summary;
 - ``llm``: the engine, the meeting's KV context, the batch assistant;
+- ``library``: the meeting library (every meeting read, sealed; asked across);
 - ``live``: the meeting session and its parts, events, the runtime, forget;
 - ``batch``: recordings to transcripts, batch jobs, exports;
 - ``rooms``: the WebRTC bot and the fleet of rooms;

@@ -218,6 +218,9 @@ def test_minutia_batch_on_a_local_ray_runtime(tmp_path):
     index = [json.loads(line) for line in (tmp_path / "out" / "index.jsonl").read_text().splitlines()]
     assert {line["recording"] for line in index} == {"monday", "team/tuesday"}
     assert json.loads((tmp_path / "out" / "report.json").read_text())["done"] == 2
+    listed = subprocess.run([str(script), "library", "list", "--json"], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "MINUTIA_HOME": str(home)})
+    assert sorted(m["title"] for m in json.loads(listed.stdout)) == ["monday.wav", "tuesday.ogg"], listed.stderr
 
     (tmp_path / "in" / "silent.wav").unlink()
     code, report = batch()

@@ -31,12 +31,12 @@ PLANNING = _meeting(
     ("Ines", "The venue deposit was paid yesterday."),
     ("Tomas", "My phone is 555 0199 if the driver needs it."),
 )
-REVIEW = _meeting(
-    "review.json",
+REVIEW_LINES = (
     ("Priya", "The outage last week came from the expired certificate."),
     ("Olek", "I will renew the certificate and add an expiry alert."),
     ("Priya", "The coach company sent the invoice for the offsite."),
 )
+REVIEW = _meeting("review.json", *REVIEW_LINES)
 
 
 @pytest.fixture
@@ -220,3 +220,41 @@ def test_minutia_ask_library_answers_across_meetings(tmp_path, monkeypatch, caps
         ask("meeting.json", "Who?", since="2026-11-01")
     with pytest.raises(InputError, match="give the question alone"):
         ask("meeting.json", "Who?", library=True)
+
+
+def test_a_damaged_library_file_is_refused_in_one_line(tmp_path):
+    settings = load_settings(overrides={"home": str(tmp_path)})
+    open_library(settings, embedder=False).close()
+    (tmp_path / "library" / "library.db").write_bytes(b"not a database at all" * 100)
+    with pytest.raises(InputError, match="cannot be opened"):
+        open_library(settings, embedder=False)
+
+
+def test_asking_a_recorded_meeting_again_embeds_none_of_its_sentences(tmp_path):
+    """Ask-across reads whole meetings: their kept vectors go to the encoder first, so only the question is new."""
+    from app.answering.retrieval import MiniLMEmbedder
+
+    lib = open_library(load_settings(overrides={"home": str(tmp_path)}))
+    if not isinstance(lib.embedder, MiniLMEmbedder):
+        pytest.skip("the packaged sentence encoder is not installed")
+    try:
+        meeting = record_meeting(lib, REVIEW)
+        lib.embedder._cache.clear()
+        assert lib.warm(meeting) == len(REVIEW.turns)
+        encoded = []
+        original = lib.embedder._encode
+        lib.embedder._encode = lambda texts: encoded.extend(texts) or original(texts)
+        try:
+            _finder_ask_with(lib.embedder)(transcript_of(lib.get(meeting)), "Who will renew the certificate?")
+        finally:
+            lib.embedder._encode = original
+        assert "Who will renew the certificate?" in encoded  # the question, and the fixed probes of meeting_ask
+        assert not [t for t in encoded if any(text in t for _, text in REVIEW_LINES)]  # no line of the meeting
+    finally:
+        lib.close()
+
+
+def _finder_ask_with(embedder):
+    from app.answering.answers import AnswerFinder
+
+    return lambda transcript, question: AnswerFinder(transcript, embedder).answer(question)

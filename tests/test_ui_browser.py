@@ -45,7 +45,9 @@ def server(tmp_path_factory):
     from ui.app import free_port, serve
     from ui.settings import UISettings
 
-    runtime = Runtime(load_settings())
+    home = tmp_path_factory.mktemp("home")  # the page's meetings go into this home's library, not the user's
+    (home / "models").symlink_to(models_dir(_HOME), target_is_directory=True)
+    runtime = Runtime(load_settings(overrides={"home": str(home)}))
     runtime.warm_up()
     settings = UISettings(summary_every_s=None, max_upload_mb=5, export_dir=tmp_path_factory.mktemp("exports"), poll_seconds=0.5)
     server = serve(runtime, port=free_port(), ui_settings=settings, block=False)
@@ -281,7 +283,7 @@ def test_live_meeting_page(server, browser, tmp_path_factory):
     legends = page.inner_text("#mt-plot-modality")
     assert all(stream in legends for stream in ("speech", "slides", "instructions", "budget")), legends
     page.screenshot(path=str(shots / "engine.png"), full_page=True)
-    page.get_by_role("tab", name="Meeting").click()
+    page.get_by_role("tab", name="Meeting", exact=True).click()
     if VIDEO_SAMPLE:  # keyframes with their OCR text as captions
         titles = [slide["title"] for slide in json.loads((ROOT / "samples/standup-video/slides.json").read_text())["slides"]]
         titled = "|".join(re.escape(title) for title in titles)
@@ -437,3 +439,32 @@ def test_microphone_and_webcam_streaming_then_disconnect(server, playwright, tmp
         _wait_for_text(again, "#mt-status", "type a question first", 15)
     finally:
         chromium.close()
+
+
+def test_the_meetings_tab_lists_searches_opens_and_asks_across(server, browser):
+    """Issue 51: the library's meetings on the page: listed, searched, opened from the table, asked across."""
+    from app.library.record import open_library, parse_date, record_meeting
+    from app.text.transcript import load_transcript
+
+    srv, runtime = server
+    library = open_library(runtime.settings)
+    record_meeting(library, load_transcript(ROOT / "samples/standup/reference.json"), title="Stand-up",
+                   started=parse_date("2026-11-30"))
+    library.close()
+    page = browser.new_page(viewport={"width": 1400, "height": 1100})
+    page.goto(srv.url)
+    page.get_by_role("tab", name="Meetings").click()
+    page.click("#mt-lib-refresh")
+    _wait_for_text(page, "#mt-lib-table", "Stand-up[\\s\\S]*2026-11-30", 30)
+    page.fill("#mt-lib-search textarea", "budget")
+    page.press("#mt-lib-search textarea", "Enter")
+    _wait_for_text(page, "#mt-lib-found", "Stand-up.*budget", 60)
+    page.locator("#mt-lib-table").get_by_text("Stand-up", exact=True).locator("visible=true").first.click()
+    _wait_for_text(page, "#mt-lib-meeting", "Action items[\\s\\S]*Carol", 30)
+    page.fill("#mt-lib-question textarea", "How much will the pilot cost?")
+    page.click("#mt-lib-ask")
+    _wait_for_text(page, "#mt-lib-answer", "(12,000|twelve thousand)[\\s\\S]*from Stand-up, 2026-11-30", 120)
+    page.fill("#mt-lib-since textarea", "not a date")
+    page.click("#mt-lib-refresh")
+    _wait_for_text(page, "#mt-lib-count", "YYYY-MM-DD", 30)
+    page.close()

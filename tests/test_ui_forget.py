@@ -76,6 +76,19 @@ def test_a_speaker_is_forgotten_from_the_page_while_the_replay_goes_on(scripted_
         assert "contract" not in said and "pilot" in said and "website" in said, said
         assert tab.session.speakers().get("SPEAKER_00") == "Alice"  # the user's name stays after the forget
         assert "contract" not in tab.session.ask("Who will send the contract?").text.lower()
+
+        # Issue 51: the page's meeting went into the library when it ended, without the forgotten speaker (the
+        # forget's first finish had recorded them; the rebuild recorded it again without).
+        from ui.meetings import MeetingsTab
+
+        meetings = MeetingsTab(runtime)
+        rows, line = meetings.listed()
+        assert [r[1] for r in rows] == ["meeting.wav"] and line == "1 meeting", (rows, line)
+        assert "No sentence in the library matches" in meetings.search("contract Friday")
+        assert "pilot" in meetings.search("pilot cost").lower()
+        opened = meetings.open(rows[0][0])
+        assert "meeting.wav" in opened and "contract" not in opened.lower() and "Alice" in opened
+        assert "bad date" not in meetings.listed("2026-13-45")[1] and "YYYY-MM-DD" in meetings.listed("2026-13-45")[1]
     finally:
         page.close()
         runtime.close()

@@ -29,6 +29,7 @@ from encoders.audio import cut_off
 from encoders.errors import InputError
 from ui import render
 from ui.asked import AskedQuestions
+from ui.meetings import build_meetings_tab
 from ui.player import muted_copy, playable_copy, player_html
 from ui.settings import UISettings, bundled_samples
 
@@ -397,7 +398,8 @@ class LivePage:
         tab.reset_views()
         tab.drop_player()
         runtime = self.runtime_for(tab.overrides)
-        tab.session, tab.runtime, tab.source = runtime.new_session(source=source), runtime, source
+        tab.session, tab.runtime, tab.source = runtime.new_session(source=source, library=True), runtime, source
+        tab.session.title = render.meeting_title(source)  # what the Meetings tab lists it as when it ends
         tab.started = time.monotonic()
         return tab.session
 
@@ -880,6 +882,8 @@ def build_page(runtime: Runtime, ui_settings: UISettings | None = None) -> gr.Bl
                     model = gr.Textbox(value=settings.llm.model, label="LLM (embedded name or local HF folder)", elem_id="mt-model")
                     budget = gr.Slider(0.05, 1.0, value=settings.kv.budget_ratio, step=0.05, label="KV budget (share of the full cache)", elem_id="mt-budget")
                     apply_button = gr.Button("Apply", size="sm", elem_id="mt-apply")
+            with gr.Tab("Meetings", elem_id="mt-tab-meetings"):
+                page.meetings = build_meetings_tab(runtime)
 
         timer = gr.Timer(ui.poll_seconds)
         tab_outputs = [status, transcript, tier_plot, modality_plot, ratio_plot, kv_stats, slides, actions, summary, player,

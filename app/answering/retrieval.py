@@ -84,6 +84,11 @@ class Embedder(Protocol):
         """One L2-normalised vector per text."""
 
 
+def indexed_text(text: str, context: str = "") -> str:
+    """What a sentence is embedded as: with the sentence before it, which often says what "it" is."""
+    return text if not context else f"{context} {text}"
+
+
 CACHE_LIMIT = 200_000  # sentence vectors kept (384 floats each: ~300 MB at the limit)
 
 
@@ -110,6 +115,14 @@ class MiniLMEmbedder:
                 for text, vector in zip(todo[i:i + 64], self._encode(todo[i:i + 64])):
                     self._cache[text] = vector
             return np.stack([self._cache[t] for t in texts]) if texts else np.zeros((0, 384), dtype=np.float32)
+
+    def remember(self, texts: Sequence[str], vectors: np.ndarray) -> None:
+        """Vectors of ``texts`` computed before (a recorded meeting's, kept by the library): not embedded again."""
+        with self._lock:
+            if len(self._cache) + len(texts) > CACHE_LIMIT:
+                self._cache.clear()
+            for text, vector in zip(texts, vectors):
+                self._cache.setdefault(text, np.asarray(vector, dtype=np.float32))
 
     def _encode(self, texts: list[str]) -> np.ndarray:
         with self._torch.inference_mode():
@@ -185,7 +198,7 @@ class SentenceIndex:
         self.dense_weight = dense_weight if embedder is not None else 0.0
         self._text = _Lexical([stems(s.text) for s in sentences])
         self._context = _Lexical([stems(s.context) for s in sentences])
-        self._vectors = embedder.embed([s.text if not s.context else f"{s.context} {s.text}" for s in sentences]) \
+        self._vectors = embedder.embed([indexed_text(s.text, s.context) for s in sentences]) \
             if embedder is not None and sentences else None
 
     def search(self, query: str, k: int = 8) -> list[Hit]:

@@ -109,13 +109,58 @@ def _run(jobs, settings, options, console, worker_cls, on_result, out: Path) -> 
     results: dict[str, dict] = {job.name: {**manifest.entries[job.name], "status": "skipped", "seconds": 0.0}
                                 for job in jobs if job.name not in pending}
     if todo:
-        report.workers = _schedule(todo, settings, options, console, worker_cls, manifest, results, on_result, out, wanted)
+        recorder = _LibraryRecorder(settings, out, console)
+        try:
+            report.workers = _schedule(todo, settings, options, console, worker_cls, manifest, results,
+                                       _both(on_result, recorder, {job.name: job for job in todo}), out, wanted)
+        finally:
+            recorder.close()
     report.jobs = [results[job.name] | {"source": job.source} for job in jobs]
     shutil.rmtree(out / PARTIAL, ignore_errors=True)
     manifest.write_index()
     report.wall_seconds = round(time.perf_counter() - started, 3)
     atomic_write(out / REPORT, json.dumps(report.to_dict(), indent=1, ensure_ascii=False) + "\n")
     return report
+
+
+def _both(on_result, recorder: "_LibraryRecorder", jobs: dict) -> Callable[[JobResult], None]:
+    def each(result: JobResult) -> None:
+        if result.status == "done":
+            recorder.record(jobs[result.name])
+        if on_result:
+            on_result(result)
+    return each
+
+
+class _LibraryRecorder:
+    """Each finished recording into the meeting library (app/library), from the transcript the batch wrote (masked
+    as exported); done here, by the driver, so a cluster's workers on other machines write no library of their own.
+    A recording the library cannot take is said once and costs the batch nothing."""
+
+    def __init__(self, settings: Settings, out: Path, console: Console) -> None:
+        self.settings, self.out, self.console = settings, out, console
+        self.library = None
+        self.failed = not settings.store.library
+
+    def record(self, job: BatchJob) -> None:
+        from app.library.record import open_library, record_meeting
+        from app.text.transcript import load_transcript
+
+        path = self.out / job.name / f"{Path(job.name).name}.transcript.json"
+        if self.failed or not path.is_file():
+            return
+        try:
+            self.library = self.library or open_library(self.settings)
+            source = Path(job.source)
+            record_meeting(self.library, load_transcript(path), title=source.name,
+                           started=source.stat().st_mtime if source.exists() else None)
+        except (InputError, OSError) as exc:
+            self.failed = True
+            self.console.print(f"[yellow]warning:[/] recordings are not recorded in the library: {exc}")
+
+    def close(self) -> None:
+        if self.library is not None:
+            self.library.close()
 
 
 def _schedule(todo, settings, options, console, worker_cls, manifest, results, on_result, out: Path, wanted) -> int:

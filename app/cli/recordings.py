@@ -60,8 +60,11 @@ def transcribe(
     formats: Annotated[str, typer.Option(help="comma-separated: json,srt,vtt,md")] = "json,srt,vtt,md",
     config: ConfigOpt = None, asr_model: ASROpt = None, diarization_model: DiarOpt = None,
     num_speakers: SpeakersOpt = None, hotwords: HotwordsOpt = None, as_json: JsonOpt = False,
+    library: Annotated[bool, typer.Option("--library/--no-library", help="record the meeting in the library "
+                                          "(minutia library list)")] = True,
 ) -> None:
-    """Recording -> speaker-attributed transcript with word times (JSON, SRT, VTT, Markdown)."""
+    """Recording -> speaker-attributed transcript with word times (JSON, SRT, VTT, Markdown); the meeting is
+    recorded in the library."""
     from app.batch.exports import write_transcript
     from app.batch.pipeline import load_meeting, resolve_input
     from app.text.transcript import WRITERS, to_json
@@ -75,6 +78,7 @@ def transcribe(
     folder = _out_dir(out_dir, recording)
     transcript, written = write_transcript(
         load_meeting(recording, settings, err), settings, folder, f"{_stem(recording)}.transcript", wanted)
+    recorded = _record_in_library(settings, transcript, None, recording) if library else None
     if as_json:
         print(to_json(transcript), end="")
         return
@@ -83,6 +87,8 @@ def transcribe(
 
         out.print(f"[dim]{turn_label(index, turn)}[/] [bold]{turn.speaker}[/]: {turn.text}")
     err.print(f"[green]wrote[/] {', '.join(str(p) for p in written)}")
+    if recorded:
+        err.print(f"[green]recorded[/] in the library as {escape(recorded)}")
 
 
 def _assistant(settings: Settings):
@@ -125,14 +131,15 @@ def summarize(
 
 
 def _record_in_library(settings: Settings, transcript, summary, given: Path) -> str | None:
-    """The meeting recorded in the library (its id), dated by the file it was read from; a library that cannot be
-    written warns and costs the summary nothing."""
+    """The meeting recorded in the library (its id), dated by the file it was read from (its summary: the
+    extractive one when ``summary`` is None); a library that cannot be written warns and costs the command
+    nothing."""
     from app.library.record import library_detector, open_library, record_meeting
 
     try:
         lib = open_library(settings)
         try:
-            return record_meeting(lib, transcript, summary, started=given.stat().st_mtime,
+            return record_meeting(lib, transcript, summary, title=given.name, started=given.stat().st_mtime,
                                   detector=library_detector(settings))
         finally:
             lib.close()

@@ -55,6 +55,7 @@ def ask_library(library: Library, question: str, ask: Callable[[Transcript, str]
     answered: list[tuple[MeetingRecord, Answer]] = []
     for meeting in ranked:
         record = library.get(meeting)
+        library.warm(meeting)  # its sentences' vectors are kept: the reader need not embed them again
         answered.append((record, ask(transcript_of(record), question)))
     said = [(r, a) for r, a in answered if a.text != NOT_IN_MEETING]
     if not said:

@@ -65,12 +65,12 @@ def record_meeting(library: Library, transcript: Transcript, summary: MeetingSum
                    detector=None) -> str:
     """Record ``transcript`` (and its summary; the extractive one when none is given) in ``library``, personal data
     masked with ``detector`` when one is given; its id."""
-    meeting = meeting or meeting_id(transcript)
     summary = summary or build_summary(transcript)
     if detector is not None:
         from app.text.pii import mask_text, mask_transcript
 
         transcript = mask_transcript(transcript, detector)
+    meeting = meeting or meeting_id(transcript)  # of what is kept: the same whether it came masked or not
     shown = (lambda text: mask_text(text, detector.find(text))) if detector is not None else (lambda text: text)
     record = MeetingRecord(
         id=meeting, title=title or Path(transcript.source or meeting).name, source=transcript.source,
@@ -79,7 +79,8 @@ def record_meeting(library: Library, transcript: Transcript, summary: MeetingSum
         decisions=[shown(f"{d.speaker}: {d.text}") for d in summary.decisions],
         action_items=[shown(f"{a.owner}: {a.task}" + (f" (by {a.due})" if a.due else "")) for a in summary.action_items],
         transcript=json.loads(to_json(transcript)))
-    sentences = [LibrarySentence(s.text, s.speaker, s.turn_index, s.start) for s in split_sentences(transcript)]
+    sentences = [LibrarySentence(s.text, s.speaker, s.turn_index, s.start, s.context)
+                 for s in split_sentences(transcript)]
     library.put(record, sentences)
     return meeting
 

@@ -28,13 +28,15 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from app.answering.retrieval import indexed_text
 from encoders.errors import InputError
 
 NONCE = 12
+SCHEMA_VERSION = 1
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meetings(
     id TEXT PRIMARY KEY, started REAL, duration REAL, recorded REAL NOT NULL,
-    wrapped_key BLOB NOT NULL, record BLOB NOT NULL);
+    wrapped_key BLOB NOT NULL, head BLOB NOT NULL, record BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS sentences(
     id INTEGER PRIMARY KEY, meeting TEXT NOT NULL, position INTEGER NOT NULL, start REAL,
     speaker_tag TEXT NOT NULL, body BLOB NOT NULL, vector BLOB);
@@ -51,6 +53,7 @@ class LibrarySentence:
     speaker: str
     turn_index: int
     start: float | None
+    context: str = ""  # the sentence before it, embedded with it as the single-meeting retriever does
 
 
 @dataclass
@@ -70,6 +73,18 @@ class MeetingRecord:
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self)).encode()
+
+
+@dataclass(frozen=True)
+class MeetingHead:
+    """What a listing or a search result needs of a meeting (sealed apart from the record, which holds the whole
+    transcript, so a search opens a few hundred bytes per meeting it cites)."""
+
+    id: str
+    title: str
+    started: float | None
+    duration: float | None
+    speakers: list[str]
 
 
 @dataclass(frozen=True)
@@ -99,9 +114,16 @@ class Library:
         try:
             self.db = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
             self.db.execute("PRAGMA secure_delete = ON")  # a deleted row's pages are zeroed, not left in free pages
+            version = self.db.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, SCHEMA_VERSION):
+                raise InputError(f"the meeting library at {self.path} is of another version ({version}) of minutia")
             self.db.executescript(SCHEMA)
+            self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except sqlite3.DatabaseError as exc:
             raise InputError(f"the meeting library at {self.path} cannot be opened: {exc}") from None
+        except InputError:
+            self.db.close()
+            raise
         os.chmod(self.path, 0o600)
 
     def close(self) -> None:
@@ -149,11 +171,14 @@ class Library:
         key = os.urandom(32)
         nonce = os.urandom(NONCE)
         wrapped = nonce + self._wrap.encrypt(nonce, key, b"key:" + record.id.encode())
-        vectors = self.embedder.embed([s.text for s in sentences]) if self.embedder is not None and sentences else None
+        vectors = self.embedder.embed([indexed_text(s.text, s.context) for s in sentences]) \
+            if self.embedder is not None and sentences else None
         with self.db:
             self._delete(record.id)
-            self.db.execute("INSERT INTO meetings VALUES (?, ?, ?, ?, ?, ?)",
+            head = MeetingHead(record.id, record.title, record.started, record.duration, record.speakers)
+            self.db.execute("INSERT INTO meetings VALUES (?, ?, ?, ?, ?, ?, ?)",
                             (record.id, record.started, record.duration, time.time(), wrapped,
+                             self._seal(key, json.dumps(asdict(head)).encode(), f"head:{record.id}"),
                              self._seal(key, record.to_json(), f"meeting:{record.id}")))
             for position, sentence in enumerate(sentences):
                 body = json.dumps(asdict(sentence)).encode()
@@ -183,14 +208,17 @@ class Library:
         return gone
 
     # ------------------------------------------------------------------ reading
-    def meetings(self, since: float | None = None) -> list[MeetingRecord]:
+    def meetings(self, since: float | None = None) -> list[MeetingHead]:
         """Every meeting (newest first), or those that took place (or, undated, were recorded) from ``since``."""
-        rows = self.db.execute("SELECT id, wrapped_key, record, COALESCE(started, recorded) AS at FROM meetings "
+        rows = self.db.execute("SELECT id, wrapped_key, head, COALESCE(started, recorded) AS at FROM meetings "
                                "WHERE ? IS NULL OR COALESCE(started, recorded) >= ? ORDER BY at DESC",
                                (since, since)).fetchall()
-        found = [self._record(meeting, wrapped, sealed) for meeting, wrapped, sealed, _ in rows]
+        found = [self._head(meeting, wrapped, sealed) for meeting, wrapped, sealed, _ in rows]
         self._log("", "read", what="list", meetings=len(found))
         return found
+
+    def _head(self, meeting: str, wrapped: bytes, sealed: bytes) -> MeetingHead:
+        return MeetingHead(**json.loads(self._open(self._meeting_key(meeting, wrapped), sealed, f"head:{meeting}")))
 
     def _record(self, meeting: str, wrapped: bytes, sealed: bytes) -> MeetingRecord:
         data = json.loads(self._open(self._meeting_key(meeting, wrapped), sealed, f"meeting:{meeting}"))
@@ -210,6 +238,17 @@ class Library:
 
     def sentences(self, meeting: str) -> list[LibrarySentence]:
         return [sentence for sentence, _ in self._sentences(meeting, [])]
+
+    def warm(self, meeting: str) -> int:
+        """Hand a meeting's kept sentence vectors to the embedder (one that can ``remember``), so reading the
+        meeting again embeds none of them; how many were handed over."""
+        remember = getattr(self.embedder, "remember", None)
+        if remember is None:
+            return 0
+        kept = [(indexed_text(s.text, s.context), v) for s, v in self._sentences(meeting, []) if v is not None]
+        if kept:
+            remember([t for t, _ in kept], np.stack([v for _, v in kept]))
+        return len(kept)
 
     def _sentences(self, meeting: str, rows: Sequence[int]) -> Iterator[tuple[LibrarySentence, np.ndarray | None]]:
         wrapped = self.db.execute("SELECT wrapped_key FROM meetings WHERE id = ?", (meeting,)).fetchone()
@@ -251,8 +290,11 @@ class Library:
             by_meeting.setdefault(meeting, {})[row] = -rank  # FTS5's bm25 is lower for better matches
         asked = None if self.embedder is None else self.embedder.embed([query])[0]
         found = []
+        heads = {m: self._head(m, wrapped, sealed) for m, wrapped, sealed in self.db.execute(
+            "SELECT id, wrapped_key, head FROM meetings WHERE id IN (%s)" % ",".join("?" * len(by_meeting)),
+            list(by_meeting))}
         for meeting, rows in by_meeting.items():
-            record = self.get(meeting)
+            record = heads[meeting]
             ids = list(rows)
             for (sentence, vector), row in zip(self._sentences(meeting, ids), sorted(ids)):
                 score = rows[row]

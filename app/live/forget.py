@@ -113,9 +113,12 @@ def forget_in_live_meeting(runtime: Runtime, session: MeetingSession, source: st
     saved = session.saved_state()
     plan = _Plan.of(saved, source, runtime.settings.asr.hotwords, [saved.source], runtime.settings.kv.block_size)
     runtime.close_session(session_id)
-    rebuilt = _rebuilt(runtime, session_id, saved, plan, autosave=False)
+    rebuilt = _rebuilt(runtime, session_id, saved, plan, autosave=False, library=session.in_library)
+    rebuilt.title = session.title
     rebuilt.keep_pictures(shown)
     rebuilt.wait_until_prefilled(timeout)
+    if rebuilt.in_library:  # the end recorded the meeting with them: it is recorded again without
+        rebuilt.record_in_library()
     return rebuilt, plan.report(session_id, rebuilt.kv_stats().get("tokens", 0), ())
 
 
@@ -161,9 +164,10 @@ class _Plan:
                             self.source, shredded)
 
 
-def _rebuilt(runtime: Runtime, session_id: str, saved: SavedState, plan: _Plan, autosave: bool) -> MeetingSession:
+def _rebuilt(runtime: Runtime, session_id: str, saved: SavedState, plan: _Plan, autosave: bool,
+             library: bool = False) -> MeetingSession:
     """A new session holding ``saved`` without the plan's source (still open: finish it or feed it on)."""
-    session = runtime.new_session(session_id, source=plan.source, autosave=autosave)
+    session = runtime.new_session(session_id, source=plan.source, autosave=autosave, library=library)
     # Others still address the forgotten speaker ("Bob, can you...?"): that name must not pass to whoever now
     # speaks next; and those who stay keep the names they had, even where the evidence was the forgotten turns.
     forgotten = plan.names.get(plan.label)

@@ -154,9 +154,10 @@ class Runtime:
 
     # ------------------------------------------------------------------ sessions
     def new_session(self, session_id: str | None = None, source: str = "live", autosave: bool = False,
-                    replace: bool = False) -> "MeetingSession":
+                    replace: bool = False, library: bool = False) -> "MeetingSession":
         """A new meeting; ``autosave`` saves it to the session store as it goes (see ``minutia resume``).
-        A saved meeting of that id is never overwritten unless ``replace``."""
+        A saved meeting of that id is never overwritten unless ``replace``. A saved meeting, or one opened with
+        ``library``, is recorded in the meeting library when it ends."""
         from app.live.session import MeetingSession
 
         session_id = session_id or uuid.uuid4().hex[:12]
@@ -171,7 +172,8 @@ class Runtime:
             with self._lock:
                 if session_id in self._sessions:
                     raise InputError(f"session {session_id} already exists")
-                session = MeetingSession(self, session_id, source, autosave=autosave, settings=settings)
+                session = MeetingSession(self, session_id, source, autosave=autosave, settings=settings,
+                                         library=library)
                 self._sessions[session_id] = session
                 if claim is not None:
                     self._claims[session_id] = claim

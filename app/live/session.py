@@ -117,8 +117,9 @@ class MeetingSession:
     """A meeting in this process: a LiveMeeting (app/live/meeting.py) with one worker thread and its parts."""
 
     def __init__(self, runtime: SharedModels, session_id: str, source: str = "live", autosave: bool = False,
-                 restored: SavedMeeting | None = None, settings: Any = None) -> None:
-        """``settings``: this meeting's (a canary's KV changes, app/platform/canary.py); the runtime's by default."""
+                 restored: SavedMeeting | None = None, settings: Any = None, library: bool = False) -> None:
+        """``settings``: this meeting's (a canary's KV changes, app/platform/canary.py); the runtime's by default.
+        ``library``: record the meeting in the meeting library when it ends though it is not saved (the page's)."""
         self.runtime = runtime
         self.settings = settings if settings is not None else runtime.settings
         self.session_id = session_id
@@ -132,6 +133,8 @@ class MeetingSession:
         self._closed = threading.Event()
         self._finished = threading.Event()
         self._wall_start = time.time()  # when the meeting began here (the library dates it so)
+        self._library = library or autosave
+        self.title: str | None = None  # what the library calls the meeting (default: its session id)
 
         self._audio = RingBuffer(AUDIO_RING_SECONDS * SAMPLE_RATE, np.float32, policy="drop_oldest")
         self._frames: ItemRing[Keyframe] = ItemRing(VIDEO_RING_FRAMES, policy="drop_oldest")
@@ -373,6 +376,8 @@ class MeetingSession:
         self._meter(context, force=True)
         if self.autosave and not self._closed.is_set() and self._said_anything():
             self.save()  # an empty meeting is never saved (nor saved over a meeting --replace would replace)
+        if self.in_library and not self._closed.is_set() and self._said_anything():
+            self.record_in_library()  # before finish() returns: a forget that follows records over it, not under
         self._finished.set()
         self._set_state("finished" if not self._closed.is_set() else self._state)
 
@@ -472,11 +477,17 @@ class MeetingSession:
                           sent)
         if self.on_transfer is not None:
             self.on_transfer("device", self.settings.store.backend, report.bytes_written, report.seconds)
-        if self._finished.is_set() and self.settings.store.library:
-            self._record_in_library()
+        self._library = True  # a saved meeting is one of the library's
+        if self._finished.is_set() and self.in_library:
+            self.record_in_library()  # saved after the end: by hand, after a rename, a forget's rebuild
         return report
 
-    def _record_in_library(self) -> None:
+    @property
+    def in_library(self) -> bool:
+        """Whether the meeting goes into the meeting library (saved, or opened for it)."""
+        return self._library and self.settings.store.library
+
+    def record_in_library(self) -> None:
         """A saved meeting that has ended goes into the meeting library under its session id (again after a rename
         or a forget's rebuild, replacing what was there); a library that cannot be written costs the save nothing."""
         from app.library.record import library_detector, open_library, record_meeting
@@ -485,7 +496,7 @@ class MeetingSession:
             library = open_library(self.settings)
             try:
                 started = library.started(self.session_id) or self._wall_start  # a resumed meeting keeps its date
-                record_meeting(library, self.transcript(), title=self.session_id, started=started,
+                record_meeting(library, self.transcript(), title=self.title or self.session_id, started=started,
                                meeting=self.session_id, detector=library_detector(self.settings))
             finally:
                 library.close()
