@@ -72,7 +72,8 @@ def live(
         _out_dir(out_dir, source)
     runtime = Runtime(settings)
     # the session first: a saved meeting of that id is refused before seconds of model loading
-    session = runtime.new_session(session_id, source=source.name, autosave=save, replace=replace)
+    session = runtime.new_session(session_id, source=source.name, autosave=save, replace=replace, library=True)
+    session.title = session_id if save and session_id else source.name  # as the meeting library lists it
     with err.status("loading the models"):
         runtime.warm_up()  # the PII detector too: a missing spaCy model is said before the replay
 

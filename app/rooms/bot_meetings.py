@@ -60,7 +60,8 @@ class LocalMeetings:
 
     def open(self, room_name: str, earlier: "Transcript | None" = None) -> "MeetingSession":
         """A room's session; ``earlier`` (a transcript) is the meeting so far when a finished room goes on."""
-        session = self.runtime.new_session(source=f"webrtc:{room_name}", autosave=self.autosave)
+        session = self.runtime.new_session(source=f"webrtc:{room_name}", autosave=self.autosave, library=True)
+        session.title = f"room {room_name}"  # what the meeting library lists it as when it ends
         if earlier is not None and earlier.turns:
             session.add_transcript(earlier)
         return session
