@@ -258,3 +258,41 @@ def _finder_ask_with(embedder):
     from app.answering.answers import AnswerFinder
 
     return lambda transcript, question: AnswerFinder(transcript, embedder).answer(question)
+
+
+def test_a_speaker_is_forgotten_by_the_name_the_transcript_gives_them(library):
+    meeting = record_meeting(library, _meeting(
+        "named.json", ("SPEAKER_00", "Thanks, Bob. I will send the offsite budget today."),
+        ("SPEAKER_01", "Hi, I'm Bob. I have the venue quote for the offsite."),
+        ("SPEAKER_00", "Good, Bob, put the venue quote in the shared folder.")))
+    assert forget_speaker(library, meeting, "bob") == 1
+    assert library.search("venue quote", speaker="SPEAKER_01") == []
+    with pytest.raises(InputError, match="its speakers: SPEAKER_00"):
+        forget_speaker(library, meeting, "Bob")
+
+
+def test_forgotten_words_leave_the_index_itself(library):
+    """FTS5 deletes by adding delete markers; the library merges its index after a delete, so a forgotten
+    sentence's hashed terms are not left in the index's segments (the index key outlives the forget)."""
+    meeting = record_meeting(library, _meeting("m.json", ("Ana", "Zanzibarquux is the code name."),
+                                               ("Ben", "The budget is fine.")))
+    forget_speaker(library, meeting, "Ana")
+    tag = library._tag(__import__("app.answering.retrieval", fromlist=["stems"]).stems("Zanzibarquux")[0]).encode()
+    segments = b"".join(bytes(b) for (b,) in library.db.execute("SELECT block FROM terms_data"))
+    assert tag not in segments and tag not in library.path.read_bytes()
+    assert library.search("budget") and library.search("zanzibarquux") == []
+
+
+def test_a_library_another_process_holds_is_a_one_line_error(tmp_path, library):
+    import sqlite3
+
+    holder = sqlite3.connect(library.path, isolation_level=None, timeout=0.1)
+    holder.execute("BEGIN IMMEDIATE")
+    library.db.execute("PRAGMA busy_timeout = 100")
+    try:
+        with pytest.raises(InputError, match="busy"):
+            record_meeting(library, PLANNING)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert record_meeting(library, PLANNING)  # free again

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import sqlite3
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -154,7 +155,7 @@ class _LibraryRecorder:
             source = Path(job.source)
             record_meeting(self.library, load_transcript(path), title=source.name,
                            started=source.stat().st_mtime if source.exists() else None)
-        except (InputError, OSError) as exc:
+        except (InputError, OSError, sqlite3.Error) as exc:
             self.failed = True
             self.console.print(f"[yellow]warning:[/] recordings are not recorded in the library: {exc}")
 

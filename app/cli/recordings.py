@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -143,7 +144,7 @@ def _record_in_library(settings: Settings, transcript, summary, given: Path) -> 
                                   detector=library_detector(settings))
         finally:
             lib.close()
-    except InputError as exc:
+    except (InputError, sqlite3.Error) as exc:
         err.print(f"[yellow]warning:[/] the meeting was not recorded in the library: {escape(str(exc))}")
         return None
 
@@ -159,8 +160,8 @@ def ask(
     library: Annotated[bool, typer.Option("--library", help="ask across the meetings in the library")] = False,
     since: Annotated[Optional[str], typer.Option("--since", help="with --library: meetings from this date on "
                                                  "(YYYY-MM-DD)")] = None,
-    speaker: Annotated[Optional[str], typer.Option("--speaker", help="with --library: meetings this speaker "
-                                                   "spoke in")] = None,
+    speaker: Annotated[Optional[str], typer.Option("--speaker", help="with --library: meetings where this "
+                                                   "speaker said something matching the question")] = None,
     meeting_like: Annotated[Optional[str], typer.Option("--meeting-like", help="with --library: meetings whose "
                                                         "title is like this")] = None,
 ) -> None:

@@ -40,9 +40,12 @@ class LibraryAnswer:
 def ask_library(library: Library, question: str, ask: Callable[[Transcript, str], Answer],
                 since: float | None = None, speaker: str | None = None, meeting_like: str | None = None,
                 meetings_read: int = MEETINGS_READ) -> LibraryAnswer:
-    """Answer ``question`` from the library's meetings (those from ``since`` on, where ``speaker`` spoke, whose
-    title is like ``meeting_like``), asking each chosen meeting with ``ask``."""
+    """Answer ``question`` from the library's meetings (those from ``since`` on, whose title is like
+    ``meeting_like``; with ``speaker``, those where that speaker said something matching it), asking each chosen
+    meeting with ``ask``."""
     chosen = None
+    if meeting_like is not None and not any(ch.isalnum() for ch in meeting_like):
+        raise InputError("--meeting-like needs a word of the title to look for")
     if meeting_like:
         chosen = [m.id for m in library.meetings(since) if _like(meeting_like, m.title)]
         if not chosen:
@@ -59,7 +62,7 @@ def ask_library(library: Library, question: str, ask: Callable[[Transcript, str]
         answered.append((record, ask(transcript_of(record), question)))
     said = [(r, a) for r, a in answered if a.text != NOT_IN_MEETING]
     if not said:
-        return LibraryAnswer(question, Answer(question, NOT_IN_MEETING, [], 1, 0.0), None, answered)
+        return LibraryAnswer(question, Answer(question, NOT_IN_MEETING, [], 1, 0.0), None, [])
     record, answer = said[0]
     return LibraryAnswer(question, answer, record, [(r, a) for r, a in said[1:]])
 

@@ -21,12 +21,12 @@ from encoders.errors import InputError
 
 def open_library(settings: Settings, create_key: bool = True, embedder: bool = True) -> Library:
     """The library of this MINUTIA_HOME, sealed under its master key, its reads and changes in the audit log."""
-    from app.platform.store import library_path, load_master_key, open_audit_log
+    from app.platform.store import library_path, load_master_key, meetings_kept, open_audit_log
 
     path = library_path(settings)
     if not create_key and not path.exists():
         raise InputError(f"no meeting library at {path}: nothing has been recorded here yet")
-    master = load_master_key(settings, create_key=create_key)
+    master = load_master_key(settings, create_key=create_key, saved_meetings=lambda: meetings_kept(settings))
     encoder = None
     if embedder:
         from app.answering.retrieval import default_embedder
@@ -95,12 +95,18 @@ def forget_speaker(library: Library, meeting: str, speaker: str) -> int:
     """Take one speaker (a label, or a name the transcript gives them) out of a library meeting: the meeting is
     recorded again from its transcript without their turns, its summary rebuilt from what is left. The turns
     removed (an error when the meeting has none of theirs)."""
+    from app.text.speakers import speaker_names
+
     record = library.get(meeting)
     transcript = transcript_of(record)
-    kept = [t for t in transcript.turns if t.speaker.lower() != speaker.lower()]
+    names = speaker_names(transcript)  # label -> the name people call them by ("Thanks, Bob")
+    label = next((lab for lab in transcript.speakers if speaker.lower() in (lab.lower(), names.get(lab, "").lower())),
+                 None)
+    kept = [t for t in transcript.turns if t.speaker != label]
     removed = len(transcript.turns) - len(kept)
     if not removed:
-        raise InputError(f"meeting {meeting!r} has no speaker {speaker!r}; its speakers: {', '.join(record.speakers)}")
+        said = ", ".join(f"{lab} ({names[lab]})" if lab in names else lab for lab in transcript.speakers)
+        raise InputError(f"meeting {meeting!r} has no speaker {speaker!r}; its speakers: {said}")
     without = Transcript(turns=kept, source=transcript.source, duration=transcript.duration)
     record_meeting(library, without, title=record.title, started=record.started, meeting=meeting)
     return removed

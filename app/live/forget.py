@@ -74,6 +74,12 @@ def forget_source(runtime: Runtime, session_id: str, source: str, timeout: float
             if session.state != "finished":
                 raise InputError(f"session {session_id} could not be rebuilt: {session.snapshot().error}")
             report = session.save(rewrite=True)
+            unrecorded = None
+            if session.in_library:  # the save recorded it, or warned: a forget must reach the library, or say so
+                try:
+                    session.record_in_library(strict=True)
+                except InputError as exc:  # said once the old sources are shredded, which must happen anyway
+                    unrecorded = exc
         finally:
             runtime.close_session(session_id)
         shredded = tuple(store.shred(old, session_id) for old in old_sources if old != plan.source)
@@ -83,6 +89,9 @@ def forget_source(runtime: Runtime, session_id: str, source: str, timeout: float
                        words_removed=plan.removed, slides_removed=plan.slides_removed, blocks=plan.blocks,
                        shared_blocks=plan.shared_blocks, rebuilt_as=plan.source,
                        shredded_sources=[r.source for r in shredded])
+        if unrecorded is not None:
+            raise InputError(f"{plan.label} was forgotten in the saved meeting {session_id}, but {unrecorded}; "
+                             f"forget them there too: minutia library forget {session_id} --speaker {plan.label}")
         return plan.report(session_id, report.seq_length, shredded)
     finally:
         claim.release()
@@ -118,7 +127,7 @@ def forget_in_live_meeting(runtime: Runtime, session: MeetingSession, source: st
     rebuilt.keep_pictures(shown)
     rebuilt.wait_until_prefilled(timeout)
     if rebuilt.in_library:  # the end recorded the meeting with them: it is recorded again without
-        rebuilt.record_in_library()
+        rebuilt.record_in_library(strict=True)
     return rebuilt, plan.report(session_id, rebuilt.kv_stats().get("tokens", 0), ())
 
 

@@ -487,9 +487,10 @@ class MeetingSession:
         """Whether the meeting goes into the meeting library (saved, or opened for it)."""
         return self._library and self.settings.store.library
 
-    def record_in_library(self) -> None:
-        """A saved meeting that has ended goes into the meeting library under its session id (again after a rename
-        or a forget's rebuild, replacing what was there); a library that cannot be written costs the save nothing."""
+    def record_in_library(self, strict: bool = False) -> None:
+        """The meeting goes into the meeting library under its session id (again after a rename or a forget's
+        rebuild, replacing what was there). A library that cannot be written costs a save nothing (a warning in
+        the log); ``strict`` (a forget, which must reach the library) raises instead."""
         from app.library.record import library_detector, open_library, record_meeting
 
         try:
@@ -500,7 +501,9 @@ class MeetingSession:
                                meeting=self.session_id, detector=library_detector(self.settings))
             finally:
                 library.close()
-        except Exception:
+        except Exception as exc:
+            if strict:
+                raise InputError(f"the meeting library could not be updated: {exc}") from None
             log.warning("session %s: not recorded in the meeting library", self.session_id, exc_info=True)
 
     def saved_state(self) -> SavedState:

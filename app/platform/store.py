@@ -110,7 +110,7 @@ def load_master_key(settings: Settings, create_key: bool = True, key_file: Path 
                 nothing = InputError(f"no master key at {key_file} and ${MASTER_KEY_ENV} is not set: nothing was saved here")
                 if not create_key and saved_meetings is None:
                     raise nothing
-                saved, where = (saved_meetings or (lambda: _disk_meetings(settings)))()
+                saved, where = (saved_meetings or (lambda: meetings_kept(settings)))()
                 if saved:
                     raise InputError(f"the master key {key_file} is missing, and {saved} saved meeting(s) in {where} "
                                      f"can only be opened with it: put the key back (or set ${MASTER_KEY_ENV}); to "
@@ -129,7 +129,7 @@ def library_path(settings: Settings) -> Path:
     return settings.home / "library" / "library.db"
 
 
-def _disk_meetings(settings: Settings) -> tuple[int, str]:
+def meetings_kept(settings: Settings) -> tuple[int, str]:
     """What the configured disk store's folder and the meeting library hold, and where."""
     folder = settings.store.path or settings.home / "sessions"
     saved = sum(1 for p in folder.iterdir() if not p.name.startswith(".")) if folder.is_dir() else 0
