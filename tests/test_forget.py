@@ -347,7 +347,7 @@ def test_a_speaker_named_mid_meeting_is_one_source_with_all_their_blocks():
     assert {s.source for s in lineage(timeline, 64)} == {"SPEAKER_05", "SPEAKER_01", "Carol"}  # unnamed: as saved
 
 
-def test_a_saved_meeting_is_in_the_library_and_a_forget_reaches_it(session_parts):
+def test_a_saved_meeting_is_in_the_library_and_a_forget_reaches_it(session_parts, monkeypatch):
     """Issue 51: a saved meeting that has ended is recorded in the meeting library under its session id; forgetting
     a speaker records the rebuilt meeting over it, so the library keeps none of their words."""
     from app.library.record import open_library
@@ -367,3 +367,11 @@ def test_a_saved_meeting_is_in_the_library_and_a_forget_reaches_it(session_parts
         assert "contract" not in json.dumps(record.transcript) + record.summary
     finally:
         library.close()
+    # forgetting in the library alone would come back at the meeting's next save: the command says where to forget
+    from typer.testing import CliRunner
+
+    from app.cli import app
+
+    monkeypatch.setenv("MINUTIA_HOME", str(runtime.settings.home))
+    said = CliRunner().invoke(app, ["library", "forget", "lib", "--speaker", "SPEAKER_00"])
+    assert isinstance(said.exception, InputError) and "minutia forget --session lib" in str(said.exception)

@@ -12,6 +12,7 @@ from rich.table import Table
 from app.cli.common import ConfigOpt, JsonOpt, _settings, app, err, out
 from app.text.textnorm import counted
 from app.text.transcript import format_time
+from encoders.errors import InputError
 
 library_app = typer.Typer(no_args_is_help=True, help="The meeting library: every meeting summarised here, sealed.")
 app.add_typer(library_app, name="library")
@@ -115,7 +116,11 @@ def forget(meeting: Annotated[str, typer.Argument(help="a meeting's id (minutia 
     is recorded again without them, its summary rebuilt). The audit log records it."""
     from app.library.record import forget_speaker, open_library
 
-    library = open_library(_settings(config), create_key=False, embedder=speaker is not None)
+    settings = _settings(config)
+    if speaker is not None and _saved_session(settings, meeting):
+        raise InputError(f"{meeting} is a saved meeting: minutia forget --session {meeting} --speaker {speaker} "
+                         "forgets them in it and in the library (here they would come back at its next save)")
+    library = open_library(settings, create_key=False, embedder=speaker is not None)
     try:
         if speaker is not None:
             removed = forget_speaker(library, meeting, speaker)
@@ -123,9 +128,21 @@ def forget(meeting: Annotated[str, typer.Argument(help="a meeting's id (minutia 
                       "the summary rebuilt without them")
             return
         if not library.forget(meeting):
-            from encoders.errors import InputError
-
             raise InputError(f"the library has no meeting {meeting!r} (minutia library list shows them)")
         out.print(f"forgot meeting {escape(meeting)}: its rows and its key are gone from the library")
     finally:
         library.close()
+
+
+def _saved_session(settings, meeting: str) -> bool:
+    """Whether ``meeting`` is also a saved live meeting in the session store (its library id is its session id)."""
+    from app.platform.store import open_session_store
+
+    try:
+        store = open_session_store(settings, create_key=False)
+    except InputError:  # no master key, no store: nothing saved
+        return False
+    try:
+        return bool(store.sources(meeting))
+    finally:
+        store.close()
