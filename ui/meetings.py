@@ -6,12 +6,11 @@ meeting) shows at the next press of Refresh, and nothing here holds the file.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 import gradio as gr
 
-from app.text.transcript import format_time, to_markdown
+from app.text.transcript import format_day as _day, format_time, to_markdown
 from encoders.errors import InputError
 
 if TYPE_CHECKING:
@@ -20,10 +19,6 @@ if TYPE_CHECKING:
 COLUMNS = ["id", "title", "date", "length", "speakers"]
 NOTHING_YET = ("_The library is empty: a meeting is recorded here when `minutia summarize` or `minutia batch` reads "
                "it, or a saved live meeting ends._")
-
-
-def _day(when: float | None) -> str:
-    return datetime.fromtimestamp(when, timezone.utc).strftime("%Y-%m-%d") if when else "-"
 
 
 def _md(text: str) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import Annotated, Optional
 
 import typer
@@ -11,17 +10,13 @@ from rich.table import Table
 
 from app.cli.common import ConfigOpt, JsonOpt, _settings, app, err, out
 from app.text.textnorm import counted
-from app.text.transcript import format_time
+from app.text.transcript import format_day as _day, format_time
 from encoders.errors import InputError
 
 library_app = typer.Typer(no_args_is_help=True, help="The meeting library: every meeting summarised here, sealed.")
 app.add_typer(library_app, name="library")
 
 SinceOpt = Annotated[Optional[str], typer.Option("--since", help="only meetings from this date on (YYYY-MM-DD)")]
-
-
-def _day(when: float | None) -> str:
-    return datetime.fromtimestamp(when, timezone.utc).strftime("%Y-%m-%d") if when else "-"
 
 
 @library_app.command("list")

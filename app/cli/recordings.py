@@ -196,6 +196,7 @@ def ask(
 def _ask_library(question: str, since, speaker, meeting_like, config, llm, as_json: bool) -> None:
     from app.library.ask import ask_library
     from app.library.record import open_library, parse_date
+    from app.text.transcript import format_day as day_of
 
     settings = _settings(config, llm)
     lib = open_library(settings, create_key=False)
@@ -214,15 +215,11 @@ def _ask_library(question: str, since, speaker, meeting_like, config, llm, as_js
         return
     print_answer(found.answer)
     if found.meeting is not None:
-        out.print(f"  [dim]from[/] {escape(found.meeting.title)} ({escape(found.meeting.id)}, {_day(found.meeting.started)})")
+        out.print(f"  [dim]from[/] {escape(found.meeting.title)} ({escape(found.meeting.id)}, {day_of(found.meeting.started, 'undated')})")
     for record, answer in found.also:
-        out.print(f"  [dim]also in[/] {escape(record.title)} ({_day(record.started)}): {escape(answer.text)}")
+        out.print(f"  [dim]also in[/] {escape(record.title)} ({day_of(record.started, 'undated')}): {escape(answer.text)}")
 
 
-def _day(when: float | None) -> str:
-    from datetime import datetime, timezone
-
-    return datetime.fromtimestamp(when, timezone.utc).strftime("%Y-%m-%d") if when else "undated"
 
 
 @app.command()

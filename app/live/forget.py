@@ -75,7 +75,7 @@ def forget_source(runtime: Runtime, session_id: str, source: str, timeout: float
                 raise InputError(f"session {session_id} could not be rebuilt: {session.snapshot().error}")
             report = session.save(rewrite=True)
             unrecorded = None
-            if session.in_library:  # the save recorded it, or warned: a forget must reach the library, or say so
+            if session.in_library and not session.recorded:  # the save warned: a forget must reach it, or say so
                 try:
                     session.record_in_library(strict=True)
                 except InputError as exc:  # said once the old sources are shredded, which must happen anyway

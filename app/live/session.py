@@ -135,6 +135,7 @@ class MeetingSession:
         self._wall_start = time.time()  # when the meeting began here (the library dates it so)
         self._library = library or autosave
         self.title: str | None = None  # what the library calls the meeting (default: its session id)
+        self.recorded = False  # whether the last save after the end reached the library
 
         self._audio = RingBuffer(AUDIO_RING_SECONDS * SAMPLE_RATE, np.float32, policy="drop_oldest")
         self._frames: ItemRing[Keyframe] = ItemRing(VIDEO_RING_FRAMES, policy="drop_oldest")
@@ -479,7 +480,7 @@ class MeetingSession:
             self.on_transfer("device", self.settings.store.backend, report.bytes_written, report.seconds)
         self._library = True  # a saved meeting is one of the library's
         if self._finished.is_set() and self.in_library:
-            self.record_in_library()  # saved after the end: by hand, after a rename, a forget's rebuild
+            self.recorded = self.record_in_library()  # saved after the end: by hand, a rename, a forget's rebuild
         return report
 
     @property
@@ -487,10 +488,10 @@ class MeetingSession:
         """Whether the meeting goes into the meeting library (saved, or opened for it)."""
         return self._library and self.settings.store.library
 
-    def record_in_library(self, strict: bool = False) -> None:
+    def record_in_library(self, strict: bool = False) -> bool:
         """The meeting goes into the meeting library under its session id (again after a rename or a forget's
-        rebuild, replacing what was there). A library that cannot be written costs a save nothing (a warning in
-        the log); ``strict`` (a forget, which must reach the library) raises instead."""
+        rebuild, replacing what was there); True once it has. A library that cannot be written costs a save nothing
+        (a warning in the log, False); ``strict`` (a forget, which must reach the library) raises instead."""
         from app.library.record import library_detector, open_library, record_meeting
 
         try:
@@ -505,6 +506,8 @@ class MeetingSession:
             if strict:
                 raise InputError(f"the meeting library could not be updated: {exc}") from None
             log.warning("session %s: not recorded in the meeting library", self.session_id, exc_info=True)
+            return False
+        return True
 
     def saved_state(self) -> SavedState:
         """What :meth:`save` would store with the KV now (all of the meeting once it has finished)."""

@@ -78,6 +78,13 @@ class Transcript:
         }
 
 
+def format_day(when: float | None, missing: str = "-") -> str:
+    """A date (epoch seconds) as ``YYYY-MM-DD`` in UTC, or ``missing`` when there is none (an undated meeting)."""
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(when, timezone.utc).strftime("%Y-%m-%d") if when else missing
+
+
 def format_time(seconds: float | None, sep: str = ".") -> str:
     """``[h:]mm:ss`` for people; SRT/VTT stamps use :func:`_stamp`."""
     if seconds is None:
