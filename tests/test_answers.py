@@ -689,3 +689,46 @@ def test_a_transcript_without_speakers_answers_who_with_the_person_spoken_to():
     labelled = AnswerFinder(_turns(*((s, line) for s, line in zip(
         ("Bob", "Bob", "Anna", "Anna", "Carl"), lines))))
     assert labelled.answer("Who is merging the conversion scripts?").text == "Carl."
+
+
+def test_who_will_is_who_the_line_has_do_it_not_who_says_it():
+    """"Who should e-mail Jonas?" - "But try sending him an e-mail", said to Ana, is Ana's to do; "Ana and Ben
+    should pick the video" is both of theirs (ELITR dev: the speaker was named for both)."""
+    finder = AnswerFinder(_turns(
+        ("Ana", "Jonas wrote me today, he is working on a fix for the uploader."),
+        ("Carl", "Okay. Jonas is on vacation this week, though."),
+        ("Carl", "But try sending him an e-mail about the uploader."),
+        ("Ana", "Sure."),
+        ("Carl", "And Dora and Ben should select the demo video and test the performance."),
+    ))
+    assert finder.answer("Who should send an e-mail to Jonas about the uploader?").text == "Ana."
+    assert finder.answer("Who will select the demo video?").text == "Dora and Ben."
+
+
+def test_what_someone_will_do_is_their_action_items():
+    """"What should Ana do next?" is answered with what Ana took on, not with a line that happens to match."""
+    finder = AnswerFinder(_turns(
+        ("Ana", "I will continue to annotate our data with the annotators."),
+        ("Carl", "Good. What should we do about the minutes?"),
+        ("Ana", "I'll find it."),
+        ("Carl", "I will write the summary of the shared task by Friday."),
+    ))
+    answer = finder.answer("What should Ana do next?")
+    assert answer.text == "Ana will continue to annotate our data with the annotators."
+    assert [c.turn_index for c in answer.citations] == [0]
+    assert finder.answer("What will Carl do?").text.startswith("Carl will write the summary of the shared task")
+    assert finder.answer("What did Ana do yesterday?").text != answer.text  # not a question about her tasks
+
+
+@pytest.mark.parametrize("said, date", [
+    ("The paper is due next Friday, Feb 21.", "next Friday, Feb 21"),  # a written short month
+    ("The workshop itself will be on the 1st of uh, June.", "the 1st of uh, June"),  # a hesitation inside
+    ("The date is possibly the 17th February.", "the 17th February"),  # day before month, no "of"
+    ("It would be good to have it running in March, in a month from now.", "in March"),
+    ("It started on March 10th, 2021.", "March 10th, 2021"),
+    ("At the boundary of July and August there is a report.", None),  # "and" is no day ("a" + "nd")
+    ("The second meeting went well.", None),
+])
+def test_dates_as_people_say_and_write_them(said, date):
+    found = [e.text for e in find_entities(said) if e.kind == "date"]
+    assert found == ([date] if date else [])

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.answering.question_parse import addressed, asks_how_long, asks_who_attended, asks_who_spoke_most
+from app.answering.question_parse import (addressed, asks_how_long, asks_what_one_will_do, asks_who_attended,
+                                          asks_who_spoke_most, named_subjects, tells_the_listener)
 from app.answering.retrieval import base_form, stems
 
 ATTENDED = ["Who attended?", "Who was there?", "Who joined the call?", "Who participated?",
@@ -146,3 +147,40 @@ def test_a_date_answers_only_the_event_it_is_said_of():
 ])
 def test_the_person_a_line_speaks_to_is_read_from_its_grammar(line, spoken_to):
     assert addressed(line) == spoken_to
+
+
+@pytest.mark.parametrize("line, doers", [
+    ("And [PERSON5] and [PERSON11] should select the video and test the performance.", ["[PERSON5]", "[PERSON11]"]),
+    ("Maria will send the contract on Friday.", ["Maria"]),
+    ("[PROJECT7] is only a small conference.", []),  # said of it: no one does anything
+    ("I think we should ask Peter.", []),  # Peter is asked, not asking
+])
+def test_the_people_a_line_has_do_something(line, doers):
+    assert named_subjects(line) == doers
+
+
+@pytest.mark.parametrize("line, asks", [
+    ("But try sending him an e-mail.", True),
+    ("Please send it to Anna.", True),
+    ("Could you send me the slides?", True),
+    ("You should write the introduction.", True),
+    ("Do you know when it starts?", False),  # asks what they know
+    ("Let's move to the next point.", False),  # the speaker too
+    ("Thank you.", False),
+    ("See you tomorrow.", False),
+    ("He could be the person who does the downloading.", False),
+])
+def test_a_line_that_asks_the_listener_to_act(line, asks):
+    assert tells_the_listener(line) is asks
+
+
+@pytest.mark.parametrize("question, person", [
+    ("What should [PERSON3] do next?", "PERSON3"),
+    ("What is Peter going to do?", "Peter"),
+    ("What does Maria have to do before Friday?", "Maria"),
+    ("What did Anna do yesterday?", None),  # behind, not ahead
+    ("What should we do next?", None),  # no one named
+    ("What does Anna do for a living?", None),
+])
+def test_a_question_asking_what_someone_will_do(question, person):
+    assert asks_what_one_will_do(question) == person

@@ -27,15 +27,18 @@ from app.text.entities import Entity, find_entities, merge_date_time
 from app.answering.focused import FocusedSummarizer, FocusedSummary
 from app.answering.choice import alternatives, choose
 from app.answering.injection import speaks_to_the_model
-from app.answering.meeting_record import MeetingAsk, attendees, duration, leader, meeting_ask, purpose, spoke_most
-from app.answering.question_parse import addressed, asked_events, date_event
+from app.answering.key_phrases import key_phrases
+from app.answering.meeting_record import (MeetingAsk, attendees, duration, join_names, leader, meeting_ask, purpose,
+                                          spoke_most)
+from app.answering.question_parse import (addressed, asked_events, asks_what_one_will_do, date_event, named_subjects,
+                                          tells_the_listener)
 from app.answering.questions import STOPWORDS, Question, QuestionType, content_words, parse_question, split_questions, topic_words
 from app.answering.rerank import Reranker
 from app.answering.retrieval import Embedder, Hit, SentenceIndex, stems
 from app.text.sentences import Sentence, split_sentences
 from app.text.speakers import is_a_name, is_anonymous
 from app.text.textnorm import NUMBER_WORDS, normalize
-from app.text.transcript import Transcript, format_time
+from app.text.transcript import SLIDE_SPEAKER, Transcript, format_time
 
 NOT_IN_MEETING = "The meeting does not say."
 
@@ -176,6 +179,10 @@ class AnswerFinder:
             return self._about_meeting(q, about)
         if q.type is QuestionType.SUMMARY and not q.focus:
             return self._whole_meeting(q)
+        person = asks_what_one_will_do(q.text)
+        tasks = self._tasks_of(q, person) if person else None
+        if tasks is not None:
+            return tasks
         found_hits = self.index.search(q.text, self.options.top_k)
         chosen = self._chosen(q, found_hits)  # the options are what it is about: a line naming one may settle it
         if chosen is not None:
@@ -252,7 +259,10 @@ class AnswerFinder:
             text, evidence = duration(self.transcript, self.sentences)
         else:
             found = self._summarizer().whole(self.transcript)
-            text, evidence = purpose(sorted(found.sentences, key=lambda s: s.turn_index)[:2] if found else [])
+            asked = set(stems(q.text))  # "the meeting" is no answer to what the meeting was about
+            phrases = [p.text for p in key_phrases((s.text for s in self.sentences if s.speaker != SLIDE_SPEAKER), k=9)
+                       if not set(stems(p.text)) <= asked][:6]
+            text, evidence = purpose(phrases, sorted(found.sentences, key=lambda s: s.turn_index) if found else [])
             text = _tidy(text)
         if not text:
             return Answer(q.text, NOT_IN_MEETING, [], 1, 0.0, about.value)
@@ -394,7 +404,7 @@ class AnswerFinder:
             # the better-ranked line: by the reranker's relevance where one reordered the hits
             _, _, _, sentence, entities = max(current, key=lambda f: (_rank_score(f[2]), f[3].start or 0.0))
         entity = _pick(sentence.text, entities, q.focus, content_words(q.text), asks_past)
-        return _capitalise(entity.text), [sentence]
+        return _capitalise(_tidy(entity.text) or entity.text), [sentence]  # "the 1st of uh, June"
 
     def _who_will(self, q: Question, hits: list[Hit]) -> tuple[str, list[Sentence]] | None:
         focus = set(stems(" ".join(q.focus)))
@@ -420,9 +430,57 @@ class AnswerFinder:
             owner = _committer(sentence, self.transcript.speakers)
             if owner:
                 return f"{self._speaker(sentence, q.text) if owner == sentence.speaker else owner}.", [sentence]
-        # Nobody commits in so many words: the person the best line is about - someone it names, else who said it.
+        # Nobody commits in so many words: who the best line has do it.
         sentence = self.sentences[hits[0].index]
-        return f"{_person_in(sentence, self.transcript.speakers, q.text, self._speaker(sentence, q.text))}.", [sentence]
+        return f"{self._doer(sentence, q.text)}.", [sentence]
+
+    def _doer(self, sentence: Sentence, question: str) -> str:
+        """Who a line has do something: the people it names as doing it ("Anna and Peter should pick the video"),
+        else someone it names, else the one it tells to ("But try sending him an e-mail": the person spoken to),
+        else who said it."""
+        asked = [n for n in named_subjects(sentence.text)
+                 if not re.search(rf"\b{re.escape(n.strip('[]'))}\b", question, re.IGNORECASE)]
+        if asked:
+            return join_names([n.strip("[]") for n in asked])
+        speaker = self._speaker(sentence, question)
+        about = _person_in(sentence, self.transcript.speakers, question, speaker)
+        if about == speaker and tells_the_listener(sentence.text):
+            return self._listener(sentence, question) or speaker
+        return about
+
+    def _listener(self, sentence: Sentence, question: str) -> str | None:
+        """The one a line is said to: the person it calls by name, else who spoke last before it (the line
+        answers them); None where the transcript tells no speakers apart."""
+        called = [n.strip("[]") for n in addressed(sentence.text)
+                  if not re.search(rf"\b{re.escape(n.strip('[]'))}\b", question, re.IGNORECASE)]
+        if called:
+            return called[0]
+        if len(set(self.transcript.speakers)) < 2:
+            return None
+        at = next((i for i, s in enumerate(self.sentences) if s is sentence), None)
+        for earlier in reversed(self.sentences[max(0, (at or 0) - _NAMED_BEFORE):at or 0]):
+            if earlier.speaker != sentence.speaker and earlier.speaker != SLIDE_SPEAKER:
+                return earlier.speaker
+        return None
+
+    def _tasks_of(self, q: Question, person: str) -> Answer | None:
+        """"What should Anna do next?": the action items Anna took or was given, in the order said; None when the
+        meeting gives her none (the question is then searched as any other)."""
+        if self._items is None:
+            self._items = extract_action_items(self.transcript)
+        theirs = [i for i in self._items if i.owner.strip("[]").lower() == person.lower()
+                  and len(content_words(i.task)) >= 2]  # "I'll find it" is no task to report
+        if not theirs:
+            return None
+        evidence = []
+        for item in theirs:
+            said = [s for s in self.sentences if s.turn_index == item.turn_index]
+            task = set(stems(item.task))
+            if said:
+                evidence.append(max(said, key=lambda s: len(task & set(stems(s.text)))))
+        tasks = "; ".join(f"{_uncapitalise(_tidy(i.task) or i.task)}{f' by {i.due}' if i.due else ''}" for i in theirs)
+        return Answer(q.text, f"{person} will {tasks}.", [self._cite(s) for s in evidence], 1, 1.0,
+                      QuestionType.WHO_WILL.value)
 
     def _speaker(self, sentence: Sentence, question: str) -> str:
         """Who said a line. A transcript that names no speaker at all (one anonymous label: a text without names, a
@@ -685,6 +743,11 @@ def _contradicts(question: str, evidence: str) -> bool:
     asked = {(e.kind, normalize(e.text)) for e in find_entities(question)}
     said = {(e.kind, normalize(e.text)) for e in find_entities(evidence)}
     return any(kind in {k for k, _ in said} and (kind, value) not in said for kind, value in asked)
+
+
+def _uncapitalise(text: str) -> str:
+    """A clause put inside a sentence: "Send the link" -> "send the link" (not "NASA", "I")."""
+    return text if text[:2].isupper() or text[:2] in ("I", "I ") else text[:1].lower() + text[1:]
 
 
 def _capitalise(text: str) -> str:

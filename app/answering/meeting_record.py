@@ -73,7 +73,7 @@ def attendees(transcript: Transcript, sentences: Sequence[Sentence]) -> tuple[st
     if not named:
         return f"{len(speakers)} speaker{'s' if len(speakers) != 1 else ''}, none of them named.", \
             [first[s] for s in speakers if s in first][:8]
-    said = _join(named)
+    said = join_names(named)
     if unnamed:
         said += f", and {unnamed} unnamed speaker{'s' if unnamed != 1 else ''}"
     return f"{said}.", [first[s] for s in named if s in first][:8]
@@ -122,11 +122,17 @@ def duration(transcript: Transcript, sentences: Sequence[Sentence]) -> tuple[str
     return f"{said}, from {format_time(min(starts))} to {format_time(max(ends))}.", list(sentences[:1]) + list(sentences[-1:])
 
 
-def purpose(central: Sequence[Sentence]) -> tuple[str, list[Sentence]]:
-    """What it was about: the meeting's most central sentences (``central``, in time order)."""
-    if not central:
-        return "", []
-    return " ".join(s.text for s in central), list(central)
+def purpose(phrases: Sequence[str], central: Sequence[Sentence]) -> tuple[str, list[Sentence]]:
+    """What it was about: what it kept talking about (its key phrases, app/answering/key_phrases.py), cited by
+    the central sentences that say most of them; the central sentences themselves where no phrase stands out."""
+    if not phrases:
+        return " ".join(s.text for s in central[:2]), list(central[:2])
+
+    def mentions(sentence: Sentence) -> int:
+        return sum(p.lower() in sentence.text.lower() for p in phrases)
+
+    cited = sorted(sorted(central, key=mentions, reverse=True)[:2], key=lambda s: s.turn_index)
+    return f"The meeting was mainly about {join_names(list(phrases))}.", cited
 
 
 def _spoken(transcript: Transcript) -> list:
@@ -134,5 +140,6 @@ def _spoken(transcript: Transcript) -> list:
     return [t for t in transcript.turns if t.speaker != SLIDE_SPEAKER]
 
 
-def _join(names: Sequence[str]) -> str:
+def join_names(names: Sequence[str]) -> str:
+    """Names as a sentence says them: "Anna", "Anna and Bob", "Anna, Bob and Carol"."""
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"

@@ -232,3 +232,68 @@ def addressed(text: str) -> list[str]:
     bracketed = set(re.findall(r"\[([A-Za-z]+\d+)\]", text))
     return list(dict.fromkeys(f"[{t.text}]" if t.text in bracketed else t.text for t in doc
                               if (t.tag_ == "NNP" or t.text in bracketed) and (t.dep_ in _VOCATIVE_DEPS or _told(t))))
+
+
+def named_subjects(text: str) -> list[str]:
+    """The people a line has do something, with those joined to them ("And Anna and [PERSON11] should select the
+    video" - Anna, [PERSON11]): proper nouns that are a verb's subject, and their conjuncts. An anonymised name keeps
+    its brackets."""
+    doc = parse(text.replace("[", " ").replace("]", " "))
+    if doc is None:
+        return []
+    bracketed = set(re.findall(r"\[([A-Za-z]+\d+)\]", text))
+
+    def named(token) -> bool:
+        return token.tag_ == "NNP" or token.text in bracketed
+
+    found = []
+    for token in doc:
+        if token.dep_ in ("nsubj", "nsubjpass") and named(token) and token.head.pos_ == "VERB":  # not "X is ..."
+            found += [t for t in (token, *token.conjuncts) if named(t)]
+    return list(dict.fromkeys(f"[{t.text}]" if t.text in bracketed else t.text for t in found))
+
+
+# Bare verbs that ask nothing of the one spoken to: "Let's move on" (the speaker too), "Thank you", "See you".
+_NOT_ASKING = frozenset({"let", "thank", "see", "mean", "welcome"})
+
+
+def tells_the_listener(text: str) -> bool:
+    """Does the line ask the one spoken to to do something? A bare imperative ("But try sending him an e-mail",
+    "Please send it to Anna"), or "you" with a modal ("You should write the introduction", "Could you send the
+    slides?"); not a question about what they know ("Do you know when it starts?")."""
+    doc = parse(text)
+    if doc is None:
+        return False
+    for verb in (t for t in doc if t.dep_ == "ROOT" or (t.dep_ == "conj" and t.head.dep_ == "ROOT")):
+        if verb.pos_ not in ("VERB", "AUX"):
+            continue
+        deps = {c.dep_ for c in verb.children}
+        if verb.tag_ == "VB" and not deps & {"nsubj", "nsubjpass", "expl", "aux", "auxpass"} \
+                and verb.lemma_.lower() not in _NOT_ASKING:
+            return True
+        you = any(c.dep_ == "nsubj" and c.lower_ == "you" for c in verb.children)
+        if you and any(c.dep_ == "aux" and c.tag_ == "MD" for c in verb.children):
+            return True
+    return False
+
+
+def asks_what_one_will_do(question: str) -> str | None:
+    """The person a question asks the tasks of ("What should [PERSON3] do next?", "What is Peter going to do?",
+    "What does Maria have to do?"), or None: "what" done by a named person, ahead ("should", "will", "going to",
+    "have to", "need to", "supposed to"), not behind ("What did Anna do yesterday?")."""
+    doc = parse(question.replace("[", " ").replace("]", " "))
+    if doc is None:
+        return None
+    bracketed = set(re.findall(r"\[([A-Za-z]+\d+)\]", question))
+    for do in (t for t in doc if t.lemma_.lower() == "do" and t.pos_ in ("VERB", "AUX")):
+        if not any(c.dep_ == "dobj" and c.lower_ == "what" for c in do.children):
+            continue
+        verb, ahead = do, any(c.dep_ == "aux" and c.tag_ == "MD" for c in do.children)
+        while verb.dep_ == "xcomp" and verb.head is not verb:  # "going to do", "have to do", "supposed to do"
+            verb, ahead = verb.head, True
+        if not ahead:
+            continue
+        for subject in (c for c in verb.children if c.dep_ in ("nsubj", "nsubjpass")):
+            if subject.tag_ == "NNP" or subject.text in bracketed:
+                return subject.text
+    return None

@@ -11,11 +11,18 @@ import re
 from dataclasses import dataclass
 
 WEEKDAY = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
+# A month's name, or its written short form before a day ("Feb 21", "Sept. 3rd").
 MONTH = r"(?:january|february|march|april|may|june|july|august|september|october|november|december)"
-DAY = r"(?:\d{1,2}(?:st|nd|rd|th)?|(?:(?:twenty|thirty)[\s-])?[a-z]+(?:st|nd|rd|th))"
+_MONTH_OR_SHORT = rf"(?:{MONTH}|(?:jan|feb|mar|apr|jun|jul|aug|sept?|oct|nov|dec)\.?)"
+_ORDINAL_WORD = (r"(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth"
+                 r"|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|thirtieth)")
+DAY = rf"(?:\d{{1,2}}(?:st|nd|rd|th)?|(?:(?:twenty|thirty)[\s-])?{_ORDINAL_WORD})"
+_HESITATION = r"(?:(?:uh|um|uhm|ehm|erm),?\s)?"  # said inside a date: "the 1st of uh, June"
 DATE = (
-    rf"(?:(?:next |this |last )?{WEEKDAY}(?:,? (?:the )?{MONTH} {DAY}|,? (?:the )?{DAY} of {MONTH})?|{MONTH} {DAY}"
-    rf"|(?:the )?{DAY} of {MONTH}|tomorrow|tonight|today|yesterday"
+    rf"(?:(?:next |this |last )?{WEEKDAY}(?:,? (?:the )?{_MONTH_OR_SHORT} {DAY}|,? (?:the )?{DAY} of {MONTH})?"
+    rf"|(?:{_MONTH_OR_SHORT} {_HESITATION}{DAY}(?!\d)|(?:the )?{DAY} of {_HESITATION}{MONTH}|(?:the )?{DAY} {MONTH}"
+    rf"|(?:in|by|until|till|before|since) (?:early |late |mid-?)?{MONTH}(?! {DAY}\b))(?:,? \d{{4}}\b)?"
+    r"|tomorrow|tonight|today|yesterday"
     r"|(?:the )?(?:end|start|beginning|middle) of (?:the |this |next )?(?:day|week|month|quarter|year|"
     r"january|february|march|april|may|june|july|august|september|october|november|december)"
     r"|next (?:week|month|quarter|year)|\d{4}-\d{2}-\d{2})"

@@ -166,3 +166,11 @@ if __name__ == "__main__":  # tiny self-check
         got = normalize(src)
         assert got == want, (src, got, want)
     print("ok")
+
+
+# A hesitation said as a word ("uhm", "ehm", "hmm", "mm-hmm"): transcribers write it, and a parser takes it for a noun.
+_HESITATION = re.compile(r"(?:u+h+m*|u+m+|e+h+m*|e+r+m*|h+m+|m+-?h+m+|a+h+|er)", re.IGNORECASE)
+
+
+def is_hesitation(word: str) -> bool:
+    return bool(_HESITATION.fullmatch(word.strip(".,!?")))
