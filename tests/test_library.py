@@ -296,3 +296,28 @@ def test_a_library_another_process_holds_is_a_one_line_error(tmp_path, library):
         holder.execute("ROLLBACK")
         holder.close()
     assert record_meeting(library, PLANNING)  # free again
+
+
+def test_a_question_naming_a_period_is_asked_of_that_period_s_meetings(library):
+    """"Who will book the coach last month?" asks November's meetings only, and each is asked without the period's
+    words; a period with no meeting says so, not "does not say"."""
+    from datetime import datetime, timezone
+
+    from app.library.ask import ask_library
+
+    now = datetime(2026, 12, 6, 12, tzinfo=timezone.utc).timestamp()
+    record_meeting(library, PLANNING, title="Offsite planning", started=parse_date("2026-10-20"))
+    record_meeting(library, REVIEW, title="Ops review", started=parse_date("2026-11-30"))
+    asked: list[str] = []
+
+    def ask(transcript, question):
+        asked.append(question)
+        return _finder_ask(transcript, question)
+
+    october = ask_library(library, "Who said they would book the coach in October?", ask, now=now)
+    assert october.meeting.title == "Offsite planning" and october.text.startswith("Tomas")
+    assert october.period.describe() == "from 2026-10-01 to 2026-10-31" and asked == ["Who said they would book the coach?"]
+    november = ask_library(library, "Who will book the coach last month?", ask, now=now)
+    assert november.meeting is None or november.meeting.title == "Ops review"  # October's meeting is not asked
+    empty = ask_library(library, "Who will book the coach last year?", ask, now=now)
+    assert empty.text == "The library holds no meeting from 2025-01-01 to 2025-12-31." and empty.meeting is None

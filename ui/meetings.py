@@ -125,6 +125,8 @@ class MeetingsTab:
         except InputError as exc:
             return f"**{_md(str(exc))}**"
         lines = [f"**{_md(found.text)}**"]
+        if found.period is not None:
+            lines.append(f"_asked of the meetings {_md(found.period.describe())} ({_md(found.period.said)})_")
         if found.meeting is not None:
             lines.append(f"_from {_md(found.meeting.title)}, {_day(found.meeting.started)}_")
         lines += [f"- {c.label} {_md(c.speaker)}: {_md(c.text)}" for c in found.answer.citations]

@@ -209,11 +209,15 @@ def _ask_library(question: str, since, speaker, meeting_like, config, llm, as_js
         lib.close()
     where = lambda r: {"meeting": r.id, "title": r.title, "started": r.started}  # noqa: E731
     if as_json:
-        print(json.dumps({**found.answer.to_dict(), **({"from": where(found.meeting)} if found.meeting else {}),
+        period = {"period": {"said": found.period.said, "start": found.period.start, "end": found.period.end}} \
+            if found.period else {}
+        print(json.dumps({**found.answer.to_dict(), **({"from": where(found.meeting)} if found.meeting else {}), **period,
                           "also": [{**where(r), "answer": a.text} for r, a in found.also]},
                          indent=2, ensure_ascii=False))
         return
     print_answer(found.answer)
+    if found.period is not None:
+        out.print(f"  [dim]asked of the meetings {escape(found.period.describe())} ({escape(found.period.said)})[/]")
     if found.meeting is not None:
         out.print(f"  [dim]from[/] {escape(found.meeting.title)} ({escape(found.meeting.id)}, {day_of(found.meeting.started, 'undated')})")
     for record, answer in found.also:

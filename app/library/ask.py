@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from app.answering.answers import NOT_IN_MEETING, Answer
+from app.library.dates import Period, period_in, without_period
 from app.library.record import transcript_of
 from app.library.store import Library, MeetingRecord
 from app.text.transcript import Transcript
@@ -31,6 +32,7 @@ class LibraryAnswer:
     answer: Answer
     meeting: MeetingRecord | None
     also: list[tuple[MeetingRecord, Answer]] = field(default_factory=list)
+    period: Period | None = None  # the days the question asked about ("last month"), when it named some
 
     @property
     def text(self) -> str:
@@ -39,18 +41,29 @@ class LibraryAnswer:
 
 def ask_library(library: Library, question: str, ask: Callable[[Transcript, str], Answer],
                 since: float | None = None, speaker: str | None = None, meeting_like: str | None = None,
-                meetings_read: int = MEETINGS_READ) -> LibraryAnswer:
+                meetings_read: int = MEETINGS_READ, now: float | None = None) -> LibraryAnswer:
     """Answer ``question`` from the library's meetings (those from ``since`` on, whose title is like
     ``meeting_like``; with ``speaker``, those where that speaker said something matching it), asking each chosen
-    meeting with ``ask``."""
+    meeting with ``ask``. A period the question names ("last month", "in March", reckoned from ``now``) narrows the
+    meetings to its days, and each meeting is asked the question without it."""
+    period = period_in(question, now)
+    until = None
+    if period is not None:
+        since = period.start if since is None or (period.start is not None and period.start > since) else since
+        until = period.end
+        question = without_period(question, period)
     chosen = None
     if meeting_like is not None and not any(ch.isalnum() for ch in meeting_like):
         raise InputError("--meeting-like needs a word of the title to look for")
     if meeting_like:
-        chosen = [m.id for m in library.meetings(since) if _like(meeting_like, m.title)]
+        chosen = [m.id for m in library.meetings(since, until) if _like(meeting_like, m.title)]
         if not chosen:
-            raise InputError(f"no meeting in the library has a title like {meeting_like!r}")
-    found = library.search(question, limit=POOL, since=since, speaker=speaker, meetings=chosen)
+            raise InputError(f"no meeting in the library has a title like {meeting_like!r}"
+                             + (f" {period.describe()}" if period else ""))
+    if period is not None and not library.meetings(since, until):
+        said = f"The library holds no meeting {period.describe()}."
+        return LibraryAnswer(question, Answer(question, said, [], 1, 0.0), None, [], period)
+    found = library.search(question, limit=POOL, since=since, speaker=speaker, meetings=chosen, until=until)
     best: dict[str, float] = {}
     for f in found:
         best[f.meeting] = max(best.get(f.meeting, 0.0), f.score)
@@ -62,9 +75,9 @@ def ask_library(library: Library, question: str, ask: Callable[[Transcript, str]
         answered.append((record, ask(transcript_of(record), question)))
     said = [(r, a) for r, a in answered if a.text != NOT_IN_MEETING]
     if not said:
-        return LibraryAnswer(question, Answer(question, NOT_IN_MEETING, [], 1, 0.0), None, [])
+        return LibraryAnswer(question, Answer(question, NOT_IN_MEETING, [], 1, 0.0), None, [], period)
     record, answer = said[0]
-    return LibraryAnswer(question, answer, record, [(r, a) for r, a in said[1:]])
+    return LibraryAnswer(question, answer, record, [(r, a) for r, a in said[1:]], period)
 
 
 def _like(asked: str, title: str) -> bool:

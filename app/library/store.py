@@ -241,11 +241,13 @@ class Library:
         return gone
 
     # ------------------------------------------------------------------ reading
-    def meetings(self, since: float | None = None) -> list[MeetingHead]:
-        """Every meeting (newest first), or those that took place (or, undated, were recorded) from ``since``."""
+    def meetings(self, since: float | None = None, until: float | None = None) -> list[MeetingHead]:
+        """Every meeting (newest first), or those that took place (or, undated, were recorded) from ``since`` and
+        before ``until``."""
         rows = self.db.execute("SELECT id, wrapped_key, head, COALESCE(started, recorded) AS at FROM meetings "
-                               "WHERE ? IS NULL OR COALESCE(started, recorded) >= ? ORDER BY at DESC",
-                               (since, since)).fetchall()
+                               "WHERE (? IS NULL OR COALESCE(started, recorded) >= ?) "
+                               "AND (? IS NULL OR COALESCE(started, recorded) < ?) ORDER BY at DESC",
+                               (since, since, until, until)).fetchall()
         found = [self._head(meeting, wrapped, sealed) for meeting, wrapped, sealed, _ in rows]
         self._log("", "read", what="list", meetings=len(found))
         return found
@@ -311,7 +313,7 @@ class Library:
             raise InputError(f"the meeting library at {self.path} is busy ({exc}); try again") from None
 
     def search(self, query: str, limit: int = 10, since: float | None = None, speaker: str | None = None,
-               meetings: Sequence[str] | None = None) -> list[Found]:
+               meetings: Sequence[str] | None = None, until: float | None = None) -> list[Found]:
         """The sentences that best match ``query``, across meetings: BM25 over the blind index, blended with the
         sentence vectors' cosine when the library has them (half each, as the single-meeting retriever does)."""
         tokens = self._tokens(query).split()
@@ -321,6 +323,9 @@ class Library:
         if since is not None:
             filters.append("COALESCE(m.started, m.recorded) >= ?")
             args.append(since)
+        if until is not None:
+            filters.append("COALESCE(m.started, m.recorded) < ?")
+            args.append(until)
         if speaker:
             filters.append("s.speaker_tag = ?")
             args.append(self._tag("speaker:" + speaker.lower()))
