@@ -321,3 +321,31 @@ def test_a_question_naming_a_period_is_asked_of_that_period_s_meetings(library):
     assert november.meeting is None or november.meeting.title == "Ops review"  # October's meeting is not asked
     empty = ask_library(library, "Who will book the coach last year?", ask, now=now)
     assert empty.text == "The library holds no meeting from 2025-01-01 to 2025-12-31." and empty.meeting is None
+
+
+def test_what_is_still_open_is_the_earlier_action_items_no_later_meeting_reports_done(library):
+    """"What is still open?" across the library: action items of earlier meetings, less those a later meeting says
+    were done ("I booked the coach yesterday" closes "book the coach"; "has not been renewed" does not)."""
+    from app.library.ask import ask_library
+
+    record_meeting(library, _meeting(
+        "standup-1.json",
+        ("Tomas", "I will book the coach for the offsite by Thursday."),
+        ("Olek", "I will renew the certificate on the web server."),
+        ("Ines", "I will send the catering contract to Green Fork."),
+    ), title="Stand-up", started=parse_date("2026-11-23"))
+    record_meeting(library, _meeting(
+        "standup-2.json",
+        ("Tomas", "Quick update: I booked the coach yesterday, forty seats."),
+        ("Olek", "The certificate has not been renewed yet, the vendor is slow."),
+        ("Priya", "The dashboards look fine this week."),
+    ), title="Stand-up", started=parse_date("2026-11-30"))
+    found = ask_library(library, "What is still open from the stand-up?", _finder_ask)
+    text = found.text
+    assert text.startswith("Still open (2 of 3):"), text
+    assert "renew the certificate" in text and "send the catering contract" in text
+    assert "book the coach" in text.split("Reported done later:")[1]  # closed, and said so
+    assert [c.speaker for c in found.answer.citations] == ["Tomas"]  # the line that closed it
+    about = ask_library(library, "What is open about the contract?", _finder_ask)
+    assert "send the catering contract" in about.text and "certificate" not in about.text
+    assert "Still open" not in ask_library(library, "Who will renew the certificate?", _finder_ask).text

@@ -124,7 +124,7 @@ class MeetingsTab:
                 library.close()
         except InputError as exc:
             return f"**{_md(str(exc))}**"
-        lines = [f"**{_md(found.text)}**"]
+        lines = [f"**{_md(found.text)}**" if "\n" not in found.text else _md(found.text)]  # a list stays a list
         if found.period is not None:
             lines.append(f"_asked of the meetings {_md(found.period.describe())} ({_md(found.period.said)})_")
         if found.meeting is not None:

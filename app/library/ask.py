@@ -10,11 +10,14 @@ answers gives the answer, cited with its title and date.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
 from app.answering.answers import NOT_IN_MEETING, Answer
+from app.answering.done import asked_about, asks_what_is_open
 from app.library.dates import Period, period_in, without_period
+from app.library.open_items import item_states, open_answer
 from app.library.record import transcript_of
 from app.library.store import Library, MeetingRecord
 from app.text.transcript import Transcript
@@ -60,6 +63,10 @@ def ask_library(library: Library, question: str, ask: Callable[[Transcript, str]
         if not chosen:
             raise InputError(f"no meeting in the library has a title like {meeting_like!r}"
                              + (f" {period.describe()}" if period else ""))
+    if asks_what_is_open(question):
+        chosen = chosen if chosen is not None else _titled(library, question, since, until)
+        states = item_states(library, since, until, chosen, asked_about(question) or None)
+        return LibraryAnswer(question, open_answer(question, states), None, [], period)
     if period is not None and not library.meetings(since, until):
         said = f"The library holds no meeting {period.describe()}."
         return LibraryAnswer(question, Answer(question, said, [], 1, 0.0), None, [], period)
@@ -78,6 +85,15 @@ def ask_library(library: Library, question: str, ask: Callable[[Transcript, str]
         return LibraryAnswer(question, Answer(question, NOT_IN_MEETING, [], 1, 0.0), None, [], period)
     record, answer = said[0]
     return LibraryAnswer(question, answer, record, [(r, a) for r, a in said[1:]], period)
+
+
+def _titled(library: Library, question: str, since: float | None, until: float | None) -> list[str] | None:
+    """The meetings a question names by title after "from" ("What is still open from the stand-up?"), or None."""
+    m = re.search(r"\bfrom\s+(?:the\s+|our\s+|my\s+)?(?P<title>[^?.!]+)", question, re.IGNORECASE)
+    if m is None:
+        return None
+    titled = [h.id for h in library.meetings(since, until) if _like(m["title"].strip(), h.title)]
+    return titled or None
 
 
 def _like(asked: str, title: str) -> bool:
