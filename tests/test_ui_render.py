@@ -11,7 +11,7 @@ from app.live.session import Slide
 from app.text.transcript import Transcript, Turn
 from encoders.errors import InputError
 from ui import render
-from ui.app import check_upload, is_loopback, serve
+from ui.app import check_port, check_upload, is_loopback, serve
 from ui.settings import bundled_samples
 
 
@@ -170,6 +170,28 @@ def test_serving_beyond_loopback_needs_a_flag_and_a_password():
         serve(runtime=None, host="0.0.0.0", block=False)
     with pytest.raises(InputError, match="password"):
         serve(runtime=None, host="0.0.0.0", allow_remote=True, auth=None, block=False)
+
+
+def test_a_port_in_use_is_a_one_line_error_before_any_model_loads(tmp_path):
+    """minutia-ui on a port another program serves ended in a Gradio traceback after the models loaded (issue 49)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(InputError, match=f"cannot serve on 127.0.0.1:{port}.*--port"):
+            check_port("127.0.0.1", port)
+        run = subprocess.run([sys.executable, "-m", "ui", "--port", str(port)], capture_output=True, text=True,
+                             timeout=120, env={**os.environ, "MINUTIA_HOME": str(tmp_path)})
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert run.stderr.strip().startswith("error: cannot serve on") and "--port" in run.stderr
+    with pytest.raises(InputError, match="not a TCP port"):
+        check_port("127.0.0.1", 70000)
+    check_port("127.0.0.1", port)  # free again once the other program is gone
 
 
 @pytest.mark.filterwarnings("ignore:.*:UserWarning")  # gr.Warning outside a request warns instead

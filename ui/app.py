@@ -952,6 +952,22 @@ def check_bind(host: str, allow_remote: bool, auth: tuple[str, str] | None) -> N
         raise InputError(f"refusing to listen on {host} without a password: give --share-password")
 
 
+def check_port(host: str, port: int) -> None:
+    """The port is free to serve on; else a one-line error that says what to do (before any model loads)."""
+    import socket
+
+    if not 0 < port < 65536:
+        raise InputError(f"--port {port} is not a TCP port (1-65535)")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server sets it: a closed one's wait is no clash
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise InputError(f"cannot serve on {host}:{port}: {exc.strerror or exc} (another program, or another "
+                             "minutia-ui, may be using it: choose another with --port)") from None
+
+
 @dataclass
 class Server:
     """A running page: its address, the Blocks, and how to stop it."""
@@ -988,6 +1004,7 @@ def serve(
     ui_settings = ui_settings or UISettings()
     demo = build_page(runtime, ui_settings)
     demo.queue(default_concurrency_limit=None)
+    check_port(host, port)
     _, url, _ = demo.launch(
         server_name=host, server_port=port, auth=auth, prevent_thread_lock=True, quiet=True, ssr_mode=False,
         share=False, max_file_size=f"{ui_settings.max_upload_mb:g}mb", footer_links=[], css=CSS, head=HEAD,

@@ -28,10 +28,11 @@ def ui(
     """Serve the live meeting page: the bundled sample ready to replay, microphone, webcam, Q&A, KV dashboard."""
     from app.platform.config import load_settings
     from app.live.runtime import Runtime
-    from ui.app import check_bind, serve
+    from ui.app import check_bind, check_port, serve
 
     auth = ("minutia", share_password) if share_password else None
     check_bind(host, allow_remote, auth)  # before loading any model
+    check_port(host, port)
     runtime = Runtime(load_settings(config, {"llm": {"model": llm}}))
     with err.status("loading Whisper and the LLM"):
         runtime.warm_up()
