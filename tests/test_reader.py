@@ -144,10 +144,10 @@ def test_a_yes_or_no_about_what_the_meeting_never_says_is_not_invented(finder):
     ("Ed will send it to me tomorrow.", "Who needed the corpus sent?", "Ed"),
 ])
 def test_the_person_a_line_is_about(line, question, person):
-    from app.answering.answers import _person_in
+    from app.answering.people import person_in
     from app.text.sentences import Sentence
 
-    assert _person_in(Sentence(line, "Ben", 0, None), ["Ben", "Ana"], question) == person
+    assert person_in(Sentence(line, "Ben", 0, None), ["Ben", "Ana"], question) == person
 
 
 @pytest.mark.parametrize("said", ["We need short- and long-term plans.", "Pages 10- 20 are done.",

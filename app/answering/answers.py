@@ -22,21 +22,19 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, NamedTuple, Sequence
 
-from app.answering.actions import ActionItem, Decision, extract_action_items, extract_decisions
+from app.answering.actions import Decision, extract_decisions
 from app.text.entities import Entity, find_entities, merge_date_time
 from app.answering.focused import FocusedSummarizer, FocusedSummary
 from app.answering.choice import alternatives, choose
 from app.answering.injection import speaks_to_the_model
 from app.answering.key_phrases import key_phrases
-from app.answering.meeting_record import (MeetingAsk, attendees, duration, join_names, leader, meeting_ask, purpose,
-                                          spoke_most)
-from app.answering.question_parse import (addressed, asked_events, asks_what_one_will_do, date_event, named_subjects,
-                                          tells_the_listener)
-from app.answering.questions import STOPWORDS, Question, QuestionType, content_words, parse_question, split_questions, topic_words
+from app.answering.meeting_record import MeetingAsk, attendees, duration, leader, meeting_ask, purpose, spoke_most
+from app.answering.people import People, committer
+from app.answering.question_parse import asked_events, asks_what_one_will_do, date_event
+from app.answering.questions import Question, QuestionType, content_words, parse_question, split_questions, topic_words
 from app.answering.rerank import Reranker
 from app.answering.retrieval import Embedder, Hit, SentenceIndex, stems
 from app.text.sentences import Sentence, split_sentences
-from app.text.speakers import is_a_name, is_anonymous
 from app.text.textnorm import NUMBER_WORDS, normalize
 from app.text.transcript import SLIDE_SPEAKER, Transcript, format_time
 
@@ -151,7 +149,7 @@ class AnswerFinder:
         self.sentences = split_sentences(transcript)
         self.index = SentenceIndex(self.sentences, embedder, reranker=reranker)
         self.generate = generate
-        self._items: list[ActionItem] | None = None
+        self.people = People(transcript, self.sentences)
         self._decisions: list[Decision] | None = None
         self._df: Counter[str] | None = None
         self._said: set[str] | None = None
@@ -408,10 +406,8 @@ class AnswerFinder:
 
     def _who_will(self, q: Question, hits: list[Hit]) -> tuple[str, list[Sentence]] | None:
         focus = set(stems(" ".join(q.focus)))
-        if self._items is None:
-            self._items = extract_action_items(self.transcript)
         scored = []
-        for item in self._items:
+        for item in self.people.items:
             task = set(stems(item.task))
             if focus and task:
                 scored.append((len(focus & task) / len(focus), item))
@@ -422,53 +418,22 @@ class AnswerFinder:
                 said = [s for s in self.sentences if s.turn_index == item.turn_index] or [self.sentences[hits[0].index]]
                 task = set(stems(item.task))
                 evidence = max(said, key=lambda s: len(task & set(stems(s.text))))
-                owner = self._speaker(evidence, q.text) if item.owner == evidence.speaker else item.owner
+                owner = self.people.speaker(evidence, q.text) if item.owner == evidence.speaker else item.owner
                 due = f" by {item.due}" if item.due else ""
                 return f"{owner} (will {item.task}{due}).", [evidence]
         for hit in self._competing(hits):
             sentence = self.sentences[hit.index]
-            owner = _committer(sentence, self.transcript.speakers)
+            owner = committer(sentence, self.transcript.speakers)
             if owner:
-                return f"{self._speaker(sentence, q.text) if owner == sentence.speaker else owner}.", [sentence]
+                return f"{self.people.speaker(sentence, q.text) if owner == sentence.speaker else owner}.", [sentence]
         # Nobody commits in so many words: who the best line has do it.
         sentence = self.sentences[hits[0].index]
-        return f"{self._doer(sentence, q.text)}.", [sentence]
-
-    def _doer(self, sentence: Sentence, question: str) -> str:
-        """Who a line has do something: the people it names as doing it ("Anna and Peter should pick the video"),
-        else someone it names, else the one it tells to ("But try sending him an e-mail": the person spoken to),
-        else who said it."""
-        asked = [n for n in named_subjects(sentence.text)
-                 if not re.search(rf"\b{re.escape(n.strip('[]'))}\b", question, re.IGNORECASE)]
-        if asked:
-            return join_names([n.strip("[]") for n in asked])
-        speaker = self._speaker(sentence, question)
-        about = _person_in(sentence, self.transcript.speakers, question, speaker)
-        if about == speaker and tells_the_listener(sentence.text):
-            return self._listener(sentence, question) or speaker
-        return about
-
-    def _listener(self, sentence: Sentence, question: str) -> str | None:
-        """The one a line is said to: the person it calls by name, else who spoke last before it (the line
-        answers them); None where the transcript tells no speakers apart."""
-        called = [n.strip("[]") for n in addressed(sentence.text)
-                  if not re.search(rf"\b{re.escape(n.strip('[]'))}\b", question, re.IGNORECASE)]
-        if called:
-            return called[0]
-        if len(set(self.transcript.speakers)) < 2:
-            return None
-        at = next((i for i, s in enumerate(self.sentences) if s is sentence), None)
-        for earlier in reversed(self.sentences[max(0, (at or 0) - _NAMED_BEFORE):at or 0]):
-            if earlier.speaker != sentence.speaker and earlier.speaker != SLIDE_SPEAKER:
-                return earlier.speaker
-        return None
+        return f"{self.people.doer(sentence, q.text)}.", [sentence]
 
     def _tasks_of(self, q: Question, person: str) -> Answer | None:
         """"What should Anna do next?": the action items Anna took or was given, in the order said; None when the
         meeting gives her none (the question is then searched as any other)."""
-        if self._items is None:
-            self._items = extract_action_items(self.transcript)
-        theirs = [i for i in self._items if i.owner.strip("[]").lower() == person.lower()
+        theirs = [i for i in self.people.items if i.owner.strip("[]").lower() == person.lower()
                   and len(content_words(i.task)) >= 2]  # "I'll find it" is no task to report
         if not theirs:
             return None
@@ -482,23 +447,6 @@ class AnswerFinder:
         return Answer(q.text, f"{person} will {tasks}.", [self._cite(s) for s in evidence], 1, 1.0,
                       QuestionType.WHO_WILL.value)
 
-    def _speaker(self, sentence: Sentence, question: str) -> str:
-        """Who said a line. A transcript that names no speaker at all (one anonymous label: a text without names, a
-        recording without a diarizer) still names people: the one who speaks is usually the last person spoken to by
-        name shortly before ("So now Anna, if you can describe..." - "I was busy with exams"), so that person, else
-        the label."""
-        if not (is_anonymous(sentence.speaker) and len(set(self.transcript.speakers)) == 1):
-            return sentence.speaker
-        at = next((i for i, s in enumerate(self.sentences) if s is sentence), None)
-        if at is None:
-            return sentence.speaker
-        for earlier in reversed(self.sentences[max(0, at - _NAMED_BEFORE):at]):
-            names = [n.strip("[]") for n in addressed(earlier.text) if is_a_name(n.strip("[]"))
-                     and not re.search(rf"\b{re.escape(n.strip('[]'))}\b", question, re.IGNORECASE)]
-            if names:
-                return names[-1]
-        return sentence.speaker
-
     def _who_said(self, q: Question, hits: list[Hit]) -> tuple[str, list[Sentence]]:
         """Who said it: the best-covering sentence; for an idea or suggestion, the first one proposing it."""
         ranked = sorted(hits, key=lambda h: -self._coverage(q, self.sentences[h.index]))
@@ -509,7 +457,7 @@ class AnswerFinder:
             sentence = min(proposals, key=lambda s: s.start or 0.0)
         else:
             sentence = top[0]
-        return f"{self._speaker(sentence, q.text)}.", [sentence]
+        return f"{self.people.speaker(sentence, q.text)}.", [sentence]
 
     def _decided(self, q: Question, hits: list[Hit]) -> tuple[str, list[Sentence]]:
         """The decision about what the question names. A decision often does not repeat its subject ("Fine, the
@@ -673,47 +621,6 @@ _ASKS_LATEST = re.compile(r"\b(?:now|new|current|currently|latest|moved|changed|
 _ASKS_IDEA = re.compile(r"\b(?:idea|suggest\w*|propos\w*|recommend\w*)\b", re.IGNORECASE)
 _PROPOSAL = re.compile(r"\b(?:how about|what about|maybe we|should we|we should|i suggest|i propose|i recommend|"
                        r"why don't we|what if we|let's)\b", re.IGNORECASE)
-
-
-_COMMIT = re.compile(r"\b(?:I will|I'll|I am going to|I'm going to|I can|I'll take|let me)\b", re.IGNORECASE)
-_NAMED_COMMIT = re.compile(r"\b(?P<name>[A-Z][a-z]+)(?:,\s+(?:can|could|would|will) you|\s+will|'ll|\s+is going to)\b")
-
-
-def _committer(sentence: Sentence, speakers: Sequence[str]) -> str | None:
-    """Who commits in this sentence: the speaker ("I will..."), or a participant asked or named."""
-    match = _NAMED_COMMIT.search(sentence.text)
-    if match and match["name"] in speakers:
-        return match["name"]
-    if _COMMIT.search(sentence.text):
-        return sentence.speaker
-    return None
-
-
-# Names a transcript writes for people it does not name: "[PERSON3]", as anonymised meeting corpora write them.
-_BRACKETED = re.compile(r"\[([A-Z][A-Za-z]*\d+)\]")  # "[PERSON3]", not "[Inaudible]"
-_NAMED_BEFORE = 12  # sentences before a line of an unnamed speaker searched for the person spoken to
-_FIRST_PERSON = re.compile(r"\b(?:I|I'm|I'll|I've|I'd)\b")  # the speaker as subject ("send it to me" is not)
-
-
-def _names_in(text: str, speakers: Sequence[str], question: str) -> list[str]:
-    """The people a line names (participants, bracketed names, a name asked or committing), in order, less those
-    the question already names."""
-    names = [m["name"] for m in _NAMED_COMMIT.finditer(text)
-             if m["name"].lower() not in STOPWORDS and is_a_name(m["name"])]  # "Monday will be fine" names nobody
-    names += [m.group(1) for m in _BRACKETED.finditer(text)]
-    names += [s for s in speakers if not is_anonymous(s) and re.search(rf"\b{re.escape(s)}\b", text)]
-    return [n for n in dict.fromkeys(names) if not re.search(rf"\b{re.escape(n)}\b", question, re.IGNORECASE)]
-
-
-def _person_in(sentence: Sentence, speakers: Sequence[str], question: str, speaker: str | None = None) -> str:
-    """The person a line is about: one it names (a participant, or a bracketed name) that the question does not
-    already name, unless the speaker talks of themself; else its speaker (``speaker`` where known better than the
-    line's label)."""
-    speaker = speaker or sentence.speaker
-    named = [n for n in _names_in(sentence.text, speakers, question) if n not in (sentence.speaker, speaker)]
-    if named and not _FIRST_PERSON.search(sentence.text):
-        return named[0]
-    return speaker
 
 
 # Hesitations and stutters of speech, which a quoted line need not keep ("So uh, I I said, that ...").
