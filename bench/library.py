@@ -73,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--meetings", type=int, default=1000)
     ap.add_argument("--queries", type=int, default=100, help="searches timed (and a quarter as many asks)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "library")
-    ap.add_argument("--home", type=Path, default=None, help="MINUTIA_HOME for the library (default: a temporary one)")
+    ap.add_argument("--home", type=Path, default=None, help="MINUTIA_HOME for the library (default: a temporary one); "
+                    "run again with the same --home and --out to go on where a run stopped")
     args = ap.parse_args(argv)
     console = Console(stderr=True)
     source = qmsum_meetings(args.qmsum)
@@ -83,17 +84,26 @@ def main(argv: list[str] | None = None) -> int:
     settings = load_settings(overrides={"home": str(home)})
     library = open_library(settings)
     day = 86400.0
-    now = time.time()
-    ingest: list[float] = []
-    with Progress(console=console) as progress:
-        task = progress.add_task("recording meetings", total=args.meetings)
+    args.out.mkdir(parents=True, exist_ok=True)
+    timings = args.out / "ingest.jsonl"  # one line per meeting recorded, kept across runs: a stopped run goes on
+    done = {json.loads(line)["i"]: json.loads(line) for line in timings.read_text().splitlines()} \
+        if timings.exists() and args.home else {}
+    now = next(iter(done.values()))["now"] if done else time.time()
+    held = {m.title for m in library.meetings()}
+    with Progress(console=console) as progress, timings.open("a" if done else "w") as log:
+        task = progress.add_task("recording meetings", total=args.meetings, completed=len(done))
         for i in range(args.meetings):
             name, turns, _ = source[i % len(source)]
+            if i in done and f"{name} #{i}" in held:
+                continue
             transcript = as_transcript(name, turns, i // len(source))
             started = time.perf_counter()
             record_meeting(library, transcript, title=f"{name} #{i}", started=now - i * day)
-            ingest.append(time.perf_counter() - started)
+            done[i] = {"i": i, "s": time.perf_counter() - started, "now": now}
+            log.write(json.dumps(done[i]) + "\n")
+            log.flush()
             progress.advance(task)
+    ingest = [d["s"] for i, d in sorted(done.items()) if i < args.meetings]
     embedder = default_embedder()
     queries = [q for _, _, qs in source for q in qs]
     random.Random(0).shuffle(queries)
@@ -120,7 +130,6 @@ def main(argv: list[str] | None = None) -> int:
         "ask_across_s": {"p50": round(pct(asked, 0.5), 3), "p95": round(pct(asked, 0.95), 3)},
         "searches": len(searched), "asks": len(asked),
     }
-    args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "library.json").write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps(report, indent=1))
     return 0
