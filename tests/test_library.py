@@ -349,3 +349,32 @@ def test_what_is_still_open_is_the_earlier_action_items_no_later_meeting_reports
     about = ask_library(library, "What is open about the contract?", _finder_ask)
     assert "send the catering contract" in about.text and "certificate" not in about.text
     assert "Still open" not in ask_library(library, "Who will renew the certificate?", _finder_ask).text
+
+
+def test_minutia_ask_of_a_meeting_the_library_holds_embeds_none_of_its_sentences(tmp_path):
+    """`minutia ask REC q` after `transcribe` or `summarize` recorded it: the kept vectors go to the encoder first
+    (embedding every sentence was most of a first answer's time). No library, or a meeting it does not hold: 0."""
+    from app.answering.retrieval import MiniLMEmbedder
+    from app.cli.recordings import _warm_from_library
+
+    settings = load_settings(overrides={"home": str(tmp_path)})
+    assert _warm_from_library(settings, REVIEW) == 0  # no library here yet
+    lib = open_library(settings)
+    if not isinstance(lib.embedder, MiniLMEmbedder):
+        lib.close()
+        pytest.skip("the packaged sentence encoder is not installed")
+    try:
+        record_meeting(lib, REVIEW)
+        lib.embedder._cache.clear()
+    finally:
+        lib.close()
+    assert _warm_from_library(settings, PLANNING) == 0  # not in the library
+    assert _warm_from_library(settings, REVIEW) == len(REVIEW.turns)
+    encoded = []
+    original = lib.embedder._encode
+    lib.embedder._encode = lambda texts: encoded.extend(texts) or original(texts)
+    try:
+        _finder_ask_with(lib.embedder)(REVIEW, "Who will renew the certificate?")
+    finally:
+        lib.embedder._encode = original
+    assert not [t for t in encoded if any(text in t for _, text in REVIEW_LINES)]

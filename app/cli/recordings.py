@@ -131,6 +131,27 @@ def summarize(
         err.print(f"[green]recorded[/] in the library as {escape(recorded)}")
 
 
+def _warm_from_library(settings: Settings, transcript) -> int:
+    """A meeting the library holds is read with the sentence vectors kept there, so asking it again embeds none of
+    its sentences (embedding them was most of a first answer's time: 4-15 s on ELITR's meetings); how many were
+    found. A library that is absent, locked or unreadable costs the question nothing."""
+    from app.library.record import library_detector, meeting_id, open_library
+    from app.platform.store import library_path
+    from app.text.pii import mask_transcript
+
+    if not library_path(settings).exists():
+        return 0
+    try:
+        lib = open_library(settings, create_key=False)
+        try:
+            detector = library_detector(settings)  # the library keeps a meeting as it records it: masked
+            return lib.warm(meeting_id(mask_transcript(transcript, detector) if detector else transcript))
+        finally:
+            lib.close()
+    except (InputError, sqlite3.Error):
+        return 0
+
+
 def _record_in_library(settings: Settings, transcript, summary, given: Path) -> str | None:
     """The meeting recorded in the library (its id), dated by the file it was read from (its summary: the
     extractive one when ``summary`` is None); a library that cannot be written warns and costs the command
@@ -183,9 +204,11 @@ def ask(
     question = checked_question(question)  # before the meeting is read: a bad question fails at once
     meeting = Path(meeting)
     settings = _settings(config, llm, asr_model, diarization_model, num_speakers, hotwords)
-    transcript = for_the_model(load_meeting(meeting, settings, err), settings)
+    loaded = load_meeting(meeting, settings, err)
+    transcript = for_the_model(loaded, settings)
     assistant = _assistant(settings)
     with err.status("thinking"):
+        _warm_from_library(settings, loaded)
         answer = assistant.ask(transcript, question)
     if as_json:
         print(json.dumps(answer.to_dict(), indent=2, ensure_ascii=False))
