@@ -732,3 +732,29 @@ def test_what_someone_will_do_is_their_action_items():
 def test_dates_as_people_say_and_write_them(said, date):
     found = [e.text for e in find_entities(said) if e.kind == "date"]
     assert found == ([date] if date else [])
+
+
+def test_a_word_heard_with_low_confidence_is_flagged_where_the_answer_quotes_it():
+    """The recogniser dropped "not" and heard "can" at 0.3: the answer's line is cited with "can" flagged, and the
+    summary and the page say so too (issue 49: the confident wrong answer came from a misheard line)."""
+    from app.answering.summary import build_summary, render_markdown
+    from app.text.transcript import Transcript, TranscriptWord, Turn
+    from ui.render import answer_markdown
+
+    said = [("Ana", "The payment company signed nothing yet, so we can test real payments in May.",
+             {"can": 0.31}),
+            ("Ben", "Then the pilot starts with two hundred users on the first of June.", {})]
+    turns, clock = [], 0.0
+    for speaker, text, doubtful in said:
+        words = []
+        for w in text.split():
+            words.append(TranscriptWord(w, clock, clock + 0.4, speaker, doubtful.get(w.strip("."), 0.97)))
+            clock += 0.4
+        turns.append(Turn(speaker, text, words[0].start, words[-1].end, words))
+    finder = AnswerFinder(Transcript(turns, source="t"))
+    answer = finder.answer("Can we test real payments?")
+    assert answer.citations and answer.citations[0].unsure == ("can",)
+    assert 'Heard with low confidence in these lines: "can"' in answer_markdown(answer)
+    assert finder.answer("When does the pilot start?").citations[0].unsure == ()
+    summary = build_summary(Transcript(turns, source="t"))
+    assert summary.unsure == ["can"] and '"can"' in render_markdown(summary).splitlines()[-1]

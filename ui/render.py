@@ -16,7 +16,7 @@ import pandas as pd
 
 from app.answering.summary import render_markdown as render_summary
 from app.text.textnorm import counted
-from app.text.transcript import Transcript, format_time
+from app.text.transcript import UNSURE, Transcript, format_time
 
 # Okabe-Ito + extras: distinguishable for colour-blind readers, readable on white.
 SPEAKER_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#8B4513", "#6A3D9A")
@@ -67,9 +67,6 @@ def transcript_html(transcript: Transcript, tentative: str = "", query: str = ""
     return _search_line(query, hits) + '<div class="mt-transcript">' + "".join(lines) + "</div>" + jump
 
 
-UNSURE = 0.5  # a word the recogniser gave less probability than this is shown as uncertain
-
-
 def _with_unsure_words(turn: Any) -> str:
     """The line's text, its low-confidence words underlined with a hint: a dropped or misheard word ("can" for
     "cannot") is where a reader should doubt the transcript (issue 49). Lines without word timings as they are."""
@@ -118,7 +115,10 @@ def answer_markdown(answer: Any) -> str:
         label = citation.label.strip("[]")
         links.append(f"[{label} {citation.speaker}](#{line_anchor(citation.start, citation.turn_index)})")
     text = answer.text.strip() or "(no answer)"
-    return text + ("\n\nSources: " + " · ".join(links) if links else "")
+    unsure = list(dict.fromkeys(w for c in answer.citations for w in getattr(c, "unsure", ())))
+    doubt = ("\n\n_Heard with low confidence in these lines: " + ", ".join(f'"{w}"' for w in unsure)
+             + ". Check them in the recording._") if unsure else ""
+    return text + ("\n\nSources: " + " · ".join(links) if links else "") + doubt
 
 
 def action_items_markdown(items: Sequence[Any]) -> str:

@@ -36,7 +36,7 @@ from app.answering.rerank import Reranker
 from app.answering.retrieval import Embedder, Hit, SentenceIndex, stems
 from app.text.sentences import Sentence, split_sentences
 from app.text.textnorm import NUMBER_WORDS, normalize
-from app.text.transcript import SLIDE_SPEAKER, Transcript, format_time
+from app.text.transcript import SLIDE_SPEAKER, Transcript, format_time, unsure_words
 
 NOT_IN_MEETING = "The meeting does not say."
 
@@ -73,6 +73,7 @@ class Citation:
     speaker: str
     start: float | None
     text: str
+    unsure: tuple[str, ...] = ()  # its words the recogniser heard with low confidence (app.text.transcript.UNSURE)
 
     @property
     def label(self) -> str:
@@ -550,7 +551,9 @@ class AnswerFinder:
         return self._focused
 
     def _cite(self, sentence: Sentence) -> Citation:
-        return Citation(sentence.turn_index, sentence.speaker, sentence.start, sentence.text)
+        turn = self.transcript.turns[sentence.turn_index] if sentence.turn_index < len(self.transcript.turns) else None
+        unsure = tuple(unsure_words(turn, sentence.text)) if turn is not None else ()
+        return Citation(sentence.turn_index, sentence.speaker, sentence.start, sentence.text, unsure)
 
 
 def _pick(text: str, entities: list[Entity], focus: Sequence[str], words: Sequence[str], asks_past: bool) -> Entity:

@@ -32,7 +32,7 @@ from app.answering.actions import (
 )
 from app.answering.reported import minutes_line, tidy  # noqa: F401  (tidy: re-exported, the summary's word for it)
 from app.text.sentences import Sentence, split_sentences
-from app.text.transcript import Transcript, format_time
+from app.text.transcript import Transcript, format_time, unsure_words
 
 # Function words and the fillers of spoken meetings: neither carries a topic.
 STOPWORDS = frozenset(
@@ -92,6 +92,7 @@ class MeetingSummary:
     overview: str = ""
     topics: list[Topic] = field(default_factory=list)
     open_questions: list[Sentence] = field(default_factory=list)
+    unsure: list[str] = field(default_factory=list)  # words of the lines it quotes heard with low confidence
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -321,6 +322,10 @@ def build_summary(transcript: Transcript, overview: str = "", parts: int = 1,
     listed = [s for s in all_sentences if any(x.turn_index == s.turn_index and x.text == s.text for x in [*decisions, *facts])
               or any(a.turn_index == s.turn_index and _normal(a.task) in _normal(s.text) for a in items)]
     topics = build_topics(transcript, all_sentences, settings, titler, listed)
+    quoted = [(s.turn_index, s.text) for t in topics for s in t.sentences] + \
+        [(x.turn_index, x.text) for x in [*decisions, *facts]] + [(a.turn_index, a.task) for a in items]
+    unsure = [w for turn, text in quoted if 0 <= turn < len(transcript.turns)
+              for w in unsure_words(transcript.turns[turn], text)]
     return MeetingSummary(
         summary=summary_text(overview, topics) or "Nothing has been said yet.",
         decisions=decisions,
@@ -330,6 +335,7 @@ def build_summary(transcript: Transcript, overview: str = "", parts: int = 1,
         overview=overview.strip(),
         topics=topics,
         open_questions=open_questions(transcript, all_sentences, decisions, settings.max_open_questions),
+        unsure=list(dict.fromkeys(unsure)),
     )
 
 
@@ -369,4 +375,7 @@ def render_markdown(summary: MeetingSummary, heading: str = "Meeting summary", a
         lines.append("")
     if summary.open_questions:
         lines += ["## Open questions", ""] + [f"- {q.text} ({q.speaker}, {_at(q.start, q.turn_index)})" for q in summary.open_questions] + [""]
+    if summary.unsure:
+        lines += ["_Heard with low confidence in the lines above: " + ", ".join(f'"{w}"' for w in summary.unsure)
+                  + ". Check them in the recording._", ""]
     return "\n".join(lines).rstrip() + "\n"

@@ -111,3 +111,5 @@ def print_answer(answer, heading: str = "answer") -> None:
     for c in answer.citations:
         text = c.text if len(c.text) <= 240 else c.text[:237] + "..."
         out.print(f"  [dim]{escape(c.label)}[/] {escape(c.speaker)}: {escape(text)}")
+        if getattr(c, "unsure", ()):
+            out.print(f"    [yellow]heard with low confidence:[/] {escape(', '.join(c.unsure))}")

@@ -36,6 +36,18 @@ class TranscriptWord:
     probability: float = 1.0
 
 
+UNSURE = 0.5  # a word the recogniser gave less probability than this is uncertain: shown so, wherever it is quoted
+
+
+def unsure_words(turn: "Turn", within: str | None = None) -> list[str]:
+    """The turn's words heard with low confidence (those inside ``within``, a sentence of it, when given), in the
+    order said: a dropped or misheard word ("can" for "cannot") is where a reader should doubt the line (issue 49)."""
+    found = [w.text.strip(".,;:!?\"'") for w in turn.words if w.probability < UNSURE]
+    if within is not None:
+        found = [w for w in found if w and re.search(rf"(?<!\w){re.escape(w)}(?!\w)", within, re.IGNORECASE)]
+    return [w for w in dict.fromkeys(found) if w]
+
+
 @dataclass
 class Turn:
     """Consecutive speech of one speaker. Times are seconds; None when the source had no times."""
