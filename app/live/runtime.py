@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from app.llm.engine import LLMEngine
     from app.text.pii import PIIDetector
     from app.live.session import MeetingSession
-    from app.live.session_speech import Diarizer, SpeechRecogniser
+    from app.live.session_speech import SpeechRecogniser, StreamingDiarizer
     from app.live.session_vision import SlidePipeline
 
 log = logging.getLogger("minutia.runtime")
@@ -34,7 +34,7 @@ class Runtime:
     one diarizer and one vision pipeline per session) replace them, so that sessions run on small stand-ins in tests."""
 
     def __init__(self, settings: Settings, *, transcriber: SpeechRecogniser | None = None,
-                 engine: LLMEngine | None = None, diarizer: Callable[[], Diarizer] | None = None,
+                 engine: LLMEngine | None = None, diarizer: Callable[[], StreamingDiarizer] | None = None,
                  vision: Callable[[], SlidePipeline] | None = None) -> None:
         self.settings = settings
         self._sessions: dict[str, MeetingSession] = {}
@@ -82,7 +82,7 @@ class Runtime:
 
         return self._shared("asr", load)
 
-    def online_diarizer(self) -> "Diarizer":
+    def online_diarizer(self) -> "StreamingDiarizer":
         """A diarizer per session (its speakers are those of one stream)."""
         if self._diarizer is not None:
             return self._diarizer()

@@ -49,7 +49,7 @@ from encoders.ring import ItemRing, RingBuffer
 if TYPE_CHECKING:
     from app.platform.config import Settings
     from app.llm.engine import LLMEngine
-    from app.live.session_speech import Diarizer, SpeechRecogniser
+    from app.live.session_speech import SpeechRecogniser, StreamingDiarizer
     from app.live.session_vision import SlidePipeline
     from encoders.vision import Keyframe
     from kvstore.cold import ColdTier
@@ -96,7 +96,7 @@ class SharedModels(Protocol):
     @property
     def engine(self) -> LLMEngine: ...
 
-    def online_diarizer(self) -> Diarizer: ...
+    def online_diarizer(self) -> StreamingDiarizer: ...
 
     def vision_pipeline(self) -> SlidePipeline: ...
 
@@ -160,7 +160,7 @@ class MeetingSession:
         self.kept_names: dict[str, str] = {}  # label -> name known before a forget (app/live/forget.py): given first
         # How the runtime's diarizer is wrapped (a bot room's named participants, app/rooms/participants.py); set
         # before the first audio, when the recogniser's thread picks its diarizer.
-        self.diarizer_for: Callable[[Diarizer], Diarizer] | None = None
+        self.diarizer_for: Callable[[StreamingDiarizer], StreamingDiarizer] | None = None
         if restored is not None:
             last_speaker = self._restore_state(restored.metadata)
         self._checkpoints = Checkpoints(runtime.session_store, session_id, self._ledger.base_lines if restored else -1,

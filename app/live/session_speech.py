@@ -58,8 +58,10 @@ class SpeechRecogniser(Protocol):
     def transcribe(self, audio: np.ndarray, options: TranscribeOptions | None = None) -> Iterator[Segment]: ...
 
 
-class Diarizer(Protocol):
-    """What a session calls on its online diarizer (encoders.online_diarize.OnlineDiarizer; a stand-in in tests)."""
+class StreamingDiarizer(Protocol):
+    """What a session calls on its online diarizer (encoders.online_diarize.OnlineDiarizer; a stand-in in tests):
+    audio in as it comes, each committed word labelled, relabellings taken. Not encoders.diarize.Diarizer, which
+    splits a whole recording into speaker turns for the batch path."""
 
     def insert_audio(self, samples: np.ndarray) -> None: ...
 
@@ -113,7 +115,7 @@ class SpeechLines:
                 return False
         return True
 
-    def run(self, audio: RingBuffer, closed: Event, asr: StreamingTranscriber, diarizer: Diarizer,
+    def run(self, audio: RingBuffer, closed: Event, asr: StreamingTranscriber, diarizer: StreamingDiarizer,
             catch_up_seconds: float) -> None:
         """Drain ``audio`` into the recogniser and the diarizer until it is exhausted or ``closed`` is set."""
         step = asr.options.min_chunk_seconds
@@ -157,7 +159,7 @@ class SpeechLines:
         text = " ".join(w.text for w in words)
         self._append_line(ContextLine("audio", start, end, speaker, text, speaker_change=change), len(words))
 
-    def _commit(self, update: StreamUpdate, diarizer: Diarizer, final: bool = False) -> None:
+    def _commit(self, update: StreamUpdate, diarizer: StreamingDiarizer, final: bool = False) -> None:
         now_stream = self._stream_seconds()
         words = list(update.committed)
         if words:

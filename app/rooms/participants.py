@@ -29,7 +29,7 @@ from encoders.errors import InputError
 if TYPE_CHECKING:
     import numpy as np
 
-    from app.live.session_speech import Diarizer
+    from app.live.session_speech import StreamingDiarizer
     from encoders.asr import Word
     from encoders.online_diarize import LabelChange
 
@@ -103,14 +103,14 @@ class Participants:
         with self._lock:
             return [self._frames.popleft() if self._frames else None for _ in range(count)]
 
-    def diarizer(self, voices: Diarizer) -> TrackDiarizer:
+    def diarizer(self, voices: StreamingDiarizer) -> TrackDiarizer:
         return TrackDiarizer(voices, self)
 
 
 class TrackDiarizer:
     """A session's diarizer in a room with named participants: their words by track, the rest by voice."""
 
-    def __init__(self, voices: Diarizer, participants: Participants) -> None:
+    def __init__(self, voices: StreamingDiarizer, participants: Participants) -> None:
         self.voices = voices
         self.participants = participants
         self._timeline: list[str | None] = []  # per 20 ms frame of the audio inserted so far
