@@ -86,8 +86,13 @@ def main(argv: list[str] | None = None) -> int:
     day = 86400.0
     args.out.mkdir(parents=True, exist_ok=True)
     timings = args.out / "ingest.jsonl"  # one line per meeting recorded, kept across runs: a stopped run goes on
-    done = {json.loads(line)["i"]: json.loads(line) for line in timings.read_text().splitlines()} \
-        if timings.exists() and args.home else {}
+    done = {}
+    if timings.exists() and args.home:
+        for line in timings.read_text().splitlines():
+            try:
+                done[json.loads(line)["i"]] = json.loads(line)
+            except (ValueError, KeyError):
+                continue  # a line half written when a run was stopped
     now = next(iter(done.values()))["now"] if done else time.time()
     held = {m.title for m in library.meetings()}
     with Progress(console=console) as progress, timings.open("a" if done else "w") as log:

@@ -24,6 +24,13 @@ pytestmark = pytest.mark.skipif(parser() is None, reason="spaCy's English pipeli
     ("write the report", "The report isn't finished yet.", False),
     ("fix the login bug", "We finished the slides.", False),  # done, but another thing
     ("send the contract to Olek", "I sent the invoice to Olek.", False),
+    ("send the contract", "The contract will be ready next week.", False),  # ahead
+    ("send the contract", "We need the contract ready by Friday.", False),  # wanted
+    ("send the contract", "We did discuss the contract at length.", False),  # "did" only helps
+    ("send the contract", "We are close to sending the contract.", False),
+    ("prepare the slides", "The slides should be done by Friday.", False),
+    ("prepare the slides", "If the slides are finished, tell me.", False),  # a condition
+    ("send the contract", "We are going to send the contract.", False),
 ])
 def test_a_sentence_reports_a_task_done(task, said, done):
     assert reports_done(task, said) is done
@@ -41,6 +48,8 @@ def test_a_sentence_reports_a_task_done(task, said, done):
     ("Which tasks did Olek finish?", False),
     ("What did we decide about the open-source license?", False),
     ("Who left early?", False),
+    ("What time does the office open on Fridays?", False),  # the office opens
+    ("Which doors were left open?", False),
 ])
 def test_a_question_asking_for_the_work_still_open(question, asks):
     assert asks_what_is_open(question) is asks

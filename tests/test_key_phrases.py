@@ -41,3 +41,4 @@ def test_rarer_words_weigh_more():
     assert rarity(["moraine"]) > rarity(["glacier"]) > rarity(["thing"]) > 0
     assert is_hesitation("Uhm,") and is_hesitation("mm-hmm") and is_hesitation("Ehm")
     assert not is_hesitation("hut") and not is_hesitation("her") and not is_hesitation("mum")
+    assert not is_hesitation("HMM")  # the hidden Markov model

@@ -309,16 +309,20 @@ def test_a_question_naming_a_period_is_asked_of_that_period_s_meetings(library):
     record_meeting(library, PLANNING, title="Offsite planning", started=parse_date("2026-10-20"))
     record_meeting(library, REVIEW, title="Ops review", started=parse_date("2026-11-30"))
     asked: list[str] = []
+    read: list[str] = []
 
     def ask(transcript, question):
         asked.append(question)
+        read.append(transcript.source)
         return _finder_ask(transcript, question)
 
     october = ask_library(library, "Who said they would book the coach in October?", ask, now=now)
     assert october.meeting.title == "Offsite planning" and october.text.startswith("Tomas")
     assert october.period.describe() == "from 2026-10-01 to 2026-10-31" and asked == ["Who said they would book the coach?"]
+    read.clear()
     november = ask_library(library, "Who will book the coach last month?", ask, now=now)
-    assert november.meeting is None or november.meeting.title == "Ops review"  # October's meeting is not asked
+    assert november.meeting is None or november.meeting.title == "Ops review"
+    assert read and set(read) == {"review.json"}  # October's meeting is not asked
     empty = ask_library(library, "Who will book the coach last year?", ask, now=now)
     assert empty.text == "The library holds no meeting from 2025-01-01 to 2025-12-31." and empty.meeting is None
 
@@ -346,8 +350,12 @@ def test_what_is_still_open_is_the_earlier_action_items_no_later_meeting_reports
     assert "renew the certificate" in text and "send the catering contract" in text
     assert "book the coach" in text.split("Reported done later:")[1]  # closed, and said so
     assert [c.speaker for c in found.answer.citations] == ["Tomas"]  # the line that closed it
-    about = ask_library(library, "What is open about the contract?", _finder_ask)
+    about = ask_library(library, "What is open about the contracts?", _finder_ask)  # "contracts": its stem
     assert "send the catering contract" in about.text and "certificate" not in about.text
+    olek = ask_library(library, "What is still open?", _finder_ask, speaker="Olek")
+    assert "renew the certificate" in olek.text and "catering" not in olek.text  # his items only
+    elsewhere = ask_library(library, "What is still open about the dashboards?", _finder_ask)
+    assert "Still open" not in elsewhere.text  # no item on that topic: asked as any question
     assert "Still open" not in ask_library(library, "Who will renew the certificate?", _finder_ask).text
 
 

@@ -24,6 +24,12 @@ NOW = datetime(2026, 12, 6, 19, 0, tzinfo=timezone.utc).timestamp()  # a Sunday
     ("What did we decide last year about hiring?", "from 2025-01-01 to 2025-12-31", "What did we decide about hiring?"),
     ("Since 2026-11-01, who raised the outage?", "from 2026-11-01 on", "Who raised the outage?"),
     ("What did Amara say yesterday?", "on 2026-12-05", "What did Amara say?"),
+    ("What was decided before 2026-11-01?", "until 2026-10-31", "What was decided?"),  # a bound, not the day
+    ("What did we say since last week?", "from 2026-11-23 on", "What did we say?"),
+    ("Decisions after March?", "from 2026-04-01 on", "Decisions?"),
+    ("What did we decide in May, 2025?", "from 2025-05-01 to 2025-05-31", "What did we decide?"),
+    ("İstanbul office: what did we decide last month?", "from 2026-11-01 to 2026-11-30",
+     "İstanbul office: what did we decide?"),  # a letter that lower-casing lengthens moves nothing
 ])
 def test_a_period_is_the_days_it_covers_and_leaves_the_question(question, days, asked):
     period = period_in(question, NOW)
@@ -35,6 +41,8 @@ def test_a_period_is_the_days_it_covers_and_leaves_the_question(question, days, 
     "When did Amara first raise the outage?",
     "What did we say about the Monday seminar?",  # a name for a seminar, not a day
     "Who will book the coach?",
+    "Who must deliver the report by 2026-12-20?",  # a deadline said in the meeting
+    "What happened on the last day of the conference?",  # part of something else
 ])
 def test_a_question_without_a_period_has_none(question):
     assert period_in(question, NOW) is None
@@ -43,3 +51,9 @@ def test_a_question_without_a_period_has_none(question):
 def test_a_date_that_does_not_exist_is_said_so():
     with pytest.raises(InputError, match="not a date"):
         period_in("What was decided on 2026-02-30?", NOW)
+
+
+@pytest.mark.parametrize("question", ["What did we decide 9999 years ago?", "What happened in the last 99999999 days?"])
+def test_a_period_past_the_calendar_is_said_so(question):
+    with pytest.raises(InputError, match="no such period"):
+        period_in(question, NOW)

@@ -154,6 +154,7 @@ def test_the_person_a_line_speaks_to_is_read_from_its_grammar(line, spoken_to):
     ("Maria will send the contract on Friday.", ["Maria"]),
     ("[PROJECT7] is only a small conference.", []),  # said of it: no one does anything
     ("I think we should ask Peter.", []),  # Peter is asked, not asking
+    ("Anna said Ben should send the contract.", ["Ben"]),  # Anna only says so
 ])
 def test_the_people_a_line_has_do_something(line, doers):
     assert named_subjects(line) == doers
@@ -181,6 +182,7 @@ def test_a_line_that_asks_the_listener_to_act(line, asks):
     ("What did Anna do yesterday?", None),  # behind, not ahead
     ("What should we do next?", None),  # no one named
     ("What does Anna do for a living?", None),
+    ("What did Anna want to do?", None),  # wanted, not ahead
 ])
 def test_a_question_asking_what_someone_will_do(question, person):
     assert asks_what_one_will_do(question) == person

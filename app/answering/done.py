@@ -37,6 +37,27 @@ def _negated(token) -> bool:
     return any(c.dep_ == "neg" for c in token.children) or any(c.dep_ == "neg" for c in token.head.children)
 
 
+# A clause that says what would, should or may be done, not what was: "if the slides are finished", "once it is
+# ready", "we need the contract ready", "it will be done".
+_CONDITION = frozenset({"if", "once", "when", "until", "unless", "whether", "before"})
+_WANTING = frozenset({"need", "want", "hope", "expect", "plan", "try", "wish", "intend", "have"})
+
+
+def _settled(token) -> bool:
+    """Is ``token`` said as fact, now or past: no modal or future ("will", "should", "going to") on it or the verbs
+    above it in its clause, no condition ("if", "once"), not wanted or needed ("we need it ready")."""
+    for node in (token, *token.ancestors):
+        if any(c.dep_ == "aux" and (c.tag_ == "MD" or c.lower_ in ("will", "shall")) for c in node.children):
+            return False
+        if any(c.dep_ == "mark" and c.lower_ in _CONDITION for c in node.children):
+            return False
+        if node is not token and node.lemma_.lower() in _WANTING | {"go"} and node.pos_ in ("VERB", "AUX"):
+            return False
+        if node.dep_ in ("ROOT", "ccomp", "advcl") and node is not token:
+            break
+    return True
+
+
 def _past_or_perfect(token) -> bool:
     """"sent", "has sent", "was sent", "has been sent"; not "will send" or "send"."""
     if token.tag_ == "VBD":
@@ -57,12 +78,13 @@ def reports_done(task: str, sentence: str) -> bool:
         return False
     for token in doc:
         lemma = token.lemma_.lower()
-        if _negated(token):
-            continue
+        if _negated(token) or token.dep_ in ("aux", "auxpass") or not _settled(token):
+            continue  # "did" helping another verb does nothing itself
         if verb is not None and lemma == verb and _past_or_perfect(token):
             return True
-        if lemma in _FINISHED and (_past_or_perfect(token) or token.pos_ == "ADJ" or token.dep_ == "acomp"):
-            return True
+        if lemma in _FINISHED and (_past_or_perfect(token) or (token.pos_ == "ADJ" and lemma != "close")
+                                   or token.dep_ == "acomp" and lemma != "close"):
+            return True  # "we are close to sending it" is not closed
     return False
 
 
@@ -81,13 +103,33 @@ def asks_what_is_open(question: str) -> bool:
         lemma = token.lemma_.lower()
         if any(a.dep_ in ("prep", "pobj") for a in token.ancestors):
             continue  # said of a thing asked about ("about the open-source license"), not of the work
-        if lemma in _UNFINISHED or token.lower_ in _UNFINISHED:  # "pending" is the parser's "pend"
-            return True
+        if token.dep_ in ("oprd", "xcomp") and token.head.lemma_.lower() == "leave":
+            continue  # "Which doors were left open?": said of a thing
+        if (lemma in _UNFINISHED or token.lower_ in _UNFINISHED) and _of_the_asked(token):
+            return True  # "pending" is the parser's "pend"
         if lemma == "leave" and any(c.dep_ == "xcomp" and c.lemma_.lower() == "do" for c in token.children):
             return True  # "What is left to do?", not "What was left out?"
         if (lemma in _FINISHED or lemma in ("close", "handle")) and _negated(token):
             return True
     return False
+
+
+def _is_asked(token) -> bool:
+    """The thing a question asks for: "what", "which ...", "anything"."""
+    return token.tag_ in ("WP", "WDT") or token.lower_ in ("anything", "any") or \
+        any(c.dep_ == "det" and c.tag_ == "WDT" for c in token.children)
+
+
+def _of_the_asked(token) -> bool:
+    """Is the unfinished word said of what the question asks for ("What is still open?", "Anything outstanding?"),
+    not of another thing ("What time does the office open?": the office is)?"""
+    if token.dep_ == "amod":
+        return _is_asked(token.head)
+    holders = [token] + ([token.head] if token.dep_ in ("acomp", "attr", "oprd", "xcomp") else [])
+    subjects = [c for h in holders for c in h.children if c.dep_ in ("nsubj", "nsubjpass")]
+    if subjects:
+        return any(_is_asked(c) for c in subjects)
+    return any(_is_asked(c) for c in token.children if c.dep_ == "dobj")  # "What's still pending?"
 
 
 def asked_about(question: str) -> set[str]:

@@ -248,7 +248,8 @@ def named_subjects(text: str) -> list[str]:
 
     found = []
     for token in doc:
-        if token.dep_ in ("nsubj", "nsubjpass") and named(token) and token.head.pos_ == "VERB":  # not "X is ..."
+        says = any(c.dep_ == "ccomp" for c in token.head.children)  # "Anna said Ben should...": Ben does it
+        if token.dep_ in ("nsubj", "nsubjpass") and named(token) and token.head.pos_ == "VERB" and not says:
             found += [t for t in (token, *token.conjuncts) if named(t)]
     return list(dict.fromkeys(f"[{t.text}]" if t.text in bracketed else t.text for t in found))
 
@@ -290,7 +291,10 @@ def asks_what_one_will_do(question: str) -> str | None:
             continue
         verb, ahead = do, any(c.dep_ == "aux" and c.tag_ == "MD" for c in do.children)
         while verb.dep_ == "xcomp" and verb.head is not verb:  # "going to do", "have to do", "supposed to do"
-            verb, ahead = verb.head, True
+            verb = verb.head
+            past = verb.tag_ == "VBD" or any(c.dep_ == "aux" and c.tag_ == "VBD" for c in verb.children)
+            # what is ahead for them, not what they wanted or tried ("What did Anna want to do?")
+            ahead = verb.lemma_.lower() == "suppose" or (verb.lemma_.lower() in ("go", "have", "need") and not past)
         if not ahead:
             continue
         for subject in (c for c in verb.children if c.dep_ in ("nsubj", "nsubjpass")):

@@ -63,13 +63,15 @@ def ask_library(library: Library, question: str, ask: Callable[[Transcript, str]
         if not chosen:
             raise InputError(f"no meeting in the library has a title like {meeting_like!r}"
                              + (f" {period.describe()}" if period else ""))
-    if asks_what_is_open(question):
-        chosen = chosen if chosen is not None else _titled(library, question, since, until)
-        states = item_states(library, since, until, chosen, asked_about(question) or None)
-        return LibraryAnswer(question, open_answer(question, states), None, [], period)
     if period is not None and not library.meetings(since, until):
-        said = f"The library holds no meeting {period.describe()}."
+        said = f"The library holds no meeting {Period(since, until, period.said).describe()}."
         return LibraryAnswer(question, Answer(question, said, [], 1, 0.0), None, [], period)
+    if asks_what_is_open(question):
+        about = asked_about(question) or None
+        titled = chosen if chosen is not None else _titled(library, question, since, until)
+        states = item_states(library, since, until, titled, about, owner=speaker)
+        if states or not about:  # none on that topic: the question may be about something else that is open
+            return LibraryAnswer(question, open_answer(question, states), None, [], period)
     found = library.search(question, limit=POOL, since=since, speaker=speaker, meetings=chosen, until=until)
     best: dict[str, float] = {}
     for f in found:

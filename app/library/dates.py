@@ -21,23 +21,29 @@ _MONTHS = ("january february march april may june july august september october 
 _WEEKDAYS = "monday tuesday wednesday thursday friday saturday sunday".split()
 _UNIT = r"(?P<unit>day|week|month|year)s?"
 _NUMBER = r"(?P<n>\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
-_MONTH = rf"(?P<month>{'|'.join(_MONTHS)})(?:\s+(?P<year>\d{{4}}))?"
+_MONTH = rf"(?P<month>{'|'.join(_MONTHS)})(?:,?\s+(?P<year>\d{{4}}))?"
 _WEEKDAY = rf"(?P<weekday>{'|'.join(_WEEKDAYS)})"
 
-# Each form, its pattern (matched on the lower-cased question) and how it is reckoned; the first that matches wins.
+# Each form, its pattern (matched ignoring case) and how it is reckoned; the first that matches wins. "The last day
+# of the conference" and "the last week of June" are parts of something else, not a period back from today.
+_NOT_OF = r"(?!\s+of\b)"
 _FORMS = [
     ("ago", rf"\b{_NUMBER}\s+{_UNIT}\s+ago\b"),
     ("within", rf"\b(?:in|over|during|within)\s+the\s+(?:last|past)\s+{_NUMBER}\s+{_UNIT}\b"),
-    ("within", rf"\b(?:in|over|during)\s+the\s+(?:last|past)\s+{_UNIT}\b"),
-    ("last", rf"\b(?:last|the\s+previous|the\s+past|previous)\s+{_UNIT}(?:'s)?\b"),
-    ("this", rf"\b(?:this|the\s+current)\s+{_UNIT}(?:'s)?\b"),
+    ("within", rf"\b(?:in|over|during)\s+the\s+(?:last|past)\s+{_UNIT}\b{_NOT_OF}"),
+    ("last", rf"\b(?:last|the\s+previous|the\s+past|previous)\s+{_UNIT}(?:'s)?\b{_NOT_OF}"),
+    ("this", rf"\b(?:this|the\s+current)\s+{_UNIT}(?:'s)?\b{_NOT_OF}"),
     ("weekday", rf"\b(?P<lead>on\s+|last\s+)?{_WEEKDAY}(?P<poss>'s)?\b"),  # said as a day, not "the Monday seminar"
-    ("since", rf"\bsince\s+{_MONTH}\b"),
-    ("month", rf"\b(?:in|during|from|of)\s+{_MONTH}\b"),
-    ("iso", r"\b(?:on\s+|since\s+)?(?P<iso>\d{4}-\d{2}-\d{2})\b"),
+    ("month", rf"\b(?:in|during|from|of|since|before|after|until|till)\s+{_MONTH}\b"),
+    ("iso", r"\b(?:on\s+)?(?P<iso>\d{4}-\d{2}-\d{2})\b"),
     ("yesterday", r"\byesterday(?:'s)?\b"),
     ("today", r"\btoday(?:'s)?\b"),
 ]
+# A word before the period that turns its days into a bound: "since last week" is from then on, "before March"
+# up to it. "By Friday" is a deadline said in the meeting, not when the meeting was: no period. "From" stays a
+# plain period ("what is open from last week's stand-up" is that week's), as does a possessive one.
+_FROM, _UNTIL, _AFTER = ("since",), ("before", "until", "till"), ("after",)
+_RELATION = re.compile(r"\b(since|before|until|till|after|by)\s+$", re.IGNORECASE)
 _WORDS = {"a": 1, "an": 1}
 
 
@@ -90,47 +96,64 @@ def _number(said: str) -> int:
 def period_in(question: str, now: float | None = None) -> Period | None:
     """The period ``question`` asks about, reckoned from ``now`` (epoch seconds; the present by default), or None
     when it names none. A month without a year is its latest one not after today ("in March", asked in December,
-    is this year's)."""
+    is this year's). "since"/"from" and "after" make it open at the end, "before"/"until" at the start."""
     today = datetime.fromtimestamp(now if now is not None else datetime.now(timezone.utc).timestamp(),
                                    timezone.utc).date()
-    text = question.lower()
     for form, pattern in _FORMS:
-        m = next((m for m in re.finditer(pattern, text) if form != "weekday" or m["lead"] or m["poss"]), None)
-        if m is None:
-            continue
-        said = question[m.start():m.end()]
-        if form == "ago":
-            start, end = _unit_range(today, m["unit"], _number(m["n"]))
-        elif form == "within":
-            n = _number(m["n"]) if "n" in m.groupdict() and m["n"] else 1
-            start, end = today - _span(m["unit"], n), today + timedelta(days=1)
-        elif form == "last":
-            start, end = _unit_range(today, m["unit"], 1)
-        elif form == "this":
-            start, end = _unit_range(today, m["unit"], 0)
-        elif form == "weekday":
-            back = (today.weekday() - _WEEKDAYS.index(m["weekday"])) % 7 or (7 if "last" in m.group(0) else 0)
-            start, end = _unit_range(today, "day", back)
-        elif form in ("month", "since"):
-            month = _MONTHS.index(m["month"]) + 1
-            year = int(m["year"]) if m["year"] else today.year - (month > today.month)
-            start = date(year, month, 1)
-            end = None if form == "since" else _month_start(start, -1)
-            return Period(_epoch(start), None if end is None else _epoch(end), said)
-        elif form == "iso":
+        for m in re.finditer(pattern, question, re.IGNORECASE):
+            if form == "weekday" and not (m["lead"] or m["poss"]):
+                continue
+            words = re.match(r"\s*(\w+)", m.group(0))
+            lead = words.group(1).lower() if words else ""
+            before = _RELATION.search(question[:m.start()])
+            relation = lead if lead in (*_FROM, *_UNTIL, *_AFTER) else (before.group(1).lower() if before else "")
+            if m.group(0).endswith("'s"):
+                relation, before = "", None  # "since last week's review": the review's week
+            if relation == "by":
+                continue  # a deadline
+            at = before.start() if before and relation != lead else m.start()
+            said = question[at:m.end()]
             try:
-                day = date.fromisoformat(m["iso"])
-            except ValueError:
-                raise InputError(f"not a date: {m['iso']!r}") from None
-            if m.group(0).startswith("since"):
-                return Period(_epoch(day), None, said)
-            start, end = day, day + timedelta(days=1)
-        elif form == "yesterday":
-            start, end = _unit_range(today, "day", 1)
-        else:
-            start, end = _unit_range(today, "day", 0)
-        return Period(_epoch(start), _epoch(end), said)
+                start, end = (_epoch(d) for d in _days(form, m, today))
+            except (ValueError, OverflowError):
+                raise InputError(f"no such period: {m.group(0).strip()!r}") from None
+            if relation in _FROM:
+                return Period(start, None, said)
+            if relation in _UNTIL:
+                return Period(None, start, said)
+            if relation in _AFTER:
+                return Period(end, None, said)
+            return Period(start, end, said)
     return None
+
+
+def _days(form: str, m: re.Match, today: date) -> tuple[date, date]:
+    """The days [start, end) a matched form covers."""
+    if form == "ago":
+        return _unit_range(today, m["unit"].lower(), _number(m["n"].lower()))
+    if form == "within":
+        n = _number(m["n"].lower()) if m.groupdict().get("n") else 1
+        return today - _span(m["unit"].lower(), n), today + timedelta(days=1)
+    if form == "last":
+        return _unit_range(today, m["unit"].lower(), 1)
+    if form == "this":
+        return _unit_range(today, m["unit"].lower(), 0)
+    if form == "weekday":
+        back = (today.weekday() - _WEEKDAYS.index(m["weekday"].lower())) % 7 or (7 if m["lead"] and
+                                                                                  m["lead"].lower().startswith("last") else 0)
+        return _unit_range(today, "day", back)
+    if form == "month":
+        month = _MONTHS.index(m["month"].lower()) + 1
+        year = int(m["year"]) if m["year"] else today.year - (month > today.month)
+        start = date(year, month, 1)
+        return start, _month_start(start, -1)
+    if form == "iso":
+        try:
+            day = date.fromisoformat(m["iso"])
+        except ValueError:
+            raise InputError(f"not a date: {m['iso']!r}") from None
+        return day, day + timedelta(days=1)
+    return _unit_range(today, "day", 1 if form == "yesterday" else 0)
 
 
 def _span(unit: str, n: int) -> timedelta:

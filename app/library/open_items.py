@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from app.answering.answers import Answer, Citation
 from app.answering.done import reports_done
+from app.answering.retrieval import stems
 from app.library.store import Found, Library, MeetingHead
 from app.text.transcript import format_day
 
@@ -36,9 +37,12 @@ class ItemState:
 
 
 def item_states(library: Library, since: float | None = None, until: float | None = None,
-                meetings: list[str] | None = None, about: set[str] | None = None) -> list[ItemState]:
+                meetings: list[str] | None = None, about: set[str] | None = None,
+                owner: str | None = None) -> list[ItemState]:
     """Every action item of the meetings from ``since`` and before ``until`` (of ``meetings`` when given; on a
-    topic's words ``about`` when given), oldest first, each with the later sentence that reports it done."""
+    topic's words ``about``, or of ``owner``, when given), oldest first, each with the later sentence that reports
+    it done."""
+    topic = set(stems(" ".join(about))) if about else set()
     timeline = list(reversed(library.meetings()))  # oldest first
     chosen = {h.id for h in library.meetings(since, until)} & (set(meetings) if meetings is not None else
                                                                 {h.id for h in timeline})
@@ -52,7 +56,9 @@ def item_states(library: Library, since: float | None = None, until: float | Non
             if m is None:
                 continue
             task = m["task"]
-            if about and not about & {w.lower() for w in re.findall(r"[A-Za-z]+", task)}:
+            if topic and not topic & set(stems(task)):
+                continue
+            if owner and m["owner"].strip().lower() != owner.strip().lower():
                 continue
             closed = next((f for f in (library.search(task, limit=CANDIDATES, meetings=later) if later else [])
                            if reports_done(task, f.sentence.text)), None)
@@ -66,8 +72,9 @@ def open_answer(question: str, states: list[ItemState]) -> Answer:
     closed = [s for s in states if s.closed_by is not None]
     if not states:
         return Answer(question, "No action items were recorded in those meetings.", [], 1, 0.0)
+    done = "the action item was" if len(states) == 1 else f"all {len(states)} action items were"
     lines = [f"Still open ({len(still)} of {len(states)}):"] + [f"- {s.line()}" for s in still] if still else \
-        [f"Nothing is open: the {len(states)} action item{'s' if len(states) != 1 else ''} were reported done."]
+        [f"Nothing is open: {done} reported done."]
     if closed and still:
         lines.append(f"Reported done later: {len(closed)} ("
                      + "; ".join(f"{s.task}, in {s.closed_by.title}" for s in closed[:3])

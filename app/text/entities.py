@@ -18,9 +18,11 @@ _ORDINAL_WORD = (r"(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth
                  r"|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|thirtieth)")
 DAY = rf"(?:\d{{1,2}}(?:st|nd|rd|th)?|(?:(?:twenty|thirty)[\s-])?{_ORDINAL_WORD})"
 _HESITATION = r"(?:(?:uh|um|uhm|ehm|erm),?\s)?"  # said inside a date: "the 1st of uh, June"
+# A month after a bare day ("the 17th February"): "may" and "march" only as names ("the first may be", "5 march").
+_DAY_MONTH = (r"(?:january|february|april|june|july|august|september|october|november|december|(?-i:May|March))")
 DATE = (
     rf"(?:(?:next |this |last )?{WEEKDAY}(?:,? (?:the )?{_MONTH_OR_SHORT} {DAY}|,? (?:the )?{DAY} of {MONTH})?"
-    rf"|(?:{_MONTH_OR_SHORT} {_HESITATION}{DAY}(?!\d)|(?:the )?{DAY} of {_HESITATION}{MONTH}|(?:the )?{DAY} {MONTH}"
+    rf"|(?:{_MONTH_OR_SHORT} {_HESITATION}{DAY}(?!\d)|(?:the )?{DAY} of {_HESITATION}{MONTH}|(?:the )?{DAY} {_DAY_MONTH}"
     rf"|(?:in|by|until|till|before|since) (?:early |late |mid-?)?{MONTH}(?! {DAY}\b))(?:,? \d{{4}}\b)?"
     r"|tomorrow|tonight|today|yesterday"
     r"|(?:the )?(?:end|start|beginning|middle) of (?:the |this |next )?(?:day|week|month|quarter|year|"

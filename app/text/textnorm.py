@@ -173,4 +173,6 @@ _HESITATION = re.compile(r"(?:u+h+m*|u+m+|e+h+m*|e+r+m*|h+m+|m+-?h+m+|a+h+|er)",
 
 
 def is_hesitation(word: str) -> bool:
-    return bool(_HESITATION.fullmatch(word.strip(".,!?")))
+    """"uhm", "Ehm,", "mm-hmm"; not an acronym written in capitals ("HMM", the hidden Markov model)."""
+    word = word.strip(".,!?")
+    return bool(_HESITATION.fullmatch(word)) and not (len(word) > 1 and word.isupper())
