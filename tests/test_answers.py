@@ -8,7 +8,8 @@ import pytest
 
 from app.answering.answers import NOT_IN_MEETING, AnswerFinder
 from app.text.entities import find_entities, merge_date_time
-from app.answering.questions import QuestionType, classify, parse_question, plain_question, split_questions
+from app.answering.asked import plain_question, split_questions
+from app.answering.questions import QuestionType, classify, parse_question
 from app.text.speakers import named_speakers, speaker_names
 from app.text.transcript import load_transcript
 from test_app_actions import _diarized as _turns  # a diarized transcript from (label, text) pairs

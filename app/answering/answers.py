@@ -31,7 +31,8 @@ from app.answering.key_phrases import key_phrases
 from app.answering.meeting_record import MeetingAsk, attendees, duration, leader, meeting_ask, purpose, spoke_most
 from app.answering.people import People, committer
 from app.answering.question_parse import asked_events, asks_what_one_will_do, date_event
-from app.answering.questions import Question, QuestionType, content_words, parse_question, split_questions, topic_words
+from app.answering.asked import split_questions
+from app.answering.questions import Question, QuestionType, content_words, parse_question, topic_words
 from app.answering.rerank import Reranker
 from app.answering.retrieval import Embedder, Hit, SentenceIndex, stems
 from app.text.sentences import Sentence, split_sentences
