@@ -16,7 +16,7 @@ import pandas as pd
 
 from app.answering.summary import render_markdown as render_summary
 from app.text.textnorm import counted
-from app.text.transcript import UNSURE, Transcript, format_time
+from app.text.transcript import UNSURE, Transcript, format_time, unsure_note
 
 # Okabe-Ito + extras: distinguishable for colour-blind readers, readable on white.
 SPEAKER_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#8B4513", "#6A3D9A")
@@ -115,10 +115,9 @@ def answer_markdown(answer: Any) -> str:
         label = citation.label.strip("[]")
         links.append(f"[{label} {citation.speaker}](#{line_anchor(citation.start, citation.turn_index)})")
     text = answer.text.strip() or "(no answer)"
-    unsure = list(dict.fromkeys(w for c in answer.citations for w in getattr(c, "unsure", ())))
-    doubt = ("\n\n_Heard with low confidence in these lines: " + ", ".join(f'"{w}"' for w in unsure)
-             + ". Check them in the recording._") if unsure else ""
-    return text + ("\n\nSources: " + " · ".join(links) if links else "") + doubt
+    doubt = unsure_note(list(dict.fromkeys(w for c in answer.citations for w in getattr(c, "unsure", ()))),
+                        "these lines")
+    return text + ("\n\nSources: " + " · ".join(links) if links else "") + (f"\n\n{doubt}" if doubt else "")
 
 
 def action_items_markdown(items: Sequence[Any]) -> str:

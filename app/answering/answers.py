@@ -27,7 +27,7 @@ from app.text.entities import Entity, find_entities, merge_date_time
 from app.answering.focused import FocusedSummarizer, FocusedSummary
 from app.answering.choice import alternatives, choose
 from app.answering.injection import speaks_to_the_model
-from app.answering.key_phrases import key_phrases
+from app.answering.key_phrases import KeyPhrase, key_phrases
 from app.answering.meeting_record import MeetingAsk, attendees, duration, leader, meeting_ask, purpose, spoke_most
 from app.answering.people import People, committer
 from app.answering.question_parse import asked_events, asks_what_one_will_do, date_event
@@ -157,6 +157,7 @@ class AnswerFinder:
         self._said: set[str] | None = None
         self._figures: set[str] | None = None
         self._focused: FocusedSummarizer | None = None
+        self._phrases: list[KeyPhrase] | None = None
 
     # ------------------------------------------------------------------ entry point
     def answer(self, question: str) -> Answer:
@@ -260,8 +261,9 @@ class AnswerFinder:
         else:
             found = self._summarizer().whole(self.transcript)
             asked = set(stems(q.text))  # "the meeting" is no answer to what the meeting was about
-            phrases = [p.text for p in key_phrases((s.text for s in self.sentences if s.speaker != SLIDE_SPEAKER), k=9)
-                       if not set(stems(p.text)) <= asked][:6]
+            if self._phrases is None:  # a parse of the whole meeting: once per finder
+                self._phrases = key_phrases((s.text for s in self.sentences if s.speaker != SLIDE_SPEAKER), k=9)
+            phrases = [p.text for p in self._phrases if not set(stems(p.text)) <= asked][:6]
             text, evidence = purpose(phrases, sorted(found.sentences, key=lambda s: s.turn_index) if found else [])
             text = _tidy(text)
         if not text:
@@ -417,9 +419,7 @@ class AnswerFinder:
         if scored and scored[0][0] >= self.options.min_focus_coverage:
             item = scored[0][1]
             if item.owner != "the team":
-                said = [s for s in self.sentences if s.turn_index == item.turn_index] or [self.sentences[hits[0].index]]
-                task = set(stems(item.task))
-                evidence = max(said, key=lambda s: len(task & set(stems(s.text))))
+                evidence = self.people.said(item) or self.sentences[hits[0].index]
                 owner = self.people.speaker(evidence, q.text) if item.owner == evidence.speaker else item.owner
                 due = f" by {item.due}" if item.due else ""
                 return f"{owner} (will {item.task}{due}).", [evidence]
@@ -439,12 +439,7 @@ class AnswerFinder:
                   and len(content_words(i.task)) >= 2]  # "I'll find it" is no task to report
         if not theirs:
             return None
-        evidence = []
-        for item in theirs:
-            said = [s for s in self.sentences if s.turn_index == item.turn_index]
-            task = set(stems(item.task))
-            if said:
-                evidence.append(max(said, key=lambda s: len(task & set(stems(s.text)))))
+        evidence = [s for s in (self.people.said(i) for i in theirs) if s is not None]
         tasks = "; ".join(f"{_uncapitalise(_tidy(i.task) or i.task)}{f' by {i.due}' if i.due else ''}" for i in theirs)
         return Answer(q.text, f"{person} will {tasks}.", [self._cite(s) for s in evidence], 1, 1.0,
                       QuestionType.WHO_WILL.value)

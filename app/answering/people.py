@@ -15,6 +15,7 @@ from app.answering.actions import ActionItem, extract_action_items
 from app.answering.meeting_record import join_names
 from app.answering.question_parse import addressed, named_subjects, tells_the_listener
 from app.answering.questions import STOPWORDS
+from app.answering.retrieval import stems
 from app.text.sentences import Sentence
 from app.text.speakers import is_a_name, is_anonymous
 from app.text.transcript import SLIDE_SPEAKER, Transcript
@@ -34,6 +35,12 @@ class People:
         if self._items is None:
             self._items = extract_action_items(self.transcript)
         return self._items
+
+    def said(self, item: ActionItem) -> Sentence | None:
+        """The sentence an action item was given in: of its turn, the one that says most of its task."""
+        said = [s for s in self.sentences if s.turn_index == item.turn_index]
+        task = set(stems(item.task))
+        return max(said, key=lambda s: len(task & set(stems(s.text))), default=None)
 
     def doer(self, sentence: Sentence, question: str) -> str:
         """Who a line has do something: the people it names as doing it ("Anna and Peter should pick the video"),

@@ -222,36 +222,47 @@ def _told(token) -> bool:
     return token.dep_ == "nsubj" and verb.tag_ == "VB" and not any(c.dep_ in ("aux", "auxpass") for c in verb.children)
 
 
+def _with_names(text: str) -> tuple:
+    """The parsed text (None without the parser) with anonymised names' brackets taken off ("[PERSON3]" would parse
+    as punctuation around a word), and those names."""
+    return parse(text.replace("[", " ").replace("]", " ")), set(re.findall(r"\[([A-Za-z]+\d+)\]", text))
+
+
+def _named(token, bracketed: set[str]) -> bool:
+    """A person's name: a proper noun, or an anonymised name."""
+    return token.tag_ == "NNP" or token.text in bracketed
+
+
+def _as_written(token, bracketed: set[str]) -> str:
+    """The name as the text wrote it: an anonymised one with its brackets ("[PERSON10]")."""
+    return f"[{token.text}]" if token.text in bracketed else token.text
+
+
 def addressed(text: str) -> list[str]:
     """The people ``text`` speaks to by name ("So now Anna, if you can describe...", "What do you think, Peter?",
     "So Anna please tell us..."), not those it speaks of ("so that Peter knows", "Peter's disks"), in order: proper
     nouns the parser attaches as a vocative. An anonymised name keeps its brackets ("[PERSON10]")."""
-    doc = parse(text.replace("[", " ").replace("]", " "))
+    doc, bracketed = _with_names(text)
     if doc is None:
         return []
-    bracketed = set(re.findall(r"\[([A-Za-z]+\d+)\]", text))
-    return list(dict.fromkeys(f"[{t.text}]" if t.text in bracketed else t.text for t in doc
-                              if (t.tag_ == "NNP" or t.text in bracketed) and (t.dep_ in _VOCATIVE_DEPS or _told(t))))
+    return list(dict.fromkeys(_as_written(t, bracketed) for t in doc
+                              if _named(t, bracketed) and (t.dep_ in _VOCATIVE_DEPS or _told(t))))
 
 
 def named_subjects(text: str) -> list[str]:
     """The people a line has do something, with those joined to them ("And Anna and [PERSON11] should select the
     video" - Anna, [PERSON11]): proper nouns that are a verb's subject, and their conjuncts. An anonymised name keeps
     its brackets."""
-    doc = parse(text.replace("[", " ").replace("]", " "))
+    doc, bracketed = _with_names(text)
     if doc is None:
         return []
-    bracketed = set(re.findall(r"\[([A-Za-z]+\d+)\]", text))
-
-    def named(token) -> bool:
-        return token.tag_ == "NNP" or token.text in bracketed
-
     found = []
     for token in doc:
         says = any(c.dep_ == "ccomp" for c in token.head.children)  # "Anna said Ben should...": Ben does it
-        if token.dep_ in ("nsubj", "nsubjpass") and named(token) and token.head.pos_ == "VERB" and not says:
-            found += [t for t in (token, *token.conjuncts) if named(t)]
-    return list(dict.fromkeys(f"[{t.text}]" if t.text in bracketed else t.text for t in found))
+        if token.dep_ in ("nsubj", "nsubjpass") and _named(token, bracketed) and token.head.pos_ == "VERB" \
+                and not says:
+            found += [t for t in (token, *token.conjuncts) if _named(t, bracketed)]
+    return list(dict.fromkeys(_as_written(t, bracketed) for t in found))
 
 
 # Bare verbs that ask nothing of the one spoken to: "Let's move on" (the speaker too), "Thank you", "See you".
@@ -282,10 +293,9 @@ def asks_what_one_will_do(question: str) -> str | None:
     """The person a question asks the tasks of ("What should [PERSON3] do next?", "What is Peter going to do?",
     "What does Maria have to do?"), or None: "what" done by a named person, ahead ("should", "will", "going to",
     "have to", "need to", "supposed to"), not behind ("What did Anna do yesterday?")."""
-    doc = parse(question.replace("[", " ").replace("]", " "))
+    doc, bracketed = _with_names(question)
     if doc is None:
         return None
-    bracketed = set(re.findall(r"\[([A-Za-z]+\d+)\]", question))
     for do in (t for t in doc if t.lemma_.lower() == "do" and t.pos_ in ("VERB", "AUX")):
         if not any(c.dep_ == "dobj" and c.lower_ == "what" for c in do.children):
             continue
@@ -298,6 +308,6 @@ def asks_what_one_will_do(question: str) -> str | None:
         if not ahead:
             continue
         for subject in (c for c in verb.children if c.dep_ in ("nsubj", "nsubjpass")):
-            if subject.tag_ == "NNP" or subject.text in bracketed:
+            if _named(subject, bracketed):
                 return subject.text
     return None

@@ -32,7 +32,7 @@ from app.answering.actions import (
 )
 from app.answering.reported import minutes_line, tidy  # noqa: F401  (tidy: re-exported, the summary's word for it)
 from app.text.sentences import Sentence, split_sentences
-from app.text.transcript import Transcript, format_time, unsure_words
+from app.text.transcript import Transcript, format_time, unsure_note, unsure_words
 
 # Function words and the fillers of spoken meetings: neither carries a topic.
 STOPWORDS = frozenset(
@@ -376,6 +376,5 @@ def render_markdown(summary: MeetingSummary, heading: str = "Meeting summary", a
     if summary.open_questions:
         lines += ["## Open questions", ""] + [f"- {q.text} ({q.speaker}, {_at(q.start, q.turn_index)})" for q in summary.open_questions] + [""]
     if summary.unsure:
-        lines += ["_Heard with low confidence in the lines above: " + ", ".join(f'"{w}"' for w in summary.unsure)
-                  + ". Check them in the recording._", ""]
+        lines += [unsure_note(summary.unsure, "the lines above"), ""]
     return "\n".join(lines).rstrip() + "\n"

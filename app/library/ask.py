@@ -19,7 +19,7 @@ from app.answering.done import asked_about, asks_what_is_open
 from app.library.dates import Period, period_in, without_period
 from app.library.open_items import item_states, open_answer
 from app.library.record import transcript_of
-from app.library.store import Library, MeetingRecord
+from app.library.store import Library, MeetingHead, MeetingRecord
 from app.text.transcript import Transcript
 from encoders.errors import InputError
 
@@ -58,18 +58,21 @@ def ask_library(library: Library, question: str, ask: Callable[[Transcript, str]
     chosen = None
     if meeting_like is not None and not any(ch.isalnum() for ch in meeting_like):
         raise InputError("--meeting-like needs a word of the title to look for")
+    asks_open = asks_what_is_open(question)
+    # the meetings of the days asked (read, and audited, once): for a title, a period or what is open
+    heads = library.meetings(since, until) if meeting_like or period is not None or asks_open else []
     if meeting_like:
-        chosen = [m.id for m in library.meetings(since, until) if _like(meeting_like, m.title)]
+        chosen = [m.id for m in heads if _like(meeting_like, m.title)]
         if not chosen:
             raise InputError(f"no meeting in the library has a title like {meeting_like!r}"
                              + (f" {period.describe()}" if period else ""))
-    if period is not None and not library.meetings(since, until):
+    if period is not None and not heads:
         said = f"The library holds no meeting {Period(since, until, period.said).describe()}."
         return LibraryAnswer(question, Answer(question, said, [], 1, 0.0), None, [], period)
-    if asks_what_is_open(question):
+    if asks_open:
         about = asked_about(question) or None
-        titled = chosen if chosen is not None else _titled(library, question, since, until)
-        states = item_states(library, since, until, titled, about, owner=speaker)
+        titled = chosen if chosen is not None else _titled(heads, question)
+        states = item_states(library, titled if titled is not None else [h.id for h in heads], about, owner=speaker)
         if states or not about:  # none on that topic: the question may be about something else that is open
             return LibraryAnswer(question, open_answer(question, states), None, [], period)
     found = library.search(question, limit=POOL, since=since, speaker=speaker, meetings=chosen, until=until)
@@ -89,12 +92,13 @@ def ask_library(library: Library, question: str, ask: Callable[[Transcript, str]
     return LibraryAnswer(question, answer, record, [(r, a) for r, a in said[1:]], period)
 
 
-def _titled(library: Library, question: str, since: float | None, until: float | None) -> list[str] | None:
-    """The meetings a question names by title after "from" ("What is still open from the stand-up?"), or None."""
+def _titled(heads: list[MeetingHead], question: str) -> list[str] | None:
+    """Of ``heads``, the meetings a question names by title after "from" ("What is still open from the
+    stand-up?"), or None."""
     m = re.search(r"\bfrom\s+(?:the\s+|our\s+|my\s+)?(?P<title>[^?.!]+)", question, re.IGNORECASE)
     if m is None:
         return None
-    titled = [h.id for h in library.meetings(since, until) if _like(m["title"].strip(), h.title)]
+    titled = [h.id for h in heads if _like(m["title"].strip(), h.title)]
     return titled or None
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 
 from app.text.textnorm import numbers_as_digits
+from app.text.transcript import format_day
 from encoders.errors import InputError
 
 _MONTHS = ("january february march april may june july august september october november december").split()
@@ -56,12 +57,13 @@ class Period:
     said: str  # the words that said it, as in the question
 
     def describe(self) -> str:
-        day = lambda t: datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d")  # noqa: E731
         if self.end is None:
-            return f"from {day(self.start)} on"
-        last = day(self.end - 1)
-        return f"on {last}" if self.start is not None and day(self.start) == last else \
-            f"from {day(self.start)} to {last}" if self.start is not None else f"until {last}"
+            return f"from {format_day(self.start)} on"
+        last = format_day(self.end - 1)
+        if self.start is None:
+            return f"until {last}"
+        first = format_day(self.start)
+        return f"on {last}" if first == last else f"from {first} to {last}"
 
 
 def _epoch(day: date) -> float:

@@ -8,17 +8,16 @@ every later meeting. An item said again later ("I still have to send the contrac
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from app.answering.answers import Answer, Citation
 from app.answering.done import reports_done
 from app.answering.retrieval import stems
+from app.library.record import action_line, parse_action_line
 from app.library.store import Found, Library, MeetingHead
 from app.text.transcript import format_day
 
 CANDIDATES = 12  # later sentences read per item
-_ITEM = re.compile(r"^(?P<owner>[^:]+):\s+(?P<task>.*?)(?:\s+\(by (?P<due>[^)]*)\))?$")  # as record_meeting writes it
 
 
 @dataclass(frozen=True)
@@ -32,37 +31,31 @@ class ItemState:
     closed_by: Found | None = None
 
     def line(self) -> str:
-        due = f" (by {self.due})" if self.due else ""
-        return f"{self.owner}: {self.task}{due} - from {self.meeting.title}, {format_day(self.meeting.started, 'undated')}"
+        return (f"{action_line(self.owner, self.task, self.due)} - from {self.meeting.title}, "
+                f"{format_day(self.meeting.started, 'undated')}")
 
 
-def item_states(library: Library, since: float | None = None, until: float | None = None,
-                meetings: list[str] | None = None, about: set[str] | None = None,
+def item_states(library: Library, meetings: list[str], about: set[str] | None = None,
                 owner: str | None = None) -> list[ItemState]:
-    """Every action item of the meetings from ``since`` and before ``until`` (of ``meetings`` when given; on a
-    topic's words ``about``, or of ``owner``, when given), oldest first, each with the later sentence that reports
-    it done."""
+    """Every action item of ``meetings`` (on a topic's words ``about``, or of ``owner``, when given), oldest first,
+    each with the sentence of a later meeting that reports it done."""
     topic = set(stems(" ".join(about))) if about else set()
-    timeline = list(reversed(library.meetings()))  # oldest first
-    chosen = {h.id for h in library.meetings(since, until)} & (set(meetings) if meetings is not None else
-                                                                {h.id for h in timeline})
+    timeline = list(reversed(library.meetings()))  # oldest first: every later meeting may close an item
+    chosen = set(meetings)
     states = []
     for at, head in enumerate(timeline):
         if head.id not in chosen:
             continue
         later = [h.id for h in timeline[at + 1:]]
-        for said in library.get(head.id).action_items:
-            m = _ITEM.match(said)
-            if m is None:
-                continue
-            task = m["task"]
+        for item in filter(None, map(parse_action_line, library.get(head.id).action_items)):
+            who, task, due = item
             if topic and not topic & set(stems(task)):
                 continue
-            if owner and m["owner"].strip().lower() != owner.strip().lower():
+            if owner and who.strip().lower() != owner.strip().lower():
                 continue
             closed = next((f for f in (library.search(task, limit=CANDIDATES, meetings=later) if later else [])
                            if reports_done(task, f.sentence.text)), None)
-            states.append(ItemState(head, m["owner"], task, m["due"], closed))
+            states.append(ItemState(head, who, task, due, closed))
     return states
 
 

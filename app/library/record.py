@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -41,6 +42,20 @@ def meeting_id(transcript: Transcript) -> str:
     (which the library file shows in clear) tells nothing of the meeting."""
     said = "\n".join(f"{t.speaker}\t{t.text}" for t in transcript.turns)
     return "m" + hashlib.sha256(f"{Path(transcript.source).name}\n{said}".encode()).hexdigest()[:11]
+
+
+def action_line(owner: str, task: str, due: str | None) -> str:
+    """An action item as the library keeps it: "Olek: renew the certificate (by Friday)"."""
+    return f"{owner}: {task}" + (f" (by {due})" if due else "")
+
+
+_ACTION_LINE = re.compile(r"^(?P<owner>[^:]+):\s+(?P<task>.*?)(?:\s+\(by (?P<due>[^)]*)\))?$")
+
+
+def parse_action_line(line: str) -> tuple[str, str, str | None] | None:
+    """(owner, task, due) of a line :func:`action_line` wrote; None for any other line."""
+    m = _ACTION_LINE.match(line)
+    return (m["owner"], m["task"], m["due"]) if m else None
 
 
 def parse_date(text: str) -> float:
@@ -77,7 +92,7 @@ def record_meeting(library: Library, transcript: Transcript, summary: MeetingSum
         started=started, duration=transcript.duration or (transcript.turns[-1].end if transcript.turns else None),
         speakers=list(transcript.speakers), summary=shown(summary.summary),
         decisions=[shown(f"{d.speaker}: {d.text}") for d in summary.decisions],
-        action_items=[shown(f"{a.owner}: {a.task}" + (f" (by {a.due})" if a.due else "")) for a in summary.action_items],
+        action_items=[shown(action_line(a.owner, a.task, a.due)) for a in summary.action_items],
         transcript=json.loads(to_json(transcript)))
     sentences = [LibrarySentence(s.text, s.speaker, s.turn_index, s.start, s.context)
                  for s in split_sentences(transcript)]

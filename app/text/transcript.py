@@ -90,6 +90,14 @@ class Transcript:
         }
 
 
+def unsure_note(words: Sequence[str], lines: str) -> str:
+    """The Markdown line that says which quoted words were heard with low confidence ("" when none)."""
+    if not words:
+        return ""
+    return f"_Heard with low confidence in {lines}: " + ", ".join(f'"{w}"' for w in words) + \
+        ". Check them in the recording._"
+
+
 def format_day(when: float | None, missing: str = "-") -> str:
     """A date (epoch seconds) as ``YYYY-MM-DD`` in UTC, or ``missing`` when there is none (an undated meeting)."""
     from datetime import datetime, timezone
