@@ -161,3 +161,18 @@ def test_meeqa_groups_pair_the_question_with_the_reply_holding_the_answer(tmp_pa
     assert groups[0]["question"] == "so how many disks do we need?"
     assert "four disks would be enough" in groups[0]["passages"][0]
     assert len(groups[0]["passages"]) == 6 and not any("four disks" in p for p in groups[0]["passages"][1:])
+
+
+def test_quoted_answers_take_the_quote_ranker_and_people_dates_and_figures_the_other():
+    """A free-form answer quotes the lines the quote ranker puts first; a who, when or how-many answer reads the lines
+    of the ranker that keeps the retriever's share."""
+    people, quotes = LongestFirst(), LongestFirst()
+    finder = AnswerFinder(_meeting(), reranker=people, quote_reranker=quotes)
+    finder.answer("What was said about the venue?")
+    assert [q for q, _ in quotes.calls] == ["What was said about the venue?"] and not people.calls
+    finder.answer("Who called the venue?")
+    assert [q for q, _ in people.calls] == ["Who called the venue?"] and len(quotes.calls) == 1
+    # Without a quote ranker, the one ranker orders every answer's lines.
+    single = LongestFirst()
+    AnswerFinder(_meeting(), reranker=single).answer("What was said about the venue?")
+    assert len(single.calls) == 1

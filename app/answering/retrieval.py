@@ -21,7 +21,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from app.answering.questions import STOPWORDS
-from app.answering.rerank import Reranker, passage
+from app.answering.rerank import Reranker, passage, zscores
 from app.answering.sentence_encoder import encode, load_encoder
 from app.text.sentences import Sentence
 from app.text.textnorm import numbers_as_digits, plain_figures
@@ -177,12 +177,7 @@ class _Lexical:
 
 
 RERANK_POOL = 24  # the fused ranking's best sentences that a reranker reorders
-RANKER_WEIGHT = 0.5  # of the reranker's score in the new order (the rest: the fused retrieval score)
-
-
-def _z(values: np.ndarray) -> np.ndarray:
-    spread = values.std()
-    return (values - values.mean()) / spread if spread > 0 else np.zeros_like(values, dtype=np.float64)
+RANKER_WEIGHT = 0.5  # of the reranker's score in the new order when it does not give its ``share``
 
 
 class SentenceIndex:
@@ -201,7 +196,8 @@ class SentenceIndex:
         self._vectors = embedder.embed([indexed_text(s.text, s.context) for s in sentences]) \
             if embedder is not None and sentences else None
 
-    def search(self, query: str, k: int = 8) -> list[Hit]:
+    def search(self, query: str, k: int = 8, reranker: Reranker | None = None) -> list[Hit]:
+        """The best ``k`` sentences; ``reranker`` (default: the index's own) reorders the pool."""
         if not self.sentences:
             return []
         n = len(self.sentences)
@@ -215,13 +211,14 @@ class SentenceIndex:
             dense = np.clip(self._vectors @ self.embedder.embed([query])[0], 0.0, 1.0).astype(np.float64)
         fused = (1 - self.dense_weight) * lexical + self.dense_weight * dense
         order = sorted(range(n), key=lambda i: (-fused[i], i))
-        if self.reranker is None:
+        reranker = reranker if reranker is not None else self.reranker
+        if reranker is None:
             return [Hit(i, float(fused[i]), float(lexical[i]), float(dense[i])) for i in order[:k]]
         pool = [i for i in order[:max(k, RERANK_POOL)] if fused[i] > 0]
         s = self.sentences
-        ranker = self.reranker.scores(query, [passage(s[i].speaker, s[i].text, s[i].context) for i in pool])
-        # Half the ranker, half the retriever, each as z-scores over the pool: the ranker reads a line with the one
-        # before it, and alone it puts a reply ("Good.") above the line it agrees with.
-        relevance = RANKER_WEIGHT * _z(np.asarray(ranker)) + (1 - RANKER_WEIGHT) * _z(fused[pool])
+        ranker = reranker.scores(query, [passage(s[i].speaker, s[i].text, s[i].context) for i in pool])
+        # The ranker's share of the order, the rest the retriever's, each as z-scores over the pool.
+        share = getattr(reranker, "share", RANKER_WEIGHT)
+        relevance = share * zscores(ranker) + (1 - share) * zscores(fused[pool])
         ranked = sorted(zip(pool, relevance), key=lambda p: (-p[1], p[0]))[:k]
         return [Hit(i, float(fused[i]), float(lexical[i]), float(dense[i]), float(r)) for i, r in ranked]

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from app.answering.answers import Answer, AnswerFinder, Reading
 from app.llm.assistant import Assistant, MeetingSummary
 from app.llm.context import ContextLine, MeetingContext, confidence
+from app.answering.cross_rank import default_cross_ranker
 from app.answering.rerank import default_reranker
 from app.answering.retrieval import default_embedder
 from app.answering.summary import build_summary
@@ -49,7 +50,8 @@ class MeetingQuestions:
         if not lines.turns:
             return Answer(question, "Nothing has been said yet.", [], 0, 0.0)
         return AnswerFinder(lines, default_embedder(), partial(self._model_answer, transcript),
-                            reranker=default_reranker()).answer(question)
+                            reranker=default_reranker(),
+                            quote_reranker=default_cross_ranker()).answer(question)
 
     def summary(self, transcript: Transcript) -> MeetingSummary:
         if not transcript.turns:
