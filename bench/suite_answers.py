@@ -189,9 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = load_settings(args.config)
     todo = meetings(args.suite, args.limit)
 
-    from app.answering.answers import AnswerFinder
-    from app.answering.rerank import default_reranker
-    from app.answering.retrieval import default_embedder
+    from app.answering.finder import meeting_finder
 
     assistant = runtime = None
     if args.source == "live":
@@ -229,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
                 if assistant is not None:
                     ask = lambda q, t=transcript: assistant.ask(t, q)  # noqa: E731
                 else:
-                    finder = AnswerFinder(transcript, default_embedder(), reranker=default_reranker())
+                    finder = meeting_finder(transcript)
                     ask = finder.answer
             if args.source != "reference":
                 names.append({"meeting": meeting.name, "condition": meta.get("condition", "?"),

@@ -8,8 +8,9 @@ The question's type picks how it is answered (app/answering/questions.py):
 - "what was decided": the matching decision; yes/no: the best sentence, negated or contradicted;
 - a request for a summary ("Summarize the discussion about X", "What did X think of Y?"): the passage
   about it as a few lines of minutes (app/answering/focused.py), or the topics' central sentences for the whole meeting;
-- anything else: the language model, given the best sentences, and kept only when its answer is
-  supported by them (else the best sentence itself).
+- anything else: the words of the best sentences that answer it (app/answering/span_reader.py), else the
+  language model, given the best sentences, and kept only when its answer is supported by them, else the best
+  sentences themselves.
 A question whose focus words the meeting never mentions (lexically or by meaning) is not answered:
 the answer says the meeting does not say. Every answer cites the sentences it rests on.
 """
@@ -35,6 +36,7 @@ from app.answering.asked import split_questions
 from app.answering.questions import Question, QuestionType, content_words, parse_question, topic_words
 from app.answering.rerank import Reranker
 from app.answering.retrieval import Embedder, Hit, SentenceIndex, stems
+from app.answering.span_reader import SpanReader
 from app.text.sentences import Sentence, split_sentences
 from app.text.textnorm import NUMBER_WORDS, normalize
 from app.text.transcript import SLIDE_SPEAKER, Transcript, format_time, unsure_words
@@ -124,6 +126,9 @@ class AnswerOptions:
     # all of them. A question about something the meeting never mentions says none of it.
     min_meeting_coverage: float = 0.34
     answer_lines: int = 2  # lines quoted when the reader gives no answer of its own
+    # The span reader's answer is given when its best span beats "no answer here" by this much (start + end
+    # logits); below it, the lines are read by the model or quoted.
+    min_span_margin: float = 0.0
 
 
 # A pronoun that points back at a topic said before the question ("the vendor contract, is it signed?").
@@ -146,15 +151,17 @@ class AnswerFinder:
 
     def __init__(self, transcript: Transcript, embedder: Embedder | None = None, generate: Generate | None = None,
                  options: AnswerOptions | None = None, reranker: Reranker | None = None,
-                 quote_reranker: Reranker | None = None):
+                 quote_reranker: Reranker | None = None, span_reader: SpanReader | None = None):
         """``reranker`` orders the lines for answers that take a person, a date or a figure from them;
         ``quote_reranker`` (default: the same) orders them for every other answer, which gives the lines
-        themselves (app/answering/cross_rank.py: the line that answers in other words)."""
+        themselves (app/answering/cross_rank.py: the line that answers in other words); ``span_reader`` takes
+        the words that answer out of those lines."""
         self.transcript = transcript
         self.options = options or AnswerOptions()
         self.sentences = split_sentences(transcript)
         self.index = SentenceIndex(self.sentences, embedder, reranker=reranker)
         self.quote_reranker = quote_reranker
+        self.span_reader = span_reader
         self.generate = generate
         self.people = People(transcript, self.sentences)
         self._decisions: list[Decision] | None = None
@@ -518,6 +525,9 @@ class AnswerFinder:
         evidence = [self.sentences[h.index] for h in self._competing(hits)][:3]
         readable = [s for s in evidence if not speaks_to_the_model(s.text)]  # quoted, never acted on
         parts = 1  # of the transcript, that a reader read (its answer kept or not)
+        span = self._span(q, readable)
+        if span is not None:
+            return (*span, parts)
         if self.generate is not None and readable:
             evidence = readable
             generated = self.generate(q.text, evidence)
@@ -534,6 +544,20 @@ class AnswerFinder:
         # line holds the answer far less often than the best two do (docs/benchmarks.md, issue 48).
         quoted = sorted(evidence[:self.options.answer_lines], key=lambda s: (s.start or 0.0, s.turn_index))
         return " ".join(_tidy(s.text) or s.text for s in quoted), quoted, parts
+
+    def _span(self, q: Question, evidence: list[Sentence]) -> tuple[str, list[Sentence]] | None:
+        """The words of one of the lines that answer the question, when the span reader finds them; a span that
+        only repeats the question, or is the speaker's name, is none."""
+        if self.span_reader is None or not evidence:
+            return None
+        prefixes = [f"{s.speaker}: " for s in evidence]
+        found = [sp for sp in self.span_reader.read(q.text, [p + s.text for p, s in zip(prefixes, evidence)])
+                 if sp is not None and sp.margin > self.options.min_span_margin and sp.start >= len(prefixes[sp.passage])]
+        for sp in sorted(found, key=lambda sp: -sp.margin):
+            text = _tidy(sp.text.strip(" ,;:-"))
+            if set(stems(text)) - set(stems(q.text)):
+                return f"{text}{'' if text[-1:] in '.!?' else '.'}", [evidence[sp.passage]]
+        return None
 
     def _summary_about(self, q: Question, confidence: float) -> Answer:
         """A passage, not a fact: the meeting's part about the focus words, as a few lines of minutes."""

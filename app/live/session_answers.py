@@ -5,12 +5,10 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from app.answering.answers import Answer, AnswerFinder, Reading
+from app.answering.answers import Answer, Reading
 from app.llm.assistant import Assistant, MeetingSummary
 from app.llm.context import ContextLine, MeetingContext, confidence
-from app.answering.cross_rank import default_cross_ranker
-from app.answering.rerank import default_reranker
-from app.answering.retrieval import default_embedder
+from app.answering.finder import meeting_finder
 from app.answering.summary import build_summary
 from app.text.transcript import SLIDE_SPEAKER, Transcript, Turn
 from encoders.errors import InputError
@@ -49,9 +47,7 @@ class MeetingQuestions:
         transcript = self._without_erased_pii(transcript)
         if not lines.turns:
             return Answer(question, "Nothing has been said yet.", [], 0, 0.0)
-        return AnswerFinder(lines, default_embedder(), partial(self._model_answer, transcript),
-                            reranker=default_reranker(),
-                            quote_reranker=default_cross_ranker()).answer(question)
+        return meeting_finder(lines, partial(self._model_answer, transcript)).answer(question)
 
     def summary(self, transcript: Transcript) -> MeetingSummary:
         if not transcript.turns:

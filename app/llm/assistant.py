@@ -11,12 +11,10 @@ import math
 from functools import partial
 from typing import Sequence
 
-from app.answering.answers import Answer, AnswerFinder, Citation, Reading  # noqa: F401  (Answer, Citation: the app's answer types)
+from app.answering.answers import Answer, Citation, Reading  # noqa: F401  (Answer, Citation: the app's answer types)
 from app.llm.engine import LLMEngine, join_example
 from app.answering.questions import checked_question
-from app.answering.cross_rank import default_cross_ranker
-from app.answering.rerank import default_reranker
-from app.answering.retrieval import default_embedder
+from app.answering.finder import meeting_finder
 from app.text.sentences import Sentence
 from app.answering.summary import MeetingSummary, build_summary  # noqa: F401  (MeetingSummary: the app's summary type)
 from app.text.transcript import Transcript, Turn, turn_label
@@ -60,8 +58,7 @@ class Assistant:
         """Answer from the meeting (app/answering/answers.py); the model writes only free-form answers."""
         question = self._fits(checked_question(question))
         read = partial(self.model_answer, transcript)
-        return AnswerFinder(transcript, default_embedder(), read, reranker=default_reranker(),
-                            quote_reranker=default_cross_ranker()).answer(question)
+        return meeting_finder(transcript, read).answer(question)
 
     def _fits(self, question: str) -> str:
         """The question, when it leaves the model room for the meeting's lines (a model with a short context)."""
