@@ -227,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     checkpoint = args.out / "checkpoint"
     step = saved_step(checkpoint)
     if step is None:
+        (args.out / "loss.jsonl").unlink(missing_ok=True)  # a fresh run starts a fresh log
         tokenizer, model = load_span_model(base)
         config = LoraConfig(task_type="QUESTION_ANS", r=args.rank, lora_alpha=2 * args.rank, lora_dropout=0.05,
                             target_modules=["query", "key", "value", "attention.output.dense", "intermediate.dense",

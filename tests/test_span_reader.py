@@ -48,9 +48,11 @@ def test_a_span_is_never_longer_than_the_limit():
     own = [t for t, sid in enumerate(batch.sequence_ids(0)) if sid == 1]
     start, end = torch.zeros(1, n), torch.zeros(1, n)
     start[0, own[0]] = 10.0
-    end[0, own[-1]] = 10.0  # the best start and the best end are too far apart
+    end[0, own[MAX_SPAN_TOKENS]] = 10.0  # one token past the limit: not a span
+    end[0, own[MAX_SPAN_TOKENS - 1]] = 9.0  # exactly the limit
     (span,) = best_spans(batch, start, end, passages)
-    assert len(tokenizer(span.text, add_special_tokens=False)["input_ids"]) <= MAX_SPAN_TOKENS
+    offsets = batch["offset_mapping"][0]
+    assert span.start == int(offsets[own[0]][0]) and span.end == int(offsets[own[MAX_SPAN_TOKENS - 1]][1])
 
 
 class _Reader:
@@ -128,6 +130,10 @@ def test_an_anonymised_name_is_kept_whole():
     start, end = torch.zeros(1, n), torch.zeros(1, n)
     start[0, first] = 5.0
     end[0, first + 1] = 5.0  # "PERSON8" without its brackets
+    (span,) = best_spans(batch, start, end, passages)
+    assert span.text == "[PERSON8]"
+    end[0, first + 1] = 0.0
+    end[0, first] = 5.0  # "PERSON" alone: cut inside the name
     (span,) = best_spans(batch, start, end, passages)
     assert span.text == "[PERSON8]"
 

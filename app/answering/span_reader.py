@@ -87,8 +87,9 @@ def best_spans(batch, start_logits, end_logits, passages: Sequence[str]) -> list
         a, b = int(offsets[i][0]), int(offsets[j][1])
         if a > 0 and text[a - 1] == "[":  # an anonymised name ("[PERSON8]") is one word, not three tokens
             a -= 1
-        if b < len(text) and text[b] == "]" and "[" in text[a:b]:
-            b += 1
+        if text.rfind("[", a, b) > text.rfind("]", a, b):  # cut inside the name: close it
+            close = text.find("]", b)
+            b = close + 1 if close >= 0 else b
         found.append(Span(text[a:b], row, a, b, float(grid[i, j]) - null))
     return found
 
