@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.answering.retrieval import stems  # noqa: E402
 from bench.ranker_train import accuracy as ranker_accuracy, bm25_accuracy  # noqa: E402
-from bench.lora_training import saved_step, ship, train as train_lora  # noqa: E402
+from bench.lora_training import HEAD_LORA_TARGETS, saved_step, ship, train as train_lora  # noqa: E402
 from bench.reader_data import git_show  # noqa: E402
 
 
@@ -127,8 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     if step is None:
         tokenizer, model = load_cross_encoder(base)
         config = LoraConfig(task_type="SEQ_CLS", r=args.rank, lora_alpha=2 * args.rank, lora_dropout=0.05,
-                            target_modules=["query", "key", "value", "attention.output.dense", "intermediate.dense",
-                                            "output.dense"], modules_to_save=["classifier", "pooler"])
+                            target_modules=list(HEAD_LORA_TARGETS), modules_to_save=["classifier", "pooler"])
         model = get_peft_model(model, config)
         from app.answering.sentence_encoder import load_encoder
         from app.answering.rerank import ADAPTER as RANKER

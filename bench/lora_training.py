@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import Callable
 
 WARMUP_STEPS = 30
+# Where a LoRA goes in MiniLM when a new head reads its output (cross-ranker, span reader): every attention and
+# feed-forward projection.
+HEAD_LORA_TARGETS = ("query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense")
 
 
 def saved_step(checkpoint: Path) -> int | None:

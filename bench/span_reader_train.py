@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.answering.retrieval import stems  # noqa: E402
-from bench.lora_training import saved_step, ship, train as train_lora  # noqa: E402
+from bench.lora_training import HEAD_LORA_TARGETS, saved_step, ship, train as train_lora  # noqa: E402
 from bench.reader_data import git_show, meeqa_lines  # noqa: E402
 
 _SENTENCE = re.compile(r"[^.?!]+[.?!]*\s*")
@@ -230,8 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / "loss.jsonl").unlink(missing_ok=True)  # a fresh run starts a fresh log
         tokenizer, model = load_span_model(base)
         config = LoraConfig(task_type="QUESTION_ANS", r=args.rank, lora_alpha=2 * args.rank, lora_dropout=0.05,
-                            target_modules=["query", "key", "value", "attention.output.dense", "intermediate.dense",
-                                            "output.dense"], modules_to_save=["qa_outputs"])
+                            target_modules=list(HEAD_LORA_TARGETS), modules_to_save=["qa_outputs"])
         model = get_peft_model(model, config)
         step = 0
     else:

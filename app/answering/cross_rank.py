@@ -18,6 +18,8 @@ from typing import Sequence
 
 import numpy as np
 
+from app.answering.sentence_encoder import load_encoder
+
 log = logging.getLogger(__name__)
 
 ADAPTER = Path(__file__).resolve().parents[1] / "weights" / "meeting-cross-ranker"
@@ -27,20 +29,9 @@ BATCH = 32
 
 def load_cross_encoder(base: str | Path, adapter: str | Path | None = None, trainable: bool = False):
     """(tokenizer, model): MiniLM with a one-logit head; the LoRA adapter (and its trained head) loaded when given."""
-    import transformers
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoModelForSequenceClassification
 
-    transformers.utils.logging.disable_progress_bar()
-    transformers.logging.set_verbosity_error()
-    tokenizer = AutoTokenizer.from_pretrained(str(base))
-    model = AutoModelForSequenceClassification.from_pretrained(str(base), num_labels=1)
-    if adapter is not None:
-        from peft import PeftModel
-
-        model = PeftModel.from_pretrained(model, str(adapter), is_trainable=trainable)
-        if not trainable:
-            model = model.merge_and_unload()
-    return tokenizer, (model.train() if trainable else model.eval())
+    return load_encoder(base, adapter, model_class=AutoModelForSequenceClassification, trainable=trainable, num_labels=1)
 
 
 def pair_logits(tokenizer, model, question: str, passages: Sequence[str]):

