@@ -132,34 +132,8 @@ def test_a_live_session_keeps_the_speakers_a_transcript_names(session_parts):
 
 
 def test_a_yes_or_no_about_what_the_meeting_never_says_is_not_invented(finder):
-    # "cancel" is never said, the demo is: no "Yes." from a line about the demo, only what the meeting says of it
-    answer = finder.answer("Is the demo cancelled?")
-    assert answer.text not in ("Yes.", "No.")
-    assert answer.text == NOT_IN_MEETING or all("demo" in c.text for c in answer.citations)
-
-
-def test_a_yes_or_no_about_nothing_the_meeting_mentions_is_not_said(finder):
-    assert finder.answer("Was the catering for the conference dinner ordered?").text == NOT_IN_MEETING
-
-
-def test_a_yes_or_no_no_line_settles_gets_the_lines_about_it_not_a_verdict(finder):
-    # "happy" is never said; the officer and the stream's delay are, in different lines: the meeting speaks of it,
-    # so it is no "not said", and no line says yes or no to it, so no "Yes."
-    answer = finder.answer("Is the project officer happy with the delay of the streaming?")
-    assert answer.text not in (NOT_IN_MEETING, "Yes.", "No.")
-    assert any("delay" in c.text or "officer" in c.text for c in answer.citations)
-
-
-@pytest.mark.parametrize("question, stated", [
-    ("What are the two target languages for the shared task?", []),  # how many answers are wanted, not a figure
-    ("Who are the three people in the same team?", []),
-    ("Who said the pilot costs 15,000?", ["15,000"]),
-    ("Did they order 40 boxes?", ["40 boxes"]),
-])
-def test_a_number_of_the_things_asked_for_is_no_figure_the_meeting_must_say(question, stated):
-    from app.answering.answers import _stated_figures
-
-    assert [e.text for e in _stated_figures(question)] == stated
+    # "cancel" is never said, the demo is: no "Yes." from a line about the demo
+    assert finder.answer("Is the demo cancelled?").text == NOT_IN_MEETING
 
 
 @pytest.mark.parametrize("line, question, person", [

@@ -204,8 +204,7 @@ class AnswerFinder:
         chosen = self._chosen(q, found_hits)  # the options are what it is about: a line naming one may settle it
         if chosen is not None:
             return chosen
-        supported = [h for h in found_hits if self._supports(q, h)]
-        hits = supported or self._said_in_meeting(q, found_hits)
+        hits = [h for h in found_hits if self._supports(q, h)] or self._said_in_meeting(q, found_hits)
         if not hits:
             return Answer(q.text, NOT_IN_MEETING, [], 1, 0.0, q.type.value)
         if q.type is QuestionType.SUMMARY:
@@ -225,9 +224,6 @@ class AnswerFinder:
                 return Answer(q.text, NOT_IN_MEETING, [], 1, 0.0, q.type.value)
             if found is None and q.type in _ONLY_A_FIGURE and _ASKS_A_FIGURE.search(q.text):
                 return Answer(q.text, NOT_IN_MEETING, [], 1, 0.0, q.type.value)
-        elif q.type is QuestionType.YES_NO and not supported:
-            # No line says all of what is asked: a yes or a no would be invented, the lines about it are not.
-            found = self._free_form(q, hits)
         else:
             found = by_type.get(q.type, self._free_form)(q, hits)
         if found is None:
@@ -297,12 +293,13 @@ class AnswerFinder:
         meeting never mentions it."""
         focus = set(stems(" ".join(q.focus))) or set(stems(" ".join(topic_words(q.text))))
         # A figure or a date must come from a line about its topic; a summary about a topic needs the topic said.
-        # (A yes-no question answered from these lines gets the lines, not a verdict: see _answer_one.)
-        if not focus or not hits or q.type in _WANTED or q.type is QuestionType.SUMMARY:
+        # A yes or no on part of the question would invent one ("Is the demo cancelled?" - "Yes." where only the
+        # demo is said).
+        if not focus or not hits or q.type in _WANTED or q.type in (QuestionType.SUMMARY, QuestionType.YES_NO):
             return []
         if self._figures is None:
             self._figures = {normalize(e.text) for s in self.sentences for e in find_entities(s.text)}
-        if any(normalize(e.text) not in self._figures for e in _stated_figures(q.text)):
+        if any(normalize(e.text) not in self._figures for e in find_entities(q.text)):
             return []  # the question states a figure the meeting never says ("who said it costs 15,000?")
         if self._said is None:
             self._said = {st for s in self.sentences for st in stems(f"{s.text} {s.speaker}")}
@@ -610,17 +607,6 @@ def _pick(text: str, entities: list[Entity], focus: Sequence[str], words: Sequen
         return len(_CLAUSE_BREAK.findall(between)), e.start - spot if spot < e.start else spot - e.end + 1
 
     return min(pool, key=lambda e: min(distance(e, s) for s in spots))
-
-
-# "the two languages", "these three options": a number of things the asker knows are there, asking which they are.
-_COUNTS_THE_ASKED = re.compile(r"\b(?:the|these|those|both|all)\s+$", re.IGNORECASE)
-
-
-def _stated_figures(question: str) -> list[Entity]:
-    """The figures a question states as said ("who said it costs 15,000?"), less the number of the things it asks
-    for ("What are the two target languages?"), which the meeting need not say."""
-    return [e for e in find_entities(question)
-            if not (e.kind == "count" and _COUNTS_THE_ASKED.search(question[:e.start]))]
 
 
 def _price_check(q: Question) -> Callable[[Entity], bool]:
