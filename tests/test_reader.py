@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.answering.answers import NOT_IN_MEETING, AnswerFinder, _tidy
+from app.answering.answers import NOT_IN_MEETING, AnswerFinder
+from app.answering.spoken import tidy
 from app.answering.meeting_record import MeetingAsk, meeting_ask
 from app.answering.retrieval import default_embedder
 from app.text.transcript import Transcript, Turn
@@ -96,14 +97,14 @@ def test_a_model_answer_that_restates_the_question_is_not_kept():
     assert "Prague" in answer.text  # the line itself, not the echo
 
 
-@pytest.mark.parametrize("said, tidy", [
+@pytest.mark.parametrize("said, tidied", [
     ("So uh, I I said, that [PERSON8] is alr- already starting to prepare slides.",
      "So I said, that [PERSON8] is already starting to prepare slides."),
     ("ehm the the budget is fine", "The budget is fine"),
     ("The e-mail went out, um, yesterday.", "The e-mail went out, yesterday."),
 ])
-def test_spoken_lines_are_tidied_for_an_answer(said, tidy):
-    assert _tidy(said) == tidy
+def test_spoken_lines_are_tidied_for_an_answer(said, tidied):
+    assert tidy(said) == tidied
 
 
 def test_pronouns_and_words_for_a_group_name_nobody():
@@ -153,7 +154,7 @@ def test_the_person_a_line_is_about(line, question, person):
 @pytest.mark.parametrize("said", ["We need short- and long-term plans.", "Pages 10- 20 are done.",
                                   "The UM team had had enough.", "I know that that is true."])
 def test_tidying_never_changes_what_a_line_says(said):
-    assert _tidy(said) == said
+    assert tidy(said) == said
 
 
 def test_who_attended_and_who_led_an_empty_record_is_not_said():

@@ -2,7 +2,7 @@
 
 The question's type picks how it is answered (app/answering/questions.py):
 - amounts, dates and metrics: the entity of that kind in the best supporting sentence, the one
-  nearest the words the question is about;
+  nearest the words the question is about (app/answering/figures.py);
 - "who will": the owner of the matching action item (app/answering/actions.py), else who committed in the
   best sentence; "who said": the speaker of the best sentence;
 - "what was decided": the matching decision; yes/no: the best sentence, negated or contradicted;
@@ -24,7 +24,9 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, NamedTuple, Sequence
 
 from app.answering.actions import Decision, extract_decisions
-from app.text.entities import Entity, find_entities, merge_date_time
+from app.text.entities import find_entities, merge_date_time
+from app.answering.figures import (ASKS_A_FIGURE, ASKS_COST, ASKS_LATEST, ONLY_A_FIGURE, PAST, WANTED,
+                                     contradicts, pick, price_check, wanted_kinds)
 from app.answering.focused import FocusedSummarizer, FocusedSummary
 from app.answering.choice import alternatives, choose
 from app.answering.injection import speaks_to_the_model
@@ -37,32 +39,12 @@ from app.answering.questions import Question, QuestionType, content_words, parse
 from app.answering.rerank import Reranker
 from app.answering.retrieval import Embedder, Hit, SentenceIndex, stems
 from app.answering.span_reader import SpanReader
+from app.answering.spoken import capitalise, heard_alike, no_repeats, tidy, uncapitalise
 from app.text.sentences import Sentence, split_sentences
-from app.text.textnorm import NUMBER_WORDS, normalize
+from app.text.textnorm import normalize
 from app.text.transcript import SLIDE_SPEAKER, Transcript, format_time, unsure_words
 
 NOT_IN_MEETING = "The meeting does not say."
-
-# What a question of each type wants, in order of preference.
-_WANTED: dict[QuestionType, tuple[str, ...]] = {
-    QuestionType.HOW_MUCH: ("money", "count", "percent"),
-    QuestionType.WHEN: ("date", "time"),
-    QuestionType.METRIC: ("percent", "count", "money", "duration"),
-    QuestionType.HOW_MANY: ("count", "duration", "money", "percent"),
-}
-_TIME_UNITS = re.compile(r"^(?:weeks?|days?|months?|hours?|minutes?|years?|quarters?|sprints?)$", re.IGNORECASE)
-
-
-def _wanted(q: Question) -> tuple[str, ...]:
-    """The entity kinds that answer ``q``: "how many pages" is not a duration. (A cost question keeps counts:
-    the recogniser may drop the currency of "forty thousand euros".)"""
-    wanted = _WANTED[q.type]
-    if q.type is QuestionType.HOW_MANY:
-        noun = re.search(r"\bhow many\s+(?:(?:more|extra|additional|further)\s+)?(\w+)", q.text, re.IGNORECASE)
-        if noun and not _TIME_UNITS.match(noun.group(1)):
-            return tuple(k for k in wanted if k != "duration")
-    return wanted
-
 
 # "..., or not?" offers both answers; it does not negate what is asked.
 _OR_NOT = re.compile(r",?\s*\bor not\b", re.IGNORECASE)
@@ -198,7 +180,7 @@ class AnswerFinder:
             return tasks
         # A person, a date or a figure is taken from lines that share the question's words (the retriever's score
         # keeps its share of the order); an answer that quotes lines needs the line that answers, in any words.
-        takes_a_value = q.type in _WANTED or q.type in (QuestionType.WHO_WILL, QuestionType.WHO_SAID)
+        takes_a_value = q.type in WANTED or q.type in (QuestionType.WHO_WILL, QuestionType.WHO_SAID)
         found_hits = self.index.search(q.text, self.options.top_k,
                                        reranker=None if takes_a_value else self.quote_reranker)
         chosen = self._chosen(q, found_hits)  # the options are what it is about: a line naming one may settle it
@@ -215,14 +197,14 @@ class AnswerFinder:
             QuestionType.WHAT_DECIDED: self._decided,
             QuestionType.YES_NO: self._yes_no,
         }
-        if q.type in _WANTED:
+        if q.type in WANTED:
             # An amount or count that no supporting line gives is not in the meeting: a line about the topic
             # without it ("the new customer website" for "how much does the website cost?") is no answer. (A
             # "when" is often said without a date - "after the launch" - so that falls back to the best line.)
             found = self._entity(q, hits)
             if found is _OTHER_EVENTS:  # "When does the pilot start?", where only the test plan for it has a date
                 return Answer(q.text, NOT_IN_MEETING, [], 1, 0.0, q.type.value)
-            if found is None and q.type in _ONLY_A_FIGURE and _ASKS_A_FIGURE.search(q.text):
+            if found is None and q.type in ONLY_A_FIGURE and ASKS_A_FIGURE.search(q.text):
                 return Answer(q.text, NOT_IN_MEETING, [], 1, 0.0, q.type.value)
         else:
             found = by_type.get(q.type, self._free_form)(q, hits)
@@ -230,7 +212,7 @@ class AnswerFinder:
             found = self._free_form(q, hits)
         text, evidence, *read = found  # a free-form answer also says how many parts its reader read
         confidence = round(max(h.score for h in hits), 3)
-        return Answer(q.text, _no_repeats(text), [self._cite(s) for s in evidence], read[0] if read else 1, confidence,
+        return Answer(q.text, no_repeats(text), [self._cite(s) for s in evidence], read[0] if read else 1, confidence,
                       q.type.value)
 
     def _chosen(self, q: Question, hits: list[Hit]) -> Answer | None:
@@ -247,7 +229,7 @@ class AnswerFinder:
             if picked is not None and len(named) == 1 and about and not about & set(stems(sentence.text)):
                 continue  # one option named in passing ("May I add something?") settles nothing
             if picked is not None:
-                return Answer(q.text, f"{_capitalise(picked)}.", [self._cite(sentence)], 1, round(hit.score, 3),
+                return Answer(q.text, f"{capitalise(picked)}.", [self._cite(sentence)], 1, round(hit.score, 3),
                               q.type.value)
         return None
 
@@ -281,7 +263,7 @@ class AnswerFinder:
                 self._phrases = key_phrases((s.text for s in self.sentences if s.speaker != SLIDE_SPEAKER), k=9)
             phrases = [p.text for p in self._phrases if not set(stems(p.text)) <= asked][:6]
             text, evidence = purpose(phrases, sorted(found.sentences, key=lambda s: s.turn_index) if found else [])
-            text = _tidy(text)
+            text = tidy(text)
         if not text:
             return Answer(q.text, NOT_IN_MEETING, [], 1, 0.0, about.value)
         return Answer(q.text, text, [self._cite(s) for s in evidence], 1, 1.0, about.value)
@@ -295,7 +277,7 @@ class AnswerFinder:
         # A figure or a date must come from a line about its topic; a summary about a topic needs the topic said.
         # A yes or no on part of the question would invent one ("Is the demo cancelled?" - "Yes." where only the
         # demo is said).
-        if not focus or not hits or q.type in _WANTED or q.type in (QuestionType.SUMMARY, QuestionType.YES_NO):
+        if not focus or not hits or q.type in WANTED or q.type in (QuestionType.SUMMARY, QuestionType.YES_NO):
             return []
         if self._figures is None:
             self._figures = {normalize(e.text) for s in self.sentences for e in find_entities(s.text)}
@@ -324,7 +306,7 @@ class AnswerFinder:
             said = stems(f"{sentence.context} {sentence.text} {sentence.speaker}")
             present = set(said)
             weight = {f: self._idf(f) for f in focus}
-            covered = sum(w * (1.0 if f in present else 0.5 * _heard_alike(f, said, self.options.heard_alike))
+            covered = sum(w * (1.0 if f in present else 0.5 * heard_alike(f, said, self.options.heard_alike))
                           for f, w in weight.items())
             if covered / sum(weight.values()) >= self.options.min_focus_coverage:
                 return True
@@ -384,9 +366,9 @@ class AnswerFinder:
         one unless the question asks for the past, and a later statement wins when the question asks what it is
         now (a date moved, a new figure); otherwise the better retrieval score.
         """
-        asks_past = bool(_PAST.search(q.text))
-        wanted = _wanted(q)
-        is_price = _price_check(q)
+        asks_past = bool(PAST.search(q.text))
+        wanted = wanted_kinds(q)
+        is_price = price_check(q)
         # a date answers the event it is said of: not the test plan's date for "When does the pilot start?"
         events = asked_events(q.text) if q.type is QuestionType.WHEN else []
         asked = events + content_words(q.text) if events else []  # the tagger may take the asked verb for a noun
@@ -409,20 +391,20 @@ class AnswerFinder:
             found = [f for f in found if self._coverage(q, f[3], context_weight=0.0) > 0]
         if not found:
             return _OTHER_EVENTS if other_events else None
-        if q.type is QuestionType.HOW_MUCH and _ASKS_COST.search(q.text):
+        if q.type is QuestionType.HOW_MUCH and ASKS_COST.search(q.text):
             # A bare number answers a price only where no line gives an amount of money (the recogniser may drop
             # "dollars"); a slide's "5" read from "5% discount" loses to "12,000 dollars" however well it covers.
             found = [f for f in found if any(e.kind == "money" for e in f[4])] or found
         best = max(f[:2] for f in found)
         found = [f for f in found if f[:2] >= best]
-        current = [f for f in found if bool(_PAST.search(f[3].text)) == asks_past] or found
-        if _ASKS_LATEST.search(q.text):
+        current = [f for f in found if bool(PAST.search(f[3].text)) == asks_past] or found
+        if ASKS_LATEST.search(q.text):
             _, _, _, sentence, entities = max(current, key=lambda f: f[3].start or 0.0)
         else:
             # the better-ranked line: by the reranker's relevance where one reordered the hits
             _, _, _, sentence, entities = max(current, key=lambda f: (_rank_score(f[2]), f[3].start or 0.0))
-        entity = _pick(sentence.text, entities, q.focus, content_words(q.text), asks_past)
-        return _capitalise(_tidy(entity.text) or entity.text), [sentence]  # "the 1st of uh, June"
+        entity = pick(sentence.text, entities, q.focus, content_words(q.text), asks_past)
+        return capitalise(tidy(entity.text) or entity.text), [sentence]  # "the 1st of uh, June"
 
     def _who_will(self, q: Question, hits: list[Hit]) -> tuple[str, list[Sentence]] | None:
         focus = set(stems(" ".join(q.focus)))
@@ -456,7 +438,7 @@ class AnswerFinder:
         if not theirs:
             return None
         evidence = [s for s in (self.people.said(i) for i in theirs) if s is not None]
-        tasks = "; ".join(f"{_uncapitalise(_tidy(i.task) or i.task)}{f' by {i.due}' if i.due else ''}" for i in theirs)
+        tasks = "; ".join(f"{uncapitalise(tidy(i.task) or i.task)}{f' by {i.due}' if i.due else ''}" for i in theirs)
         return Answer(q.text, f"{person} will {tasks}.", [self._cite(s) for s in evidence], 1, 1.0,
                       QuestionType.WHO_WILL.value)
 
@@ -488,7 +470,7 @@ class AnswerFinder:
             if coverage >= self.options.min_focus_coverage and (best is None or coverage > best[0]):
                 best = (coverage, self.sentences[at])
         if best is not None:
-            return _capitalise(best[1].text), [best[1]]
+            return capitalise(best[1].text), [best[1]]
         sentence = self.sentences[hits[0].index]
         return sentence.text, [sentence]
 
@@ -509,7 +491,7 @@ class AnswerFinder:
                 for h in own}
         at = max(own, key=lambda h: (said[h.index], h.index)).index if own else hits[0].index
         sentence = self.sentences[at]
-        if _contradicts(q.text, sentence.text) or (_REJECT.search(sentence.text) and not asked_negated):
+        if contradicts(q.text, sentence.text) or (_REJECT.search(sentence.text) and not asked_negated):
             return "No.", [sentence]
         if _PROPOSAL.search(sentence.text) or sentence.text.endswith("?"):
             # The first reply by someone else, right after the proposal, accepts or rejects it.
@@ -543,7 +525,7 @@ class AnswerFinder:
         # No reader's answer: the best lines themselves, in the order they were said. On real meetings the best
         # line holds the answer far less often than the best two do (docs/benchmarks.md, issue 48).
         quoted = sorted(evidence[:self.options.answer_lines], key=lambda s: (s.start or 0.0, s.turn_index))
-        return " ".join(_tidy(s.text) or s.text for s in quoted), quoted, parts
+        return " ".join(tidy(s.text) or s.text for s in quoted), quoted, parts
 
     def _span(self, q: Question, evidence: list[Sentence]) -> tuple[str, list[Sentence]] | None:
         """The words of one of the lines that answer the question, when the span reader finds them; a span that
@@ -554,7 +536,7 @@ class AnswerFinder:
         found = [sp for sp in self.span_reader.read(q.text, [p + s.text for p, s in zip(prefixes, evidence)])
                  if sp is not None and sp.margin > self.options.min_span_margin and sp.start >= len(prefixes[sp.passage])]
         for sp in sorted(found, key=lambda sp: -sp.margin):
-            text = _tidy(sp.text.strip(" ,;:-"))
+            text = tidy(sp.text.strip(" ,;:-"))
             if set(stems(text)) - set(stems(q.text)):
                 return f"{text}{'' if text[-1:] in '.!?' else '.'}", [evidence[sp.passage]]
         return None
@@ -585,62 +567,6 @@ class AnswerFinder:
         return Citation(sentence.turn_index, sentence.speaker, sentence.start, sentence.text, unsure)
 
 
-def _pick(text: str, entities: list[Entity], focus: Sequence[str], words: Sequence[str], asks_past: bool) -> Entity:
-    """The entity nearest (in characters) a focus word of the question within one clause, else any of its
-    ``words`` when the text says no focus word: a slide's lines joined by ";" ("Total budget: $50,000; Pilot
-    cost: $12,000") give "the budget for the pilot" the pilot's cost, not the figure after the frame word
-    "budget". Of two figures in one clause ("89 percent, a change from 43 percent before"), the one not
-    marked as past unless the question asks for the past."""
-    lowered = text.lower()
-
-    def spots_of(said: Sequence[str]) -> list[int]:
-        return [m.start() for word in said for m in re.finditer(rf"\b{re.escape(word.lower()[:5])}", lowered)]
-
-    spots = spots_of(focus) or spots_of(words)
-    past = {id(e) for e in entities if _PAST.search(text[e.end:e.end + 12]) or _PAST.search(text[max(0, e.start - 25):e.start])}
-    pool = [e for e in entities if (id(e) in past) == asks_past] or entities
-    if not spots:
-        return pool[0]
-
-    def distance(e: Entity, spot: int) -> tuple[int, int]:
-        between = text[spot:e.start] if spot < e.start else text[e.end:spot]
-        return len(_CLAUSE_BREAK.findall(between)), e.start - spot if spot < e.start else spot - e.end + 1
-
-    return min(pool, key=lambda e: min(distance(e, s) for s in spots))
-
-
-def _price_check(q: Question) -> Callable[[Entity], bool]:
-    """Which entities can answer ``q``: for a question about what something costs, money, a bare number, or a
-    percentage when it asks for a share; for any other question, all of them."""
-    if q.type is not QuestionType.HOW_MUCH or not _ASKS_COST.search(q.text):
-        return lambda e: True
-    share = bool(_ASKS_SHARE.search(q.text))
-
-    def ok(e: Entity) -> bool:
-        if e.kind == "percent":
-            return share
-        if e.kind == "count":
-            return all(w in _NUMBER_WORDS for w in re.findall(r"[a-z]+", e.text.lower()))
-        return True
-
-    return ok
-
-
-_CLAUSE_BREAK = re.compile(r"[;\n•]|[.!?](?:\s|$)")
-
-
-_ONLY_A_FIGURE = (QuestionType.HOW_MUCH, QuestionType.HOW_MANY)
-# Asks for a figure, not about a topic ("the budget for the rehearsal", not "the news about the budget").
-_ASKS_A_FIGURE = re.compile(r"\bhow (?:much|many)\b|\b(?:cost|price|budget|fee)s? (?:of|for|to)\b|\bspend(?:ing)? on\b|"
-                            r"\bset aside\b|\bpay(?:ing)? for\b", re.IGNORECASE)
-# Asks what something costs: a count with a unit that is not money ("4.5 points", "465 boxes") or a
-# percentage is no price (a bare number is: the recogniser may drop the currency of "forty thousand euros").
-_ASKS_COST = re.compile(r"\b(?:cost|costs|price|prices|budget|budgeted|spend|spending|spent|pay|paid|fee|fees|money|"
-                        r"dollars|euros|expensive)\b", re.IGNORECASE)
-_ASKS_SHARE = re.compile(r"\b(?:percent|percentage|share|portion|fraction|proportion|how much of)\b|%", re.IGNORECASE)
-_NUMBER_WORDS = NUMBER_WORDS | frozenset("billion point and a k m bn grand".split())
-_PAST = re.compile(r"\b(?:used to|originally|previously|before|last (?:month|week|year|quarter|time)|earlier|"
-                   r"was at|were at|had been|we had|it was|initially|at first|old)\b", re.IGNORECASE)
 DECISION_LEAD_IN = 4  # sentences before a decision that may name what it decides
 REPLY_WINDOW = 2  # sentences after a proposal within which its reply comes
 _REJECT = re.compile(r"^(?:no\b|nope\b|not\b)|\b(?:let's not|let us not|i don't think|i do not think|not this time|"
@@ -649,67 +575,10 @@ _REJECT = re.compile(r"^(?:no\b|nope\b|not\b)|\b(?:let's not|let us not|i don't 
                      re.IGNORECASE)
 _ACCEPT = re.compile(r"^(?:yes|yeah|yep|sure|agreed|okay|ok|fine)\b|\b(?:sounds good|let's do it|let's do that|good idea|"
                      r"great idea|i agree|makes sense|go ahead|we should|let's)\b", re.IGNORECASE)
-_ASKS_LATEST = re.compile(r"\b(?:now|new|current|currently|latest|moved|changed|anymore|this time)\b", re.IGNORECASE)
 _ASKS_IDEA = re.compile(r"\b(?:idea|suggest\w*|propos\w*|recommend\w*)\b", re.IGNORECASE)
 _PROPOSAL = re.compile(r"\b(?:how about|what about|maybe we|should we|we should|i suggest|i propose|i recommend|"
                        r"why don't we|what if we|let's)\b", re.IGNORECASE)
 
 
-# Hesitations and stutters of speech, which a quoted line need not keep ("So uh, I I said, that ...").
-_FILLER = re.compile(r"(?:^|(?<=\s))(?:[Uu]h|[Uu]m|[Uu]hm|[Ee]hm|[Ee]h|[Ee]rm|[Hh]mm|[Mm]m-hmm|[Mm]hm)(?:[,.]|(?=\s)|$)\s*")
-# Words said twice only as a stutter ("I I said", "the the plan"); "that that" and "had had" can be meant.
-_STUTTER = re.compile(r"\b(I|we|you|they|he|she|it|the|a|an|to|of|in|and|so|is|this|my|our)(?:\s+\1\b)+",
-                      re.IGNORECASE)
-# A word broken off and said again: "alr- already" (not "short- and long-term", "10- 20").
-_RESTART = re.compile(r"\b([A-Za-z]+)-\s+(?=\1)", re.IGNORECASE)
-
-
 def _rank_score(hit: Hit) -> float:
     return hit.score if hit.relevance is None else hit.relevance
-
-
-def _tidy(text: str) -> str:
-    """A spoken line as an answer: without hesitations, stutters and cut-off words ("alr-")."""
-    text = _FILLER.sub("", text)
-    text = _RESTART.sub("", text)
-    text = _STUTTER.sub(r"\1", text)
-    text = re.sub(r"\s+([,.?!])", r"\1", re.sub(r"\s{2,}", " ", text)).strip(" ,")
-    return text[:1].upper() + text[1:] if text else text
-
-
-def _contradicts(question: str, evidence: str) -> bool:
-    """The question names an amount/date/number the evidence gives differently."""
-    asked = {(e.kind, normalize(e.text)) for e in find_entities(question)}
-    said = {(e.kind, normalize(e.text)) for e in find_entities(evidence)}
-    return any(kind in {k for k, _ in said} and (kind, value) not in said for kind, value in asked)
-
-
-def _uncapitalise(text: str) -> str:
-    """A clause put inside a sentence: "Send the link" -> "send the link" (not "NASA", "I")."""
-    return text if text[:2].isupper() or text[:2] in ("I", "I ") else text[:1].lower() + text[1:]
-
-
-def _capitalise(text: str) -> str:
-    text = text.strip()
-    return text[:1].upper() + text[1:] if text else text
-
-
-def _heard_alike(stem: str, said: list[str], threshold: float) -> bool:
-    """Is ``stem`` close in spelling to a word said, or to two said words run together ("webinar" ~ "where we
-    are")? Short stems never match: "bus" and "mass" are different things; nor do figures ("12000" and "15000"
-    are spelled alike and say different things)."""
-    if not threshold or len(stem) < 4 or any(c.isdigit() for c in stem):
-        return False
-    from rapidfuzz import fuzz
-
-    candidates = said + [a + b for a, b in zip(said, said[1:])]
-    return any(len(w) >= 4 and fuzz.ratio(stem, w) >= threshold for w in candidates)
-
-
-def _no_repeats(text: str) -> str:
-    """Drop a sentence that repeats an earlier one (small models loop)."""
-    kept: list[str] = []
-    for piece in re.split(r"(?<=[.?!])\s+", text.strip()):
-        if piece and piece.lower() not in {k.lower() for k in kept}:
-            kept.append(piece)
-    return " ".join(kept)
