@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.platform.config import load_settings  # noqa: E402
 from app.live.runtime import Runtime  # noqa: E402
-from ui.app import free_port, serve  # noqa: E402
+from ui.server import free_port, serve  # noqa: E402
 from ui.settings import UISettings  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"

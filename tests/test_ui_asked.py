@@ -8,7 +8,7 @@ import time
 from tests.test_session_parts import RATE
 from ui import render
 from ui.asked import ANSWERING, AskedQuestions
-from ui.app import user_message
+from ui.inputs import user_message
 
 
 def _meeting(runtime, meeting, name: str):

@@ -21,7 +21,7 @@ import pytest
 
 from app.platform.config import load_settings
 from app.platform.models import EMBEDDED_ASR, EMBEDDED_LLM, models_dir
-from ui.app import UPLOAD_TYPES
+from ui.inputs import UPLOAD_TYPES
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
@@ -42,7 +42,7 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     from app.live.runtime import Runtime
-    from ui.app import free_port, serve
+    from ui.server import free_port, serve
     from ui.settings import UISettings
 
     home = tmp_path_factory.mktemp("home")  # the page's meetings go into this home's library, not the user's

@@ -11,7 +11,8 @@ from app.live.session import Slide
 from app.text.transcript import Transcript, Turn
 from encoders.errors import InputError
 from ui import render
-from ui.app import check_port, check_upload, is_loopback, serve
+from ui.inputs import check_upload
+from ui.server import check_port, is_loopback, serve
 from ui.settings import bundled_samples
 
 
@@ -286,7 +287,7 @@ def test_the_status_line_says_how_far_behind_the_transcript_is():
 
 
 def test_user_messages_hold_no_paths_errnos_or_exception_names(tmp_path):
-    from ui.app import user_message
+    from ui.inputs import user_message
 
     assert user_message(InputError("the question is empty")) == "the question is empty"
     said = user_message(OSError(2, "No such file or directory", "/tmp/gradio/abc/upload.mp3"))

@@ -7,17 +7,15 @@ message on that tab, so one tab's bad input or broken meeting never reaches anot
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import shutil
-import socket
 import tempfile
 import threading
 import time
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,10 +26,12 @@ from app.text.textnorm import counted
 from encoders.audio import cut_off
 from encoders.errors import InputError
 from ui import render
-from ui.asked import AskedQuestions
+from ui.inputs import UPLOAD_TYPES, check_upload, user_message
 from ui.meetings import build_meetings_tab
+from ui.page_text import HOW_TO
 from ui.player import muted_copy, playable_copy, player_html
 from ui.settings import UISettings, bundled_samples
+from ui.tab import Tab, TabFeed
 
 if TYPE_CHECKING:
     from app.live.runtime import Runtime
@@ -39,245 +39,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-UPLOAD_TYPES = [".wav", ".mp3", ".m4a", ".mp4", ".webm", ".ogg", ".opus", ".flac", ".mkv", ".mov", ".aac"]
 X_TITLE = "meeting time (s)"
 PLOT_HEIGHT = 260
 GONE_PAGES_KEPT = 10_000  # closed pages remembered, so their late microphone / webcam chunks are dropped
 FORGET_CONFIRM_S = 120.0  # a second press of Forget within this confirms the first
 TAB_OUTPUTS = 12  # status, transcript, tier plot, modality plot, ratio plot, kv stats, slides, actions, summary, player,
 # chat, exported files
-
-HOW_TO = """
-1. **Start a meeting**: pick a sample and press *Replay live* (the speed slider paces it), upload a recording, or
-   open *Microphone / webcam* and allow the browser to use them. The line on top says how far the audio was heard
-   and transcribed, and how far behind the machine is.
-2. **Read along**: the transcript follows the newest line while you are at the bottom; scroll up to read and
-   *Jump to live* to come back. Grey text at the end is not final yet. *Search* marks words and links the lines.
-   With a replayed recording, click a line's time to hear it.
-3. **Ask**: type a question (*Who will send the report?*, *What is the budget for the pilot?*). The answer cites
-   the lines it comes from: click one to see and hear it. When the meeting does not say, the answer says so.
-4. **Summary and action items** refresh as the meeting goes on; *Export* downloads the transcript (Markdown, JSON,
-   subtitles), the summary and the slides.
-5. **Speakers**: give a speaker their real name (*Rename*), or remove everything one person said (*Forget*).
-6. **Engine** shows the model's memory of the meeting and its settings (another model or budget applies to the
-   next meeting you start).
-"""
-
-CSS = """
-.mt-transcript { max-height: 460px; overflow-y: auto; font-size: 0.95rem; line-height: 1.45; }
-.mt-line { padding: 2px 4px; border-radius: 4px; }
-.mt-time { color: #777; font-family: monospace; margin-right: 4px; }
-.mt-speaker { font-weight: 600; margin-right: 4px; }
-.mt-tentative { color: #999; font-style: italic; }
-.mt-unsure { text-decoration: underline dotted #c77; text-underline-offset: 3px; cursor: help; }
-.mt-flash { background: #fff3b0; transition: background 0.3s; }
-.mt-empty { color: #888; }
-.mt-transcript mark { background: #ffe066; padding: 0 1px; border-radius: 2px; }
-.mt-search-hits { font-size: 0.85rem; color: #555; margin-bottom: 4px; }
-.mt-audio { width: 100%; height: 36px; }
-.mt-player-hint { font-size: 0.8rem; color: #777; }
-.mt-playable .mt-time { cursor: pointer; text-decoration: underline dotted; }
-.mt-jump { margin-top: 4px; padding: 2px 10px; border-radius: 12px; border: 1px solid #bbb; background: #f4f4f4; cursor: pointer; }
-#mt-summary h1 { font-size: 1.2rem; margin: 0.2em 0; }
-#mt-summary h2 { font-size: 1.05rem; margin: 0.4em 0 0.2em; }
-"""
-
-# The transcript follows the newest line while the reader is at the bottom; scrolled up, it stays where the
-# reader put it across re-renders (each update replaces the box) and a "Jump to live" button brings it back.
-# A citation link (#mt-t-<centiseconds>) scrolls it to the line spoken at that time (the line with that id,
-# else the last line starting before it: turns can be re-split as later words arrive) and holds it there.
-# With a recording's player on the page, a click on a line's time, or on an answer's citation, plays from that moment.
-HEAD = """
-<script>
-(function () {
-  var focus = null;  // {anchor, until}: a cited line to keep in view
-  var following = true;  // the reader is at the newest line
-  var savedTop = 0;  // where a reader who scrolled up left the box
-  var ownTop = -1;  // the scrollTop this script last set: a scroll event landing there is ours, not the reader's
-  function atBottom(box) { return box.scrollHeight - box.scrollTop - box.clientHeight < 40; }
-  function setTop(box, top) { box.scrollTop = top; ownTop = box.scrollTop; }
-  function showJump() {
-    document.querySelectorAll('.mt-jump').forEach(function (b) { b.hidden = following; });
-  }
-  function lineFor(anchor) {
-    var target = document.getElementById(anchor);
-    if (target || anchor.indexOf('mt-t-') !== 0) return target;
-    var t = parseInt(anchor.slice(5), 10) / 100;
-    document.querySelectorAll('.mt-line[data-start]').forEach(function (line) {
-      var start = parseFloat(line.getAttribute('data-start'));
-      if (!isNaN(start) && start <= t + 0.01) target = line;
-    });
-    return target;
-  }
-  function show(anchor) {
-    var target = lineFor(anchor);
-    if (!target) return;
-    var box = target.closest('.mt-transcript');
-    if (box) { setTop(box, target.offsetTop - box.offsetTop - box.clientHeight / 2); savedTop = box.scrollTop; }
-    following = false;
-    target.scrollIntoView({block: 'nearest'});
-    target.classList.add('mt-flash');
-  }
-  function play(t) {
-    var audio = document.querySelector('#mt-player audio');
-    if (!audio || isNaN(t)) return;
-    audio.currentTime = Math.max(0, t);
-    var started = audio.play();
-    if (started && started.catch) started.catch(function () {});
-  }
-  function follow() {
-    document.body.classList.toggle('mt-playable', !!document.querySelector('#mt-player audio'));
-    if (focus && Date.now() < focus.until) { show(focus.anchor); return; }
-    focus = null;
-    document.querySelectorAll('.mt-flash').forEach(function (line) { line.classList.remove('mt-flash'); });
-    var box = document.querySelector('.mt-transcript');
-    if (box) setTop(box, following ? box.scrollHeight : savedTop);
-    showJump();
-  }
-  document.addEventListener('scroll', function (event) {  // scroll does not bubble: listen while it is captured
-    var box = event.target;
-    if (!box.classList || !box.classList.contains('mt-transcript') || Math.abs(box.scrollTop - ownTop) < 1) return;
-    following = atBottom(box);
-    savedTop = box.scrollTop;
-    ownTop = -1;  // the reader moved it: the next scroll event is theirs too, wherever it lands
-    if (following) focus = null;
-    showJump();
-  }, true);
-  document.addEventListener('click', function (event) {
-    if (event.target.classList && event.target.classList.contains('mt-jump')) {
-      focus = null; following = true; follow(); return;
-    }
-    var time = event.target.closest ? event.target.closest('.mt-line[data-start] .mt-time') : null;
-    if (time) { play(parseFloat(time.parentElement.getAttribute('data-start'))); return; }
-    var link = event.target.closest ? event.target.closest('a[href*="#mt-t-"], a[href*="#mt-turn-"]') : null;
-    if (!link) return;
-    event.preventDefault(); event.stopPropagation();
-    document.querySelectorAll('.mt-flash').forEach(function (line) { line.classList.remove('mt-flash'); });
-    focus = {anchor: link.getAttribute('href').split('#')[1], until: Date.now() + 20000};
-    show(focus.anchor);
-    if (link.closest('#mt-chat') && focus.anchor.indexOf('mt-t-') === 0) play(parseInt(focus.anchor.slice(5), 10) / 100);
-  }, true);
-  var pending = false;
-  new MutationObserver(function (changes) {
-    if (pending) return;
-    var ours = changes.some(function (c) { return c.target.closest && c.target.closest('#mt-transcript, #mt-player'); });
-    if (!ours) return;
-    pending = true;
-    requestAnimationFrame(function () { pending = false; follow(); });
-  }).observe(document.documentElement, {childList: true, subtree: true});
-})();
-</script>
-"""
-
-
-@dataclass
-class Tab:
-    """What one browser tab is watching."""
-
-    history_points: int
-    session: MeetingSession | None = None
-    runtime: Runtime | None = None
-    source: str = ""
-    stop: threading.Event = field(default_factory=threading.Event)
-    feeder: threading.Thread | None = None
-    feed: TabFeed | None = None  # the replay's way into the current session
-    history: render.KVHistory = field(init=False)
-    last_version: int = -1
-    notice: str | None = None
-    shown_notice: str | None = None
-    shown_status: str | None = None
-    shown_engine: str | None = None  # the Engine tab's figures as last sent (the cost moves while nothing is said)
-    summary_md: str = "_No summary yet._"  # shown: without action items, which have a panel of their own
-    summary_obj: Any = None  # the MeetingSummary shown (exported with the action items as they are then)
-    summary_of: int = -1  # the session version the summary was made from: a finished meeting's is kept current
-    summary_version: int = 0
-    shown_summary: int = -1
-    summary_at: float = 0.0
-    summary_busy: threading.Lock = field(default_factory=threading.Lock)
-    started: float = 0.0  # time.monotonic() when the current session began (the dashboard's x axis)
-    overrides: dict = field(default_factory=dict)
-    lock: threading.RLock = field(default_factory=threading.RLock)
-    feed_lock: threading.Lock = field(default_factory=threading.Lock)  # held by a forget while it swaps sessions
-    search: str = ""  # the transcript search box's words, marked in every render
-    player: str = ""  # the recording's player (ui/player.py), "" when there is none
-    shown_player: str | None = None
-    media: Path | None = None  # the folder holding the player's copy of the recording
-    ended: bool = False  # the page went away: no input starts a meeting here again
-    asked: AskedQuestions = field(default_factory=lambda: AskedQuestions(render.answer_markdown, user_message))
-    shown_asked: int = -1  # the questions' version last sent to the page
-    pending_forget: str | None = None  # a forget asked for once (label or SCREEN): a second press confirms it
-    pending_since: float = 0.0
-    exported: bool = False  # the files panel shows this meeting's exports
-    exports_stale: bool = False  # ... of a meeting no longer shown (a new one began, a forget): emptied at the next tick
-
-    def __post_init__(self) -> None:
-        self.history = render.KVHistory(self.history_points)
-
-    def reset_views(self) -> None:
-        """A new meeting: nothing of the last one shown, its plots and questions included."""
-        self.history = render.KVHistory(self.history_points)
-        self.notice = None
-        self.asked.clear()
-        self.reset_after_forget()
-
-    def reset_after_forget(self) -> None:
-        """What a forget makes stale: the views are drawn again, the summary and exports go; the plots stay."""
-        self.last_version = -1
-        self.shown_notice = self.shown_status = self.shown_engine = None
-        self.summary_md, self.summary_version, self.shown_summary, self.summary_at = "_No summary yet._", 0, -1, 0.0
-        self.summary_obj, self.summary_of = None, -1
-        self.exports_stale, self.exported = self.exported, False
-
-    def drop_player(self) -> None:
-        """No player, and its copy of the recording deleted (a new meeting, or a forgotten speaker's voice)."""
-        if self.media is not None:
-            shutil.rmtree(self.media, ignore_errors=True)
-        self.media, self.player = None, ""
-
-    def close(self) -> None:
-        """The page went away: end its meeting, and take no more input."""
-        with self.lock:
-            self.ended = True
-            self.end()
-
-    def end(self) -> None:
-        """Stop the feed and close the session (the runtime forgets it)."""
-        with self.lock:
-            self.stop.set()
-            if self.feeder is not None:
-                self.feeder.join(timeout=10)
-            if self.session is not None and self.runtime is not None:
-                try:
-                    self.runtime.close_session(self.session.session_id)
-                except KeyError:
-                    pass
-            self.session, self.feeder, self.feed, self.stop = None, None, None, threading.Event()
-
-
-class TabFeed:
-    """What a tab's replay feeds: the tab's current session, which a forget may replace mid-meeting (the feed waits
-    while the meeting is rebuilt, then goes on into the rebuilt session)."""
-
-    def __init__(self, tab: Tab) -> None:
-        self.tab = tab
-        self.fixed_steps = False
-
-    def decode_in_fixed_steps(self) -> None:
-        self.fixed_steps = True
-        self.tab.session.decode_in_fixed_steps()
-
-    def feed_audio(self, samples: Any, sample_rate: int, wait: bool = False) -> None:
-        with self.tab.feed_lock:
-            self.tab.session.feed_audio(samples, sample_rate, wait=wait)
-
-    def feed_video(self, frame: Any, t: float | None = None, wait: bool = False) -> None:
-        with self.tab.feed_lock:
-            self.tab.session.feed_video(frame, t, wait=wait)
-
-    def finish(self) -> None:
-        with self.tab.feed_lock:
-            session = self.tab.session
-        session.finish()
 
 
 def _forget_warning(session: MeetingSession, label: str) -> str:
@@ -296,38 +63,6 @@ def _forget_warning(session: MeetingSession, label: str) -> str:
     return (f"forget {who}? This removes what they said ({counted(lines, 'line')}) from the transcript and the model's "
             "memory, the answers that quote them, the summary and exported files, and mutes their voice in the player, "
             f"which keeps {kept}. The slides and the others' answers stay. Press Forget again to confirm.")
-
-
-def check_upload(path: str | Path, max_mb: float) -> Path:
-    """A recording we can decode, under the size limit; else InputError with a message for the page."""
-    import av
-
-    path = Path(path)
-    size_mb = path.stat().st_size / 1e6
-    if size_mb > max_mb:
-        raise InputError(f"{path.name} is {size_mb:.1f} MB; the limit is {max_mb:g} MB")
-    try:
-        with av.open(str(path)) as container:
-            if not container.streams.audio:
-                raise InputError(f"{path.name} has no audio track")
-            # a header can pass for audio while nothing after it decodes: one frame is decoded before the
-            # meeting on the page is given up for it
-            next(container.decode(audio=0))
-    except InputError:
-        raise
-    except Exception as exc:  # av raises many kinds for non-media input
-        log.info("upload %s refused: %r", path, exc)  # the detail for the server log, not the page
-        raise InputError(f"{path.name} is not an audio or video recording this page can read") from exc
-    return path
-
-
-def user_message(exc: Exception) -> str:
-    """What the page says about a failure: an InputError's own line; anything else could carry paths, errnos or
-    exception names, so the page says something plain and the server log keeps the detail (logged here)."""
-    if isinstance(exc, InputError):
-        return str(exc) or "that input cannot be used"
-    log.error("ui action failed", exc_info=exc)
-    return "something went wrong on the server (the details are in its log); try again or start a new meeting"
 
 
 class LivePage:
@@ -922,98 +657,3 @@ def _empty_transcript():
     from app.text.transcript import Transcript
 
     return Transcript(turns=[])
-
-
-# ---------------------------------------------------------------------------------------------- serving
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
-
-
-def check_bind(host: str, allow_remote: bool, auth: tuple[str, str] | None) -> None:
-    """Only loopback unless remote access is asked for explicitly, and then only behind a password."""
-    if is_loopback(host):
-        return
-    if not allow_remote:
-        raise InputError(f"refusing to listen on {host}: only loopback is served unless remote access is asked for explicitly (--allow-remote)")
-    if not auth or not auth[1]:
-        raise InputError(f"refusing to listen on {host} without a password: give --share-password")
-
-
-def check_port(host: str, port: int) -> None:
-    """The port is free to serve on; else a one-line error that says what to do (before any model loads)."""
-    import socket
-
-    if not 0 < port < 65536:
-        raise InputError(f"--port {port} is not a TCP port (1-65535)")
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server sets it: a closed one's wait is no clash
-        try:
-            probe.bind((host, port))
-        except OSError as exc:
-            raise InputError(f"cannot serve on {host}:{port}: {exc.strerror or exc} (another program, or another "
-                             "minutia-ui, may be using it: choose another with --port)") from None
-
-
-@dataclass
-class Server:
-    """A running page: its address, the Blocks, and how to stop it."""
-
-    url: str
-    demo: gr.Blocks
-
-    @property
-    def page(self) -> LivePage:
-        return self.demo.live  # type: ignore[attr-defined]
-
-    def close(self) -> None:
-        self.page.close()
-        self.demo.close()
-
-
-def serve(
-    runtime: Runtime | None = None,
-    host: str = "127.0.0.1",
-    port: int = 7860,
-    auth: tuple[str, str] | None = None,
-    allow_remote: bool = False,
-    ui_settings: UISettings | None = None,
-    block: bool = True,
-) -> Server:
-    """Serve the page. Loopback by default; any other interface needs ``allow_remote`` and ``auth``."""
-    check_bind(host, allow_remote, auth)
-    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-    if runtime is None:
-        from app.platform.config import load_settings
-        from app.live.runtime import Runtime
-
-        runtime = Runtime(load_settings())
-    ui_settings = ui_settings or UISettings()
-    demo = build_page(runtime, ui_settings)
-    demo.queue(default_concurrency_limit=None)
-    check_port(host, port)
-    _, url, _ = demo.launch(
-        server_name=host, server_port=port, auth=auth, prevent_thread_lock=True, quiet=True, ssr_mode=False,
-        share=False, max_file_size=f"{ui_settings.max_upload_mb:g}mb", footer_links=[], css=CSS, head=HEAD,
-        allowed_paths=[str(demo.live.media_root)],  # type: ignore[attr-defined]  # the players' recordings only
-    )
-    server = Server(url=url or f"http://{host}:{port}/", demo=demo)
-    if block:
-        try:
-            demo.block_thread()
-        finally:
-            server.close()
-    return server

@@ -28,7 +28,7 @@ def ui(
     """Serve the live meeting page: the bundled sample ready to replay, microphone, webcam, Q&A, KV dashboard."""
     from app.platform.config import load_settings
     from app.live.runtime import Runtime
-    from ui.app import check_bind, check_port, serve
+    from ui.server import check_bind, check_port, serve
 
     auth = ("minutia", share_password) if share_password else None
     check_bind(host, allow_remote, auth)  # before loading any model
