@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             meta = json.loads((meeting / "meta.json").read_text()) if (meeting / "meta.json").is_file() else {}
             reference = json.loads((meeting / "reference.json").read_text())
             if args.source == "live":
-                from app.live.session import replay
+                from app.live.replay import replay
 
                 session = runtime.new_session(source=meeting.name)
                 replay(session, next(p for p in sorted(meeting.glob("meeting.*"))), speed=0)

@@ -116,3 +116,27 @@ def resample(audio: np.ndarray, orig_rate: int, target_rate: int = SAMPLE_RATE) 
     import librosa
 
     return librosa.resample(audio, orig_sr=orig_rate, target_sr=target_rate).astype(np.float32)
+
+
+def to_mono_16k(samples: np.ndarray, sample_rate: int) -> np.ndarray:
+    """Any PCM layout a browser or WebRTC track gives -> float32 mono at 16 kHz."""
+    audio = np.asarray(samples)
+    if sample_rate <= 0:
+        raise InputError(f"sample rate must be positive, got {sample_rate}")
+    if audio.dtype.kind in "iu":  # integer PCM: scale to [-1, 1] by the type's range
+        audio = audio.astype(np.float32) / float(np.iinfo(audio.dtype).max + 1)
+    elif audio.dtype.kind != "f":
+        raise InputError(f"audio samples must be float or integer PCM, got dtype {audio.dtype}")
+    if audio.ndim == 2:
+        # (n, channels) as browsers send; a (channels, n) block with few rows (WebRTC frames) is transposed
+        if audio.shape[0] <= 8 and audio.shape[1] > audio.shape[0]:
+            audio = audio.T
+        audio = audio.mean(axis=1)
+    elif audio.ndim != 1:
+        raise InputError(f"audio must be (n,) or (n, channels), got shape {audio.shape}")
+    audio = audio.astype(np.float32, copy=False)
+    if not np.isfinite(audio).all():
+        raise InputError("audio contains NaN or infinite samples")
+    if sample_rate != SAMPLE_RATE:
+        audio = resample(audio, sample_rate, SAMPLE_RATE)
+    return audio

@@ -18,7 +18,8 @@ import pytest
 from app.platform.config import load_settings
 from app.platform.models import EMBEDDED_ASR, EMBEDDED_LLM, models_dir
 from app.live.runtime import Runtime
-from app.live.session import _to_mono_16k, replay
+from app.live.replay import replay
+from encoders.audio import to_mono_16k
 from encoders.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -162,15 +163,15 @@ def test_summary_and_action_items(replayed):
 
 def test_audio_layouts_become_mono_16k():
     stereo48 = np.stack([np.sin(np.linspace(0, 200, 48000)), np.zeros(48000)], axis=1).astype(np.float32)
-    out = _to_mono_16k(stereo48, 48000)
+    out = to_mono_16k(stereo48, 48000)
     assert out.dtype == np.float32 and out.ndim == 1 and abs(len(out) - 16000) <= 2
     pcm = (np.ones((2, 1600)) * 16384).astype(np.int16)  # (channels, n) from a WebRTC frame
-    out = _to_mono_16k(pcm, 16000)
+    out = to_mono_16k(pcm, 16000)
     assert out.shape == (1600,) and np.allclose(out, 0.5, atol=1e-3)
     with pytest.raises(InputError):
-        _to_mono_16k(np.zeros((2, 2, 2)), 16000)
+        to_mono_16k(np.zeros((2, 2, 2)), 16000)
     with pytest.raises(InputError):
-        _to_mono_16k(np.zeros(10), 0)
+        to_mono_16k(np.zeros(10), 0)
 
 
 @needs_models

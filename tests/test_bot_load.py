@@ -25,7 +25,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from app.rooms.bot import BotServer, BotSettings
+from app.rooms.bot_server import BotServer
+from app.rooms.bot_settings import BotSettings
 from app.platform.config import load_settings
 from app.platform.models import EMBEDDED_ASR, EMBEDDED_LLM, models_dir
 from app.live.runtime import Runtime

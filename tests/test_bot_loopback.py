@@ -18,7 +18,8 @@ import httpx
 import pytest
 from scripted_parts import scripted_meeting
 
-from app.rooms.bot import BotServer, BotSettings
+from app.rooms.bot_server import BotServer
+from app.rooms.bot_settings import BotSettings
 from app.testing.peers import FileAudioTrack, ImageTrack, RoomClient
 
 ROOMS = {"standup": "token-standup", "side": "token-side"}

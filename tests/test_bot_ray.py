@@ -17,7 +17,8 @@ import httpx
 import pytest
 from scripted_parts import scripted_meeting
 
-from app.rooms.bot import BotServer, BotSettings
+from app.rooms.bot_server import BotServer
+from app.rooms.bot_settings import BotSettings
 from app.testing.peers import FileAudioTrack, RoomClient
 
 ROOMS = {"cluster": "token-cluster"}

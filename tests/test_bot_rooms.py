@@ -16,7 +16,8 @@ import httpx
 import pytest
 from scripted_parts import scripted_meeting
 
-from app.rooms.bot import BotServer, BotSettings
+from app.rooms.bot_server import BotServer
+from app.rooms.bot_settings import BotSettings
 from app.testing.peers import FileAudioTrack, ImageTrack, RoomClient
 
 ROOMS = {"solo": "token-solo", "duo": "token-duo", "forget": "token-forget", "named": "token-named",

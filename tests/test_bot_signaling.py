@@ -14,7 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.rooms.bot import BotServer, BotSettings, listen_ice_hosts, restrict_ice_hosts
+from app.rooms.bot_server import BotServer
+from app.rooms.bot_settings import BotSettings
+from app.rooms.ice import listen_ice_hosts, restrict_ice_hosts
 from app.platform.config import load_settings
 from app.live.runtime import Runtime
 from app.testing.peers import RoomClient
@@ -42,7 +44,7 @@ def _offer_sdp() -> str:
     """A real aiortc offer (audio, video, data channel) with loopback host candidates."""
     from aiortc import RTCPeerConnection
 
-    from app.rooms.bot import ice_configuration
+    from app.rooms.ice import ice_configuration
 
     restrict_ice_hosts(["127.0.0.1"])
 

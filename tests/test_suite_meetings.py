@@ -90,7 +90,7 @@ def test_live_session_answers_a_generated_meeting(settings, tmp_path):
     answers (mid-meeting state machinery, KV-cached context) after it ends."""
     from app.platform.models import EMBEDDED_LLM
     from app.live.runtime import Runtime
-    from app.live.session import replay
+    from app.live.replay import replay
 
     if not (models_dir(settings.home) / EMBEDDED_LLM / ".minutia-complete").is_file():
         pytest.skip("the embedded LLM is not provisioned (minutia models)")

@@ -193,7 +193,7 @@ class LivePage:
 
     @staticmethod
     def _replay(tab: Tab, session: TabFeed, path: Path, speed: float, stop: threading.Event) -> None:
-        from app.live.session import replay
+        from app.live.replay import replay
 
         try:
             replay(session, path, speed=speed, stop=stop, finish=False)

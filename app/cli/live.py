@@ -50,7 +50,7 @@ def live(
     from app.batch.pipeline import resolve_input
     from app.live.events import Failed, LineClosed, SessionEvent, SlideShown
     from app.live.runtime import Runtime
-    from app.live.session import replay
+    from app.live.replay import replay
     from app.text.transcript import SLIDE_SPEAKER, WRITERS
 
     if speed < 0:
@@ -164,7 +164,7 @@ def resume(
 ) -> None:
     """Continue a saved meeting after a restart, without prefilling it again: ask it questions or feed it more."""
     from app.live.runtime import Runtime
-    from app.live.session import replay
+    from app.live.replay import replay
     from kvstore.persist import SessionNotFound, session_info
     from kvstore.stores import StoreError
 

@@ -38,7 +38,9 @@ def bot(
     """Serve WebRTC rooms: captions, slides and answers over a data channel; /metrics for Prometheus."""
     from app.live.runtime import Runtime
     from app.platform.metrics import configure_json_logging
-    from app.rooms.bot import BotSettings, listen_ice_hosts, run_bot
+    from app.rooms.bot_server import run_bot
+    from app.rooms.bot_settings import BotSettings
+    from app.rooms.ice import listen_ice_hosts
 
     bot_settings = BotSettings.from_file(rooms_file) if rooms_file else BotSettings()
     bot_settings.rooms.update(_bot_rooms(room or []))

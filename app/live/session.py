@@ -23,7 +23,6 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 import numpy as np
@@ -42,7 +41,7 @@ from app.live.session_store import Checkpoints, LineLedger, LineMark, SavedState
 from app.live.session_vision import SlideWatcher
 from app.text.speakers import is_anonymous, rename_speakers, speaker_names
 from app.text.transcript import Transcript, TranscriptWord, realign_to_sentences, turns_from_words
-from encoders.audio import SAMPLE_RATE
+from encoders.audio import SAMPLE_RATE, to_mono_16k
 from encoders.errors import InputError
 from encoders.ring import ItemRing, RingBuffer
 
@@ -189,7 +188,7 @@ class MeetingSession:
         holds, the oldest audio is dropped and counted. ``wait=True`` (replaying a file faster than
         real time) waits for room instead.
         """
-        audio = _to_mono_16k(samples, sample_rate)
+        audio = to_mono_16k(samples, sample_rate)
         if audio.size == 0:
             return
         self._ensure_open()
@@ -763,70 +762,3 @@ def _make_timeline():
     from kvstore.timeline import TimelineIndex
 
     return TimelineIndex()
-
-
-def _to_mono_16k(samples: np.ndarray, sample_rate: int) -> np.ndarray:
-    """Any PCM layout a browser or WebRTC track gives -> float32 mono at 16 kHz."""
-    audio = np.asarray(samples)
-    if sample_rate <= 0:
-        raise InputError(f"sample rate must be positive, got {sample_rate}")
-    if audio.dtype.kind in "iu":  # integer PCM: scale to [-1, 1] by the type's range
-        audio = audio.astype(np.float32) / float(np.iinfo(audio.dtype).max + 1)
-    elif audio.dtype.kind != "f":
-        raise InputError(f"audio samples must be float or integer PCM, got dtype {audio.dtype}")
-    if audio.ndim == 2:
-        # (n, channels) as browsers send; a (channels, n) block with few rows (WebRTC frames) is transposed
-        if audio.shape[0] <= 8 and audio.shape[1] > audio.shape[0]:
-            audio = audio.T
-        audio = audio.mean(axis=1)
-    elif audio.ndim != 1:
-        raise InputError(f"audio must be (n,) or (n, channels), got shape {audio.shape}")
-    audio = audio.astype(np.float32, copy=False)
-    if not np.isfinite(audio).all():
-        raise InputError("audio contains NaN or infinite samples")
-    if sample_rate != SAMPLE_RATE:
-        from encoders.audio import resample
-
-        audio = resample(audio, sample_rate, SAMPLE_RATE)
-    return audio
-
-
-def replay(
-    session: MeetingSession,
-    path: str | Path,
-    speed: float = 1.0,
-    stop: threading.Event | None = None,
-    chunk_seconds: float = 0.5,
-    finish: bool = True,
-    until: float | None = None,
-) -> None:
-    """Feed a recording into ``session`` as if it were live (``speed`` x real time; 0 = as fast as possible),
-    up to ``until`` seconds of it when given."""
-    from encoders.media import iter_media
-
-    if speed < 0:
-        raise InputError("speed must be >= 0")
-    if until is not None and until <= 0:
-        raise InputError("until must be > 0 seconds")
-    if speed == 0:
-        session.decode_in_fixed_steps()
-    started = time.perf_counter()
-    for item in iter_media(Path(path), chunk_seconds=chunk_seconds):
-        if stop is not None and stop.is_set():
-            break
-        if until is not None and item.time >= until:
-            break
-        if speed > 0:
-            delay = started + item.time / speed - time.perf_counter()
-            if delay > 0:
-                if stop is not None:
-                    if stop.wait(delay):
-                        break
-                else:
-                    time.sleep(delay)
-        if item.audio is not None:
-            session.feed_audio(item.audio, SAMPLE_RATE, wait=speed == 0)
-        if item.frame is not None:
-            session.feed_video(item.frame, item.time, wait=speed == 0)
-    if finish:
-        session.finish()

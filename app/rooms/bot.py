@@ -11,28 +11,25 @@ finished (the recogniser's tail is committed) and the room stays open for questi
 comes back starts a continuation of the meeting. A peer that misbehaves gets an error and is
 dropped; the room's session, and every other room, carry on.
 
-Parts with a job of their own: the settings (app/rooms/bot_settings.py), who may join (app/rooms/admission.py), the room's
-mixer (app/rooms/mixer.py), the messages peers get (app/rooms/room_messages.py), and where the meetings run
-(app/rooms/bot_meetings.py).
+Parts with a job of their own: the settings (app/rooms/bot_settings.py), who may join (app/rooms/admission.py), a
+room and its peers (app/rooms/room.py), the room's mixer (app/rooms/mixer.py), the addresses offered to peers
+(app/rooms/ice.py), the messages peers get (app/rooms/room_messages.py), where the meetings run
+(app/rooms/bot_meetings.py), and the HTTP server around the bot (app/rooms/bot_server.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
-import dataclasses
-import json
 import logging
 import re
-import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import av
 import numpy as np
-from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 
 from app.rooms.admission import Admission
@@ -41,9 +38,11 @@ from app.rooms.bot_settings import BotSettings
 from app.live.events import Failed, LineClosed, SessionEvent, SlideShown, StateChanged, TentativeChanged, WordsCommitted
 from app.platform.metrics import Metrics
 from app.rooms.mixer import ASR_RATE, MIX_FRAME, AudioMixer
-from app.rooms.participants import Participants, display_name
+from app.rooms.ice import ice_configuration, restrict_ice_hosts
+from app.rooms.room import Peer, Room
+from app.rooms.participants import display_name
 from app.rooms.room_messages import answer_message, captions, float_or_none, jsonable, line_message, majority_label
-from app.rooms.signaling import JoinRefused, create_app
+from app.rooms.signaling import JoinRefused
 
 if TYPE_CHECKING:
     from aiortc import RTCDataChannel
@@ -64,88 +63,6 @@ def _shown(name: str, limit: int = 64) -> str:
     """A peer-chosen name as logs and replies show it: at most ``limit`` characters (a 60,000-character room
     name was logged whole)."""
     return name if len(name) <= limit else f"{name[:limit]}... ({len(name)} chars)"
-
-
-def restrict_ice_hosts(addresses: Sequence[str]) -> None:
-    """Offer only these host candidates (process-wide: aioice reads its module function).
-
-    aioice skips 127.0.0.1 by default; on loopback the bot and its peers need exactly that and no
-    STUN server (see DESIGN.md).
-    """
-    import aioice.ice
-
-    chosen = list(addresses)
-    aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: list(chosen)
-
-
-def listen_ice_hosts(listen_host: str) -> list[str] | None:
-    """ICE host candidates for a bot listening on ``listen_host``: that interface alone (a bot bound to
-    127.0.0.1 must not open media sockets on every interface); None (all) for a wildcard address."""
-    import socket
-
-    from encoders.errors import InputError
-
-    if listen_host in ("", "0.0.0.0", "::"):
-        return None
-    try:
-        infos = socket.getaddrinfo(listen_host, None, type=socket.SOCK_STREAM)
-    except OSError as exc:
-        raise InputError(f"cannot resolve the listen address {listen_host!r}: {exc.strerror or exc}") from None
-    return list(dict.fromkeys(info[4][0] for info in infos))  # IPv4 and IPv6, in the resolver's order
-
-
-def ice_configuration() -> RTCConfiguration:
-    return RTCConfiguration(iceServers=[])
-
-
-@dataclasses.dataclass
-class Peer:
-    peer_id: str
-    room: "Room"
-    pc: RTCPeerConnection
-    client: str
-    channel: "RTCDataChannel | None" = None
-    tasks: set[asyncio.Task] = dataclasses.field(default_factory=set)
-    asking: bool = False
-    connected: bool = False
-    pending_forget: tuple[str, float] | None = None  # a forget asked for (what, when): 'forget: yes' does it
-
-    def send(self, message: dict) -> bool:
-        channel = self.channel
-        if channel is None or channel.readyState != "open":
-            return False
-        try:
-            channel.send(json.dumps(message, ensure_ascii=False))
-            return True
-        except Exception as exc:  # a channel closing under us is the peer's problem, not the room's
-            log.debug("send to %s failed: %s", self.peer_id, exc)
-            return False
-
-
-class Room:
-    """A room's meeting session and the peers in it; lives on the bot's event loop."""
-
-    def __init__(self, name: str, session: "MeetingSession", mixer: AudioMixer) -> None:
-        self.name = name
-        self.session = session
-        self.peers: dict[str, Peer] = {}
-        self.mixer = mixer  # every peer's audio, summed on the room's clock
-        self.mix_task: asyncio.Task | None = None
-        self.wakeup = asyncio.Event()  # new audio, or a lane that ended
-        self.finished = False  # the session was finished: new audio continues the meeting in a new session
-        # Held by a question while it reads the session and by a continuation while it swaps sessions: the
-        # swap closes the old session, which must not happen under a question (nor a question reach a closed one).
-        self.session_lock = asyncio.Lock()
-        self.unsubscribe: Any = None
-        self.recent_words: collections.deque = collections.deque(maxlen=400)  # committed words with labels
-        self.held_lines: list[Any] = []  # closed lines waiting for their last words' labels
-        # audio (with its frames' speakers) that arrives while a forget rebuilds the meeting
-        self.parked: list[tuple[np.ndarray, list]] | None = None
-        self.participants = Participants()  # peers that joined with a name: their microphone says who speaks
-
-    def broadcast(self, message: dict) -> None:
-        for peer in list(self.peers.values()):
-            peer.send(message)
 
 
 class RoomBot:
@@ -671,80 +588,3 @@ class RoomBot:
                 room.unsubscribe()
         self._ask_pool.shutdown(wait=False, cancel_futures=True)
         self._finish_pool.shutdown(wait=False, cancel_futures=True)  # the runtime closing the sessions ends them
-
-
-class BotServer:
-    """The bot's HTTP server on its own thread and event loop (the CLI blocks on it; tests start and stop it)."""
-
-    def __init__(self, runtime: "Runtime | None", settings: BotSettings, host: str = "127.0.0.1", port: int = 8080,
-                 meetings: Meetings | None = None) -> None:
-        import socket
-
-        import uvicorn
-
-        self.bot = RoomBot(runtime, settings, meetings=meetings)
-        self.app = create_app(self.bot)
-        self._socket = socket.create_server((host, port), reuse_port=False)
-        self.host, self.port = self._socket.getsockname()[:2]
-        self._server = uvicorn.Server(uvicorn.Config(self.app, log_config=None, access_log=False, lifespan="off"))
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    async def _serve(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        watcher = asyncio.ensure_future(self.bot.admission.watch_loop())
-        try:
-            await self._server.serve(sockets=[self._socket])
-        finally:
-            watcher.cancel()
-            await self.bot.close()
-
-    def serve_forever(self) -> None:
-        asyncio.run(self._serve())
-
-    def start(self, timeout: float = 30.0) -> "BotServer":
-        self._thread = threading.Thread(target=self.serve_forever, name="bot-server", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the bot server did not start")
-            time.sleep(0.05)
-        return self
-
-    def call(self, coroutine: Any, timeout: float = 30.0) -> Any:
-        """Run a coroutine on the bot's loop (tests inspect rooms this way)."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
-
-    def stop(self, timeout: float = 30.0) -> None:
-        self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def __enter__(self) -> "BotServer":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-def run_bot(runtime: "Runtime | None", settings: BotSettings, host: str = "127.0.0.1", port: int = 8080,
-            console: Any = None, meetings: Meetings | None = None) -> None:
-    """`minutia bot`: serve until interrupted, then hang up and close the sessions (or the rooms' actors)."""
-    server = BotServer(runtime, settings, host, port, meetings=meetings)
-    if console is not None:
-        rooms = ", ".join(settings.rooms) or "(none)"
-        where = "" if meetings is None or isinstance(meetings, LocalMeetings) else "; meetings on the Ray cluster"
-        console.print(f"[green]minutia bot[/] on {server.url}: rooms {rooms}; POST /rooms/<room>/offer, GET /metrics"
-                      f"{where}")
-    try:
-        server.serve_forever()
-    finally:
-        if meetings is not None:
-            meetings.close()
-        if runtime is not None:
-            runtime.close()

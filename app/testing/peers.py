@@ -15,7 +15,7 @@ import numpy as np
 from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 
-from app.rooms.bot import ice_configuration
+from app.rooms.ice import ice_configuration
 
 
 class FileAudioTrack(MediaStreamTrack):
