@@ -5,6 +5,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TEST_WORKERS ?= 2
 # Debian packages: ffmpeg (PyAV/torchcodec), espeak-ng + sox (regenerate samples),
 # tesseract (slide OCR), redis-server (tiered KV store tests start their own),
 # chromium + a font (the browser tests drive it through Playwright; no browser downloads),
@@ -43,8 +44,9 @@ demo: setup
 	$(BIN)/minutia demo
 	$(BIN)/minutia-ui --host 127.0.0.1 --port 7860
 
+# Two workers on the 2-core machine (TEST_WORKERS=0 runs in one process): waits on browsers, sockets and Ray overlap.
 test: setup
-	$(BIN)/python -m pytest -q --durations=30 tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30 tests
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "not slow" tests
