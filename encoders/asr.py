@@ -159,22 +159,44 @@ class Transcriber:
             hotwords=", ".join(options.hotwords) or None,
         )
         for seg in segments:
-            words = tuple(
+            heard = tuple(
                 Word(w.word.strip(), float(w.start), float(w.end), float(w.probability))
                 for w in (seg.words or [])
                 if w.word.strip()
             )
+            words = without_prompt_echo(heard, options.hotwords)
             if not words:
                 continue
             yield Segment(
                 start=float(seg.start),
                 end=float(seg.end),
-                text=seg.text.strip(),
+                text=seg.text.strip() if words == heard else " ".join(w.text for w in words),
                 words=words,
                 avg_logprob=float(seg.avg_logprob),
                 no_speech_prob=float(seg.no_speech_prob),
                 compression_ratio=float(seg.compression_ratio),
             )
+
+
+# Raised whenever a change here changes the words a recording gives: transcripts cached under an older one are
+# transcribed again (app/batch/pipeline.py's cache key), not served stale. 2: hotwords echoed from the prompt dropped.
+RECOGNISER_REVISION = 2
+ECHO_PROBABILITY = 0.05  # a hotword heard in speech, primed by the prompt, comes far above this
+
+
+def without_prompt_echo(words: tuple[Word, ...], hotwords: tuple[str, ...]) -> tuple[Word, ...]:
+    """``words`` less the hotwords Whisper wrote back from its prompt: over noise or silence it sometimes writes the
+    hotwords themselves ("Thanks everyone. Zorblax, Quintaro, Vemmeline"), each at a probability near zero. A word
+    goes when it is one of the hotwords' words and its probability is under ECHO_PROBABILITY."""
+    if not hotwords:
+        return words
+    primed = {_bare(part) for term in hotwords for part in term.split()}
+    primed.discard("")
+    return tuple(w for w in words if not (w.probability < ECHO_PROBABILITY and _bare(w.text) in primed))
+
+
+def _bare(text: str) -> str:
+    return text.strip(" ,.;:!?\"'()[]").casefold()
 
 
 MAX_WORDS_PER_SECOND = 8.0  # fast speech is 4-6; a loop packs dozens of words into a fraction of a second

@@ -271,3 +271,32 @@ def test_a_looped_fitted_decode_is_done_again_on_the_whole_window_without_the_pr
     decoder.calls.clear()
     assert list(decoder.transcribe(audio, TranscribeOptions(initial_prompt="See you"))) == [loop]
     assert decoder.calls == [(None, "See you")] and decoder.full_window_retries == 1
+
+
+def test_hotwords_written_back_from_the_prompt_are_dropped_and_heard_ones_kept():
+    """Issue 49 F6: over the noise after a meeting's last word Whisper base wrote the hotwords back from its prompt
+    ("Thanks everyone. Zorblax, Quintaro, Vemmeline", probabilities 0.0001, 0.022 and 0.005, the last two 0 s long).
+    A hotword heard in speech, and any other word, stays whatever its probability."""
+    from encoders.asr import without_prompt_echo
+
+    hotwords = ("Zorblax", "Quintaro", "Ana Vemmeline")
+    tail = (Word("Thanks", 115.9, 116.35, 0.96), Word("everyone.", 116.35, 117.19, 0.69),
+            Word("Zorblax,", 117.19, 117.71, 0.0001), Word("Quintaro,", 117.71, 117.71, 0.0224),
+            Word("Vemmeline", 117.71, 117.71, 0.005))
+    assert [w.text for w in without_prompt_echo(tail, hotwords)] == ["Thanks", "everyone."]
+    heard = (Word("Zorblax", 3.0, 3.4, 0.62), Word("mumbled", 3.4, 3.8, 0.01), Word("Vemmeline.", 3.8, 4.3, 0.4))
+    assert without_prompt_echo(heard, hotwords) == heard
+    assert without_prompt_echo(tail, ()) == tail
+
+
+@needs_whisper
+def test_hotwords_keep_the_names_they_prime(transcriber):
+    """The echo filter on the real model: the stand-up's first turns with its speakers' names and one word nobody
+    says as hotwords keep every name said and write no word that was not."""
+    from encoders.asr import TranscribeOptions
+
+    audio = load_audio(STANDUP / "meeting.ogg")[: int(31.5 * SAMPLE_RATE)]
+    options = TranscribeOptions(hotwords=("Alice", "Bob", "Carol", "Zorblax"))
+    said = " ".join(w.text for segment in transcriber.transcribe(audio, options) for w in segment.words)
+    assert all(name in said for name in ("Alice", "Bob", "Carol")), said
+    assert "Zorblax" not in said, said

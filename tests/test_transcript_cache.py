@@ -35,3 +35,17 @@ def test_a_file_that_does_not_open_is_a_miss(tmp_path):
     assert TranscriptCache(folder, b"k" * 32).get("old") is None
     TranscriptCache(folder, b"k" * 32).put("old", SAID)  # rewritten sealed
     assert TranscriptCache(folder, b"k" * 32).get("old").turns[0].speaker == "Alice"
+
+
+def test_a_recogniser_that_hears_differently_is_not_served_an_old_transcript(tmp_path, monkeypatch):
+    """A transcript is cached under the recording, the ASR settings and the recogniser's revision: after a fix that
+    changes the words (RECOGNISER_REVISION raised) the recording is transcribed again, not read back stale."""
+    import app.batch.pipeline as pipeline
+
+    recording = tmp_path / "call.wav"
+    recording.write_bytes(b"RIFF....WAVE")
+    settings = load_settings(overrides={"home": str(tmp_path / "home")})
+    key = pipeline._cache_key(recording, settings)
+    assert pipeline._cache_key(recording, settings) == key
+    monkeypatch.setattr(pipeline, "RECOGNISER_REVISION", pipeline.RECOGNISER_REVISION + 1)
+    assert pipeline._cache_key(recording, settings) != key

@@ -20,7 +20,7 @@ from app.text.transcript import (
     realign_to_sentences,
     turns_from_words,
 )
-from encoders.asr import Transcriber, TranscribeOptions
+from encoders.asr import RECOGNISER_REVISION, Transcriber, TranscribeOptions
 from encoders.audio import SAMPLE_RATE, cut_off, load_audio
 from encoders.diarize import assign_speakers, make_diarizer
 from encoders.errors import InputError
@@ -146,6 +146,7 @@ def _cache_key(path: Path, settings: Settings) -> str:
     with path.open("rb") as handle:
         while chunk := handle.read(1 << 20):
             digest.update(chunk)
+    digest.update(f"recogniser {RECOGNISER_REVISION}".encode())
     digest.update(settings.asr.model_dump_json().encode())
     digest.update(settings.diarization.model_dump_json().encode())
     return digest.hexdigest()[:24]
