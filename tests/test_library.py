@@ -386,3 +386,18 @@ def test_minutia_ask_of_a_meeting_the_library_holds_embeds_none_of_its_sentences
     finally:
         lib.embedder._encode = original
     assert not [t for t in encoded if any(text in t for _, text in REVIEW_LINES)]
+
+
+def test_a_library_opened_with_with_is_closed_after_it(tmp_path):
+    """`with open_library(settings) as library:` closes the file after the block, even when the block fails."""
+    import sqlite3
+
+    settings = load_settings(overrides={"home": str(tmp_path / "home")})
+    with open_library(settings, embedder=False) as library:
+        assert library.meetings() == []
+    with pytest.raises(sqlite3.ProgrammingError):
+        library.db.execute("SELECT 1")
+    with pytest.raises(RuntimeError), open_library(settings, embedder=False) as failing:
+        raise RuntimeError("the block failed")
+    with pytest.raises(sqlite3.ProgrammingError):
+        failing.db.execute("SELECT 1")

@@ -27,11 +27,8 @@ def list_meetings(since: SinceOpt = None, config: ConfigOpt = None, as_json: Jso
     from app.library.record import open_library, parse_date
 
     settings = _settings(config)
-    library = open_library(settings, create_key=False, embedder=False)
-    try:
+    with open_library(settings, create_key=False, embedder=False) as library:
         records = library.meetings(parse_date(since) if since else None)
-    finally:
-        library.close()
     if as_json:
         print(json.dumps([{"id": r.id, "title": r.title, "started": r.started, "duration": r.duration,
                            "speakers": r.speakers} for r in records], indent=2, ensure_ascii=False))
@@ -54,11 +51,8 @@ def show(meeting: Annotated[str, typer.Argument(help="a meeting's id (minutia li
     from app.library.record import open_library, transcript_of
     from app.text.transcript import to_markdown
 
-    library = open_library(_settings(config), create_key=False, embedder=False)
-    try:
+    with open_library(_settings(config), create_key=False, embedder=False) as library:
         record = library.get(meeting)
-    finally:
-        library.close()
     out.print(f"[bold]{escape(record.title)}[/] ({escape(record.id)}), {_day(record.started)}, "
               f"{format_time(record.duration or 0)}, speakers: {escape(', '.join(record.speakers))}")
     out.print(escape(record.summary or "(no summary)"))
@@ -84,11 +78,8 @@ def search(query: Annotated[str, typer.Argument(help="words to look for, across 
     from app.library.record import open_library, parse_date
 
     query = checked_question(query)
-    library = open_library(_settings(config), create_key=False)
-    try:
+    with open_library(_settings(config), create_key=False) as library:
         found = library.search(query, limit=limit, since=parse_date(since) if since else None, speaker=speaker)
-    finally:
-        library.close()
     if as_json:
         print(json.dumps([{"meeting": f.meeting, "title": f.title, "speaker": f.sentence.speaker,
                            "start": f.sentence.start, "text": f.sentence.text, "score": round(f.score, 4)}
@@ -115,8 +106,7 @@ def forget(meeting: Annotated[str, typer.Argument(help="a meeting's id (minutia 
     if speaker is not None and _saved_session(settings, meeting):
         raise InputError(f"{meeting} is a saved meeting: minutia forget --session {meeting} --speaker {speaker} "
                          "forgets them in it and in the library (here they would come back at its next save)")
-    library = open_library(settings, create_key=False, embedder=speaker is not None)
-    try:
+    with open_library(settings, create_key=False, embedder=speaker is not None) as library:
         if speaker is not None:
             removed = forget_speaker(library, meeting, speaker)
             out.print(f"forgot {escape(speaker)} in {escape(meeting)}: {counted(removed, 'turn')} removed, "
@@ -125,8 +115,6 @@ def forget(meeting: Annotated[str, typer.Argument(help="a meeting's id (minutia 
         if not library.forget(meeting):
             raise InputError(f"the library has no meeting {meeting!r} (minutia library list shows them)")
         out.print(f"forgot meeting {escape(meeting)}: its rows and its key are gone from the library")
-    finally:
-        library.close()
 
 
 def _saved_session(settings, meeting: str) -> bool:

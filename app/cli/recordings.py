@@ -142,12 +142,9 @@ def _warm_from_library(settings: Settings, transcript) -> int:
     if not library_path(settings).exists():
         return 0
     try:
-        lib = open_library(settings, create_key=False)
-        try:
+        with open_library(settings, create_key=False) as lib:
             detector = library_detector(settings)  # the library keeps a meeting as it records it: masked
             return lib.warm(meeting_id(mask_transcript(transcript, detector) if detector else transcript))
-        finally:
-            lib.close()
     except (InputError, sqlite3.Error):
         return 0
 
@@ -159,12 +156,9 @@ def _record_in_library(settings: Settings, transcript, summary, given: Path) -> 
     from app.library.record import library_detector, open_library, record_meeting
 
     try:
-        lib = open_library(settings)
-        try:
+        with open_library(settings) as lib:
             return record_meeting(lib, transcript, summary, title=given.name, started=given.stat().st_mtime,
                                   detector=library_detector(settings))
-        finally:
-            lib.close()
     except (InputError, sqlite3.Error) as exc:
         err.print(f"[yellow]warning:[/] the meeting was not recorded in the library: {escape(str(exc))}")
         return None
@@ -222,14 +216,11 @@ def _ask_library(question: str, since, speaker, meeting_like, config, llm, as_js
     from app.text.transcript import format_day as day_of
 
     settings = _settings(config, llm)
-    lib = open_library(settings, create_key=False)
-    try:
+    with open_library(settings, create_key=False) as lib:
         assistant = _assistant(settings)
         with err.status("reading the library"):
             found = ask_library(lib, question, assistant.ask, since=parse_date(since) if since else None,
                                 speaker=speaker, meeting_like=meeting_like)
-    finally:
-        lib.close()
     where = lambda r: {"meeting": r.id, "title": r.title, "started": r.started}  # noqa: E731
     if as_json:
         period = {"period": {"said": found.period.said, "start": found.period.start, "end": found.period.end}} \

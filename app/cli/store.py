@@ -73,12 +73,9 @@ def _forget_in_library(settings: Settings, session: str) -> None:
         return
     from app.library.record import open_library
 
-    library = open_library(settings, create_key=False, embedder=False)
-    try:
+    with open_library(settings, create_key=False, embedder=False) as library:
         if library.forget(session):
             out.print(f"forgot meeting {escape(session)} in the library too")
-    finally:
-        library.close()
 
 
 @app.command()

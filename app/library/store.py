@@ -141,6 +141,12 @@ class Library:
     def close(self) -> None:
         self.db.close()
 
+    def __enter__(self) -> "Library":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # ------------------------------------------------------------------ sealing
     def _meeting_key(self, meeting: str, wrapped: bytes) -> bytes:
         from cryptography.exceptions import InvalidTag

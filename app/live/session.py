@@ -494,13 +494,10 @@ class MeetingSession:
         from app.library.record import library_detector, open_library, record_meeting
 
         try:
-            library = open_library(self.settings)
-            try:
+            with open_library(self.settings) as library:
                 started = library.started(self.session_id) or self._wall_start  # a resumed meeting keeps its date
                 record_meeting(library, self.transcript(), title=self.title or self.session_id, started=started,
                                meeting=self.session_id, detector=library_detector(self.settings))
-            finally:
-                library.close()
         except Exception as exc:
             if strict:
                 raise InputError(f"the meeting library could not be updated: {exc}") from None
