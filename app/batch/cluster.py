@@ -23,7 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from app.batch.jobs import PARTIAL, REPORT, BatchJob, BatchWorker, JobResult, Manifest
 from app.platform.config import Settings
-from app.platform.ray_cluster import join_ray
+from app.platform.ray_cluster import join_ray, leave_ray
 from app.platform.store import ProcessLock
 from app.text.transcript import WRITERS, atomic_write
 from encoders.errors import InputError
@@ -223,7 +223,7 @@ def _schedule(todo, settings, options, console, worker_cls, manifest, results, o
     finally:
         stop()
         if started_here:
-            ray.shutdown()
+            leave_ray()
 
 
 def _interrupt_on_sigterm() -> Callable[[], None]:

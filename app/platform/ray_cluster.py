@@ -6,7 +6,10 @@ from __future__ import annotations
 import logging
 import os
 
+from app.platform.ray_reaper import Reaper
 from encoders.errors import InputError
+
+_reaper: Reaper | None = None  # of the local runtime this process started
 
 
 def check_reachable(address: str, timeout: float = 5.0) -> None:
@@ -43,4 +46,18 @@ def join_ray(address: str | None) -> bool:
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = address or "a local runtime"
         raise InputError(f"cannot start Ray ({where}): {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    if not address:
+        global _reaper
+        _reaper = Reaper()  # this process killed outright takes the runtime's processes with it
     return True
+
+
+def leave_ray() -> None:
+    """Shut down what :func:`join_ray` started or joined (and the reaper of a local runtime)."""
+    import ray
+
+    global _reaper
+    ray.shutdown()
+    if _reaper is not None:
+        _reaper.stop()
+        _reaper = None

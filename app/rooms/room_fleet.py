@@ -25,7 +25,7 @@ import numpy as np
 
 from app.platform.canary import rollout_for
 from app.platform.config import Settings
-from app.platform.ray_cluster import join_ray
+from app.platform.ray_cluster import join_ray, leave_ray
 from app.rooms.room_host import RATE, RoomHost, RoomProgress
 from encoders.errors import InputError
 
@@ -147,9 +147,7 @@ class RoomFleet:
             room.close()
         self.rooms.clear()
         if self._started_ray:
-            import ray
-
-            ray.shutdown()
+            leave_ray()
 
 
 class RemoteRoom:
