@@ -760,3 +760,37 @@ def test_a_word_heard_with_low_confidence_is_flagged_where_the_answer_quotes_it(
     assert finder.answer("When does the pilot start?").citations[0].unsure == ()
     summary = build_summary(Transcript(turns, source="t"))
     assert summary.unsure == ["can"] and '"can"' in render_markdown(summary).splitlines()[-1]
+
+
+def test_a_line_that_lost_its_not_is_checked_against_the_slide_and_the_question():
+    """Issue 49: the recogniser dropped a "not" ("so we can test real payments"), and the page stated the answer
+    with confidence while the slide on screen said "Contract not signed yet". A cited line that says the opposite of
+    the slide shown then, or of what a question takes as given ("Why can't ...?"), carries that as a check."""
+    t = _turns(("SPEAKER_00", "Are there any problems?"),
+               ("Slide", "Payment contract; Contract not signed yet; Keep the payment company"),
+               ("SPEAKER_01", "The payment company signed the contract, so we can test real payments."),
+               ("SPEAKER_00", "Good. We keep the payment company."))
+    finder = AnswerFinder(t)
+    why = finder.answer("Why can't they test real payments?")
+    line = next(c for c in why.citations if c.turn_index == 2)
+    assert line.check == 'the question says "Why can\'t they test real payments"', why.citations
+    signed = finder.answer("What did the payment company do?")
+    line = next(c for c in signed.citations if c.turn_index == 2)
+    assert line.check == 'the slide at 00:05 says "Contract not signed yet"', signed.citations
+    agreed = finder.answer("Will they keep the payment company?")  # a yes-no question takes nothing as given
+    assert all(not c.check for c in agreed.citations), agreed.citations
+    heard = _turns(("Slide", "Payment contract; Contract not signed yet"),
+                   ("SPEAKER_01", "The payment company did not sign the contract, so we cannot test real payments."))
+    fine = AnswerFinder(heard).answer("Why can't they test real payments?")
+    assert fine.citations and all(not c.check for c in fine.citations), fine.citations
+
+
+def test_what_says_the_opposite_shares_the_clause_s_words():
+    from app.answering.polarity import disagreement
+
+    assert disagreement("We want 200 users, so we can test the servers.", "200 users, real traffic") is None
+    assert disagreement("We should keep the company.", "Keep the payment company") is None
+    assert disagreement("The login page is not finished.", "Login page finished") == ("The login page is not finished",
+                                                                                      "Login page finished")
+    assert disagreement("We will not offer a discount.", "Offer a 5% discount") is not None
+    assert disagreement("The budget is fine.", "Contract not signed yet") is None  # about something else

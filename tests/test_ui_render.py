@@ -77,6 +77,10 @@ def test_answer_links_jump_to_the_cited_line():
     untimed = render.answer_markdown(Answer("q", "Yes.", [Citation(1, "Bob", None, "...")], 1, 0.5))
     assert "(#mt-turn-1)" in untimed
     assert render.answer_markdown(Answer("q", "", [], 1, 0.0)) == "(no answer)"
+    checked = Citation(2, "Bob", 40.0, "so we can test real payments", check='the slide at 00:37 says "Contract not signed"')
+    md = render.answer_markdown(Answer("why?", "They can test real payments.", [checked], 1, 0.5))
+    assert md.endswith('_Check the line at 00:40 in the recording: the slide at 00:37 says "Contract not signed"; '
+                       'a "not" may have been missed._')
 
 
 def test_summary_and_actions_markdown():

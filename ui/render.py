@@ -117,7 +117,10 @@ def answer_markdown(answer: Any) -> str:
     text = answer.text.strip() or "(no answer)"
     doubt = unsure_note(list(dict.fromkeys(w for c in answer.citations for w in getattr(c, "unsure", ()))),
                         "these lines")
-    return text + ("\n\nSources: " + " · ".join(links) if links else "") + (f"\n\n{doubt}" if doubt else "")
+    checks = [f"_Check the line at {c.label.strip('[]')} in the recording: {c.check}; a \"not\" may have been missed._"
+              for c in answer.citations if getattr(c, "check", "")]
+    return text + ("\n\nSources: " + " · ".join(links) if links else "") + (f"\n\n{doubt}" if doubt else "") + \
+        "".join(f"\n\n{check}" for check in checks)
 
 
 def action_items_markdown(items: Sequence[Any]) -> str:

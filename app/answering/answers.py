@@ -33,6 +33,7 @@ from app.answering.injection import speaks_to_the_model
 from app.answering.key_phrases import KeyPhrase, key_phrases
 from app.answering.meeting_record import MeetingAsk, attendees, duration, leader, meeting_ask, purpose, spoke_most
 from app.answering.people import People, committer
+from app.answering.polarity import NEGATION, disagreement
 from app.answering.question_parse import asked_events, asks_what_one_will_do, date_event
 from app.answering.asked import split_questions
 from app.answering.questions import Question, QuestionType, content_words, parse_question, topic_words
@@ -48,8 +49,6 @@ NOT_IN_MEETING = "The meeting does not say."
 
 # "..., or not?" offers both answers; it does not negate what is asked.
 _OR_NOT = re.compile(r",?\s*\bor not\b", re.IGNORECASE)
-_NEGATION = re.compile(r"\b(?:not|no|never|n't|cannot|won't|don't|didn't|isn't|aren't|wasn't|no longer|instead of)\b|n't\b",
-                       re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -59,6 +58,7 @@ class Citation:
     start: float | None
     text: str
     unsure: tuple[str, ...] = ()  # its words the recogniser heard with low confidence (app.text.transcript.UNSURE)
+    check: str = ""  # what says the opposite of the line (a slide, the question): it may have lost a "not"
 
     @property
     def label(self) -> str:
@@ -169,6 +169,34 @@ class AnswerFinder:
 
     def _answer_one(self, question: str) -> Answer:
         q = self._with_aside(parse_question(question))
+        answer = self._read(q)
+        return replace(answer, citations=[self._checked(c, q) for c in answer.citations])
+
+    def _checked(self, citation: Citation, q: Question) -> Citation:
+        """A spoken line that says the opposite of the slide on screen then (or of what the question takes as given:
+        "Why can't they ...?") carries that as a check: the recogniser may have dropped a "not" (app/answering/
+        polarity.py). A yes-no question asks for either, so it takes nothing as given."""
+        if citation.speaker == SLIDE_SPEAKER:
+            return citation
+        if q.type is not QuestionType.YES_NO and (found := disagreement(citation.text, q.text)) is not None:
+            return replace(citation, check=f'the question says "{found[1]}"')
+        for slide in self._slides_around(citation.start):
+            # its title names a topic and says nothing either way (read live, a slide's lines are joined by "; ")
+            bullets = "\n".join(re.split(r"\n|;", slide.text)[1:])
+            if (found := disagreement(citation.text, bullets)) is not None:
+                return replace(citation, check=f'the slide at {format_time(slide.start)} says "{found[1]}"')
+        return citation
+
+    def _slides_around(self, start: float | None) -> list:
+        """The slide on screen when a line was said, and the next one if it came within SLIDE_LAG_S (a slide is
+        often shown just after it is spoken about)."""
+        if start is None:
+            return []
+        slides = [t for t in self.transcript.turns if t.speaker == SLIDE_SPEAKER and t.start is not None]
+        shown = [t for t in slides if t.start <= start][-1:]
+        return shown + [t for t in slides if start < t.start <= start + SLIDE_LAG_S][:1]
+
+    def _read(self, q: Question) -> Answer:
         about = meeting_ask(q.text, self.index.embedder)
         if about is not None:
             return self._about_meeting(q, about)
@@ -482,7 +510,7 @@ class AnswerFinder:
         """The latest sentence that itself says what the question is about settles it, together with the
         answers it got: "Maybe we should X." - "No, let's leave that." is a no; a sentence that negates the
         question, or gives another amount or date, is a no too."""
-        asked_negated = bool(_NEGATION.search(_OR_NOT.sub("", q.text)))  # "do they X or not?" asks, it does not negate
+        asked_negated = bool(NEGATION.search(_OR_NOT.sub("", q.text)))  # "do they X or not?" asks, it does not negate
         own = [h for h in hits if self._coverage(q, self.sentences[h.index], context_weight=0.0)
                >= self.options.min_focus_coverage]
         # The line that says most of what is asked, the predicate included ("signed" in "Is the contract signed?":
@@ -500,7 +528,7 @@ class AnswerFinder:
                 return "No.", [sentence, reply]
             if reply is not None and _ACCEPT.search(reply.text):
                 return "Yes.", [sentence, reply]
-        negated = bool(_NEGATION.search(sentence.text)) != asked_negated
+        negated = bool(NEGATION.search(sentence.text)) != asked_negated
         return ("No." if negated else "Yes."), [sentence]
 
     def _free_form(self, q: Question, hits: list[Hit]) -> tuple[str, list[Sentence], int]:
@@ -567,6 +595,7 @@ class AnswerFinder:
         return Citation(sentence.turn_index, sentence.speaker, sentence.start, sentence.text, unsure)
 
 
+SLIDE_LAG_S = 30.0
 DECISION_LEAD_IN = 4  # sentences before a decision that may name what it decides
 REPLY_WINDOW = 2  # sentences after a proposal within which its reply comes
 _REJECT = re.compile(r"^(?:no\b|nope\b|not\b)|\b(?:let's not|let us not|i don't think|i do not think|not this time|"

@@ -113,3 +113,5 @@ def print_answer(answer, heading: str = "answer") -> None:
         out.print(f"  [dim]{escape(c.label)}[/] {escape(c.speaker)}: {escape(text)}")
         if getattr(c, "unsure", ()):
             out.print(f"    [yellow]heard with low confidence:[/] {escape(', '.join(c.unsure))}")
+        if getattr(c, "check", ""):
+            out.print(f"    [yellow]check it in the recording:[/] {escape(c.check)}; a \"not\" may have been missed")

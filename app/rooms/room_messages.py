@@ -73,7 +73,7 @@ def answer_message(answer: Any, seconds: float) -> dict:
         "type": "answer",
         "question": answer.question,
         "text": answer.text,
-        "citations": [{"start": c.start, "label": c.label, "speaker": c.speaker, "text": c.text}
-                      for c in answer.citations],
+        "citations": [{"start": c.start, "label": c.label, "speaker": c.speaker, "text": c.text,
+                       **({"check": c.check} if getattr(c, "check", "") else {})} for c in answer.citations],
         "seconds": round(seconds, 3),
     }
