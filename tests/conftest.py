@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,26 @@ LONGEST_FIRST = ("test_kv_quality_bench.py", "test_suite_meetings.py", "test_app
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Under pytest-xdist a test marked ``exclusive`` (real-time audio whose timing the other worker's load upsets:
+    a stalled network track heard its words twice) runs with the machine to itself: every test holds a shared lock
+    on one file for the run, an exclusive test the exclusive lock."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not run:
+        yield
+        return
+    import fcntl
+    import tempfile
+
+    with open(Path(tempfile.gettempdir()) / f"minutia-tests-{run}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX if item.get_closest_marker("exclusive") else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")

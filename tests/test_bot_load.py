@@ -61,6 +61,7 @@ def _room_figures(bot) -> dict[str, dict]:
     return figures
 
 
+@pytest.mark.exclusive
 def test_rooms_under_sustained_load():
     settings = load_settings(overrides={"asr": {"beam_size": 1}})
     runtime = Runtime(settings)
