@@ -5,7 +5,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 0
 # Debian packages: ffmpeg (PyAV/torchcodec), espeak-ng + sox (regenerate samples),
 # tesseract (slide OCR), redis-server (tiered KV store tests start their own),
 # chromium + a font (the browser tests drive it through Playwright; no browser downloads),
@@ -44,7 +44,8 @@ demo: setup
 	$(BIN)/minutia demo
 	$(BIN)/minutia-ui --host 127.0.0.1 --port 7860
 
-# Two workers on the 2-core machine (TEST_WORKERS=0 runs in one process): waits on browsers, sockets and Ray overlap.
+# One process by default. TEST_WORKERS=2 runs two pytest-xdist workers (about 22 min instead of 38 on 2 cores), but
+# real-time audio tests (browser page, rooms) still fail now and then beside a second worker, so CI does not use it yet.
 test: setup
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30 tests
 
