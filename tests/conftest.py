@@ -10,16 +10,18 @@ from scripted_parts import ScriptedMeeting, ScriptedTranscriber, VoiceDiarizer, 
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# `make test` runs two pytest-xdist workers, a file to a worker (``--dist loadfile``: a file's module fixtures, which
+# `TEST_WORKERS=2 make test` runs two pytest-xdist workers, a file to a worker (``--dist loadfile``: a file's module fixtures, which
 # load models and run benches, are built once), taking files in collection order (``--no-loadscope-reorder``).
 # These files take minutes each on a 2-core machine (measured, `--durations`): they go first, longest first, so the
-# last minutes are not one worker alone on a long file. Order only: a run without xdist runs the same tests.
+# last minutes are not one worker alone on a long file. Order only, and only under xdist.
 LONGEST_FIRST = ("test_kv_quality_bench.py", "test_suite_meetings.py", "test_app_session.py", "test_ui_browser.py",
                  "test_batch.py", "test_app_end_to_end.py", "test_room_fleet.py", "test_bot_load.py",
                  "test_kv_formats_bench.py", "test_forget.py", "test_app_cli.py", "test_audit.py")
 
 
 def pytest_collection_modifyitems(config, items):
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # one process: files in their usual order
+        return
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
 
