@@ -10,8 +10,9 @@ from scripted_parts import ScriptedMeeting, ScriptedTranscriber, VoiceDiarizer, 
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# `TEST_WORKERS=2 make test` runs two pytest-xdist workers, a file to a worker (``--dist loadfile``: a file's module fixtures, which
-# load models and run benches, are built once), taking files in collection order (``--no-loadscope-reorder``).
+# `TEST_WORKERS=2 make test` runs two pytest-xdist workers, a file to a worker (``--dist loadfile``: a file's module
+# fixtures, which load models and run benches, are built once), taking files in collection order
+# (``--no-loadscope-reorder``).
 # These files take minutes each on a 2-core machine (measured, `--durations`): they go first, longest first, so the
 # last minutes are not one worker alone on a long file. Order only, and only under xdist.
 LONGEST_FIRST = ("test_kv_quality_bench.py", "test_suite_meetings.py", "test_app_session.py", "test_ui_browser.py",
