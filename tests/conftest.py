@@ -10,14 +10,16 @@ from scripted_parts import ScriptedMeeting, ScriptedTranscriber, VoiceDiarizer, 
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# `TEST_WORKERS=2 make test` runs two pytest-xdist workers, a file to a worker (``--dist loadfile``: a file's module
-# fixtures, which load models and run benches, are built once), taking files in collection order
-# (``--no-loadscope-reorder``).
+# `make test` runs in two phases. First every test not marked ``realtime``, on TEST_WORKERS pytest-xdist workers, a
+# file to a worker (``--dist loadfile``: a file's module fixtures, which load models and run benches, are built once),
+# taking files in collection order (``--no-loadscope-reorder``). Then the ``realtime`` files (real-time audio: the
+# browser page, the rooms), in one process: their deadlines are wall time, and beside a busy second worker they
+# failed in 3 of 4 full runs (session 44).
 # These files take minutes each on a 2-core machine (measured, `--durations`): they go first, longest first, so the
 # last minutes are not one worker alone on a long file. Order only, and only under xdist.
-LONGEST_FIRST = ("test_kv_quality_bench.py", "test_suite_meetings.py", "test_app_session.py", "test_ui_browser.py",
-                 "test_batch.py", "test_app_end_to_end.py", "test_room_fleet.py", "test_bot_load.py",
-                 "test_kv_formats_bench.py", "test_forget.py", "test_app_cli.py", "test_audit.py")
+LONGEST_FIRST = ("test_kv_quality_bench.py", "test_suite_meetings.py", "test_app_session.py", "test_batch.py",
+                 "test_app_end_to_end.py", "test_room_fleet.py", "test_kv_formats_bench.py", "test_forget.py",
+                 "test_app_cli.py", "test_audit.py")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -25,26 +27,6 @@ def pytest_collection_modifyitems(config, items):
         return
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    """Under pytest-xdist a test marked ``exclusive`` (real-time audio whose timing the other worker's load upsets:
-    a stalled network track heard its words twice) runs with the machine to itself: every test holds a shared lock
-    on one file for the run, an exclusive test the exclusive lock."""
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if not run:
-        yield
-        return
-    import fcntl
-    import tempfile
-
-    with open(Path(tempfile.gettempdir()) / f"minutia-tests-{run}.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX if item.get_closest_marker("exclusive") else fcntl.LOCK_SH)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")

@@ -39,7 +39,7 @@ SECONDS = float(os.environ.get("MINUTIA_BOT_LOAD_SECONDS", "60"))
 
 _HOME = load_settings().home
 _MISSING = [m for m in (EMBEDDED_ASR, EMBEDDED_LLM) if not (models_dir(_HOME) / m / ".minutia-complete").is_file()]
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.slow, pytest.mark.realtime,
               pytest.mark.skipif(bool(_MISSING), reason=f"embedded models {_MISSING} not provisioned in {_HOME}")]
 
 
@@ -61,7 +61,6 @@ def _room_figures(bot) -> dict[str, dict]:
     return figures
 
 
-@pytest.mark.exclusive
 def test_rooms_under_sustained_load():
     settings = load_settings(overrides={"asr": {"beam_size": 1}})
     runtime = Runtime(settings)

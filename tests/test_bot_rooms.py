@@ -34,6 +34,7 @@ SCRIPT = [
 ]
 MEETING = scripted_meeting(SCRIPT, slides=["Weekly meeting\nNew customer website"])
 TURNS = MEETING.turns  # (start, end, speaker) in seconds of the recording
+pytestmark = pytest.mark.realtime
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +147,6 @@ def test_two_speakers_in_one_room_are_both_heard(server, recording):
     assert "login" in transcript and "pilot" in transcript, transcript
 
 
-@pytest.mark.exclusive
 def test_a_speaker_whose_audio_comes_late_keeps_whole_words(server, recording):
     """Alice's network stalls twice (0.3 s each) while Bob's silent microphone keeps the room's clock going. The
     first stall, in the pause after her first turn, has part of her audio mixed as silence (counted on /metrics);

@@ -34,6 +34,7 @@ _HOME = load_settings().home
 _MISSING = [m for m in (EMBEDDED_ASR, EMBEDDED_LLM) if not (models_dir(_HOME) / m / ".minutia-complete").is_file()]
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.realtime,
     pytest.mark.skipif(bool(_MISSING), reason=f"embedded models {_MISSING} not provisioned in {_HOME}: run `minutia models`"),
     pytest.mark.skipif(not CHROMIUM.is_file(), reason="Debian's chromium is not installed (make sysdeps installs it)"),
 ]
