@@ -17,9 +17,7 @@ the answer says the meeting does not say. Every answer cites the sentences it re
 
 from __future__ import annotations
 
-import math
 import re
-from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, NamedTuple, Sequence
 
@@ -28,21 +26,22 @@ from app.text.entities import find_entities, merge_date_time
 from app.answering.figures import (ASKS_A_FIGURE, ASKS_COST, ASKS_LATEST, ONLY_A_FIGURE, PAST, WANTED,
                                      contradicts, pick, price_check, wanted_kinds)
 from app.answering.focused import FocusedSummarizer, FocusedSummary
+from app.answering.checks import checked
 from app.answering.choice import alternatives, choose
 from app.answering.injection import speaks_to_the_model
 from app.answering.key_phrases import KeyPhrase, key_phrases
 from app.answering.meeting_record import MeetingAsk, attendees, duration, leader, meeting_ask, purpose, spoke_most
 from app.answering.people import People, committer
-from app.answering.polarity import NEGATION, disagreement
+from app.answering.polarity import NEGATION
 from app.answering.question_parse import asked_events, asks_what_one_will_do, date_event
 from app.answering.asked import split_questions
-from app.answering.questions import Question, QuestionType, content_words, parse_question, topic_words
+from app.answering.questions import Question, QuestionType, content_words, parse_question
 from app.answering.rerank import Reranker
 from app.answering.retrieval import Embedder, Hit, SentenceIndex, stems
 from app.answering.span_reader import SpanReader
-from app.answering.spoken import capitalise, heard_alike, no_repeats, tidy, uncapitalise
+from app.answering.support import Support
+from app.answering.spoken import capitalise, no_repeats, tidy, uncapitalise
 from app.text.sentences import Sentence, split_sentences
-from app.text.textnorm import normalize
 from app.text.transcript import SLIDE_SPEAKER, Transcript, format_time, unsure_words
 
 NOT_IN_MEETING = "The meeting does not say."
@@ -147,9 +146,7 @@ class AnswerFinder:
         self.generate = generate
         self.people = People(transcript, self.sentences)
         self._decisions: list[Decision] | None = None
-        self._df: Counter[str] | None = None
-        self._said: set[str] | None = None
-        self._figures: set[str] | None = None
+        self.support = Support(self.sentences, self.options)
         self._focused: FocusedSummarizer | None = None
         self._phrases: list[KeyPhrase] | None = None
 
@@ -170,31 +167,7 @@ class AnswerFinder:
     def _answer_one(self, question: str) -> Answer:
         q = self._with_aside(parse_question(question))
         answer = self._read(q)
-        return replace(answer, citations=[self._checked(c, q) for c in answer.citations])
-
-    def _checked(self, citation: Citation, q: Question) -> Citation:
-        """A spoken line that says the opposite of the slide on screen then (or of what the question takes as given:
-        "Why can't they ...?") carries that as a check: the recogniser may have dropped a "not" (app/answering/
-        polarity.py). A yes-no question asks for either, so it takes nothing as given."""
-        if citation.speaker == SLIDE_SPEAKER:
-            return citation
-        if q.type is not QuestionType.YES_NO and (found := disagreement(citation.text, q.text)) is not None:
-            return replace(citation, check=f'the question says "{found[1]}"')
-        for slide in self._slides_around(citation.start):
-            # its title names a topic and says nothing either way (read live, a slide's lines are joined by "; ")
-            bullets = "\n".join(re.split(r"\n|;", slide.text)[1:])
-            if (found := disagreement(citation.text, bullets)) is not None:
-                return replace(citation, check=f'the slide at {format_time(slide.start)} says "{found[1]}"')
-        return citation
-
-    def _slides_around(self, start: float | None) -> list:
-        """The slide on screen when a line was said, and the next one if it came within SLIDE_LAG_S (a slide is
-        often shown just after it is spoken about)."""
-        if start is None:
-            return []
-        slides = [t for t in self.transcript.turns if t.speaker == SLIDE_SPEAKER and t.start is not None]
-        shown = [t for t in slides if t.start <= start][-1:]
-        return shown + [t for t in slides if start < t.start <= start + SLIDE_LAG_S][:1]
+        return replace(answer, citations=[checked(c, q, self.transcript) for c in answer.citations])
 
     def _read(self, q: Question) -> Answer:
         about = meeting_ask(q.text, self.index.embedder)
@@ -214,7 +187,7 @@ class AnswerFinder:
         chosen = self._chosen(q, found_hits)  # the options are what it is about: a line naming one may settle it
         if chosen is not None:
             return chosen
-        hits = [h for h in found_hits if self._supports(q, h)] or self._said_in_meeting(q, found_hits)
+        hits = [h for h in found_hits if self.support.supports(q, h)] or self.support.said_in_meeting(q, found_hits)
         if not hits:
             return Answer(q.text, NOT_IN_MEETING, [], 1, 0.0, q.type.value)
         if q.type is QuestionType.SUMMARY:
@@ -269,7 +242,7 @@ class AnswerFinder:
         if q.focus and not _POINTS_BACK.search(q.text):
             return q
         said = tuple(w for w in q.aside if w not in _COURTESY
-                     and any(self._idf(st) < self._idf("\x00") for st in stems(w)))
+                     and any(self.support.idf(st) < self.support.idf("\x00") for st in stems(w)))
         if not said:
             return q
         return replace(q, text=f"{q.text.rstrip('?.! ')} ({', '.join(said)})?", focus=q.focus + said)
@@ -297,62 +270,6 @@ class AnswerFinder:
         return Answer(q.text, text, [self._cite(s) for s in evidence], 1, 1.0, about.value)
 
     # ------------------------------------------------------------------ support
-    def _said_in_meeting(self, q: Question, hits: list[Hit]) -> list[Hit]:
-        """The best lines when the meeting says what the question is about somewhere, though no one line says
-        most of it ("Why is Ana nervous?" - "I'm a bit stressed, the officer watches the demo"); none when the
-        meeting never mentions it."""
-        focus = set(stems(" ".join(q.focus))) or set(stems(" ".join(topic_words(q.text))))
-        # A figure or a date must come from a line about its topic; a summary about a topic needs the topic said.
-        # A yes or no on part of the question would invent one ("Is the demo cancelled?" - "Yes." where only the
-        # demo is said).
-        if not focus or not hits or q.type in WANTED or q.type in (QuestionType.SUMMARY, QuestionType.YES_NO):
-            return []
-        if self._figures is None:
-            self._figures = {normalize(e.text) for s in self.sentences for e in find_entities(s.text)}
-        if any(normalize(e.text) not in self._figures for e in find_entities(q.text)):
-            return []  # the question states a figure the meeting never says ("who said it costs 15,000?")
-        if self._said is None:
-            self._said = {st for s in self.sentences for st in stems(f"{s.text} {s.speaker}")}
-        weight = {f: self._idf(f) for f in focus}
-        said = sum(w for f, w in weight.items() if f in self._said) / sum(weight.values())
-        if said < self.options.min_meeting_coverage:
-            return []
-        return [h for h in hits if h.score > 0]
-
-    def _supports(self, q: Question, hit: Hit) -> bool:
-        """Does this sentence (with the one before it) talk about what the question is about? Its focus stems,
-        each weighted by how rare it is in the meeting (a word the meeting never says weighs most), must be
-        mostly there, or the sentence must be close in meaning."""
-        if hit.score <= 0:
-            return False
-        if q.type is QuestionType.HOW_MANY and self._counts(q, self.sentences[hit.index]):
-            return True
-        # A question about nothing in particular ("What is the total budget?") needs its frame words.
-        focus = set(stems(" ".join(q.focus))) or set(stems(" ".join(topic_words(q.text)))) or set(stems(q.text))
-        sentence = self.sentences[hit.index]
-        if focus:
-            said = stems(f"{sentence.context} {sentence.text} {sentence.speaker}")
-            present = set(said)
-            weight = {f: self._idf(f) for f in focus}
-            covered = sum(w * (1.0 if f in present else 0.5 * heard_alike(f, said, self.options.heard_alike))
-                          for f, w in weight.items())
-            if covered / sum(weight.values()) >= self.options.min_focus_coverage:
-                return True
-        return hit.dense >= self.options.min_dense
-
-    def _counts(self, q: Question, sentence: Sentence) -> bool:
-        """The sentence gives a number of what the question counts ("how many boxes" - "465 boxes ready")."""
-        noun = re.search(r"\bhow many\s+(?:\w+\s+)?(\w+)", q.text.lower())
-        if noun is None:
-            return False
-        counted = set(stems(noun.group(1))) | set(stems(noun.group(0).split()[2]))
-        return any(e.kind == "count" and counted & set(stems(e.text)) for e in find_entities(sentence.text))
-
-    def _idf(self, stem: str) -> float:
-        if self._df is None:
-            self._df = Counter(st for s in self.sentences for st in set(stems(s.text)))
-        return math.log((len(self.sentences) + 1) / (self._df.get(stem, 0) + 1)) + 1.0
-
     def _competing(self, hits: list[Hit]) -> list[Hit]:
         best = hits[0].score
         return [h for h in hits if h.score >= self.options.near_best * best]
@@ -595,7 +512,6 @@ class AnswerFinder:
         return Citation(sentence.turn_index, sentence.speaker, sentence.start, sentence.text, unsure)
 
 
-SLIDE_LAG_S = 30.0
 DECISION_LEAD_IN = 4  # sentences before a decision that may name what it decides
 REPLY_WINDOW = 2  # sentences after a proposal within which its reply comes
 _REJECT = re.compile(r"^(?:no\b|nope\b|not\b)|\b(?:let's not|let us not|i don't think|i do not think|not this time|"
