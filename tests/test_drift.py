@@ -170,7 +170,7 @@ def test_the_shadow_reads_the_uncompressed_meeting_from_its_exact_copies_and_cha
         return {k: v for k, v in cold.stats().items() if k != "transfer_gbps"}
 
     before = counted()
-    exact = shadowed._dense_answer(shadowed._encode(SUFFIX), [], [0], shadowed.tokens, exact=True)
+    exact = shadowed.comparer.dense_answer(shadowed._encode(SUFFIX), [], [0], shadowed.tokens, exact=True)
     assert torch.allclose(exact[0], full.next_token_logits(SUFFIX), atol=1e-4)
     # ...and the cold tier is as it was: the shadow's reads count as no decode reads (hit rate, so the fallback
     # mode) and stage nothing

@@ -22,6 +22,7 @@ from typing import Any, Iterator
 import torch
 
 from app.platform.config import KVSettings, controller_for, kv_cache
+from app.llm.comparisons import AnswerComparer
 from app.llm.drift import AnswerTrace, DriftMonitor, ShadowQuestions
 from app.llm.engine import LLMEngine
 from app.text.pii import PIIDetector, cut_text, mask_text
@@ -102,6 +103,7 @@ class MeetingContext:
         self._entities = EntityFinder()  # learns the meeting's lower-case words as lines arrive
         self.drift = DriftMonitor(kv.drift_sample_rate)  # sparse vs dense reads on sampled decode steps...
         self.shadow = ShadowQuestions(kv.shadow_question_rate)  # ...and whole answers, both after the answer
+        self.comparer = AnswerComparer(self)  # runs both
         self._decode_rates: deque[float] = deque(maxlen=32)  # tokens/s after the first token, recent answers
         self._closed = False
         self.controller = None  # kvstore.control.KVController: memory PID and decode-sparsity bandit (_manage)
@@ -317,13 +319,13 @@ class MeetingContext:
         with self._lock:
             self.flush()
             choice = self._control("before_answer")
-            references = self._shadow_references()
+            references = self.comparer.references()
             trace = AnswerTrace(steps=[] if references and self.shadow.due() else None)
             with contextlib.ExitStack() as stack:
                 if focus and self.blocks is not None:
                     stack.enter_context(self.blocks.focus(focus))
                 generation = self._generate_locked(ids, max_new_tokens, stop, started, focus, trace)
-            self._compare_later(ids, trace, references, choice, generation.tokens_per_second)
+            self.comparer.later(ids, trace, references, choice, generation.tokens_per_second)
             return generation
 
     def next_token_logits(self, suffix: str) -> torch.Tensor:
@@ -419,88 +421,6 @@ class MeetingContext:
 
     def _drift_sampled(self) -> bool:
         return getattr(self.cache, "reads_sparsely", False) and self.drift.due()
-
-    def _compare_later(self, ids: list[int], trace: AnswerTrace, references: tuple[str, ...], choice: Any,
-                       rate: float | None) -> None:
-        """An answer's comparisons, in one background job that waits for this context's lock (the answer is
-        returned first and never held for them): a shadowed question against each reference, the drift's sampled
-        steps against the dense read of every resident block. The controller is rewarded for the answer when its
-        steps' JS is known (at once when nothing was sampled, or a comparison is still running)."""
-        shadowed = trace.steps is not None
-        if not shadowed and not trace.sampled:
-            self._control("after_answer", choice, rate, [])
-            return
-        at = self.tokens
-
-        def compare() -> None:
-            divergences: list[float] = []
-            compared = False
-            for name in references if shadowed else ("resident",):
-                wanted = set(range(len(trace.steps))) if shadowed else set()
-                if name == "resident":
-                    wanted |= set(trace.sampled)
-                dense = self._dense_answer(ids, trace.tokens, sorted(wanted), at, exact=(name == "exact"))
-                if dense is None:  # the meeting moved on (or closed) first
-                    continue
-                compared = True
-                if shadowed:
-                    self.shadow.record(trace.steps, [dense[i] for i in range(len(trace.steps))], name)
-                if name == "resident":
-                    divergences = [self.drift.record(logits, dense[i]) for i, logits in sorted(trace.sampled.items())]
-            self._count_compared(trace, shadowed, compared)
-            with self._lock:
-                self._control("after_answer", choice, rate, divergences)
-
-        if not self.shadow.start(compare):  # the last answer's comparison still runs
-            self._count_compared(trace, shadowed, False)
-            self._control("after_answer", choice, rate, [])
-
-    def _count_compared(self, trace: AnswerTrace, shadowed: bool, compared: bool) -> None:
-        if shadowed:
-            if compared:
-                self.shadow.compared += 1
-            else:
-                self.shadow.skipped += 1
-        if not compared:
-            self.drift.skipped += len(trace.sampled)
-
-    def _shadow_references(self) -> tuple[str, ...]:
-        """What a shadowed answer is compared with: ``resident`` (every resident block, with a sparse decode read)
-        and ``exact`` (with exact copies in a cold tier: the meeting's blocks recalled and read from their
-        full-precision copies as the device cap allows, the uncompressed prefix as far as it is kept)."""
-        references = ("resident",) if getattr(self.cache, "reads_sparsely", False) else ()
-        cold = getattr(self.cache, "cold_tier", None)
-        if not (self.kv.shadow_exact and cold is not None and cold.exact_copies):
-            return references
-        # Without a device cap on a GPU the whole meeting at full precision could take the device's memory.
-        bounded = self.cache.settings.device_cap_bytes is not None or self.engine.model.device.type == "cpu"
-        return (*references, "exact") if bounded else references
-
-    def _dense_answer(self, ids: list[int], answer: list[int], steps: list[int], at_tokens: int,
-                      exact: bool = False) -> dict[int, torch.Tensor] | None:
-        """The question and the answer's tokens in one forward reading every resident block (``exact``: after
-        recalling the meeting's blocks from the cold tier and their exact copies): the logits of each of the answer's
-        decode ``steps`` (0: the step that chose its first token), leaving the cache as it was; None when the meeting
-        moved on since the answer (or closed)."""
-        with self._lock:
-            if self._closed or self.tokens != at_tokens or not steps:
-                return None
-            feed = ids + answer[:steps[-1]]
-            checkpoint = self.cache.checkpoint()
-            try:
-                cold = self.cache.cold_tier
-                with self.engine.lock, torch.inference_mode(), self.cache.dense_reads(), \
-                        (cold.shadow_reads() if cold is not None else contextlib.nullcontext()):
-                    if exact:
-                        self.blocks.read_everything()
-                    out = self.engine.model(input_ids=torch.tensor([feed]), past_key_values=self.cache, use_cache=True,
-                                            cache_position=torch.arange(self.tokens, self.tokens + len(feed)),
-                                            logits_to_keep=torch.tensor([len(ids) - 1 + step for step in steps]))
-                    logits = out.logits[0].float()
-                    return {step: logits[row].clone() for row, step in enumerate(steps)}
-            finally:
-                with torch.inference_mode():
-                    self.cache.rollback(checkpoint)
 
     # ------------------------------------------------------------------ accounting
     def stats(self) -> dict[str, Any]:
