@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 import gradio as gr
 
 from encoders.errors import InputError
-from ui.app import LivePage, build_page
+from ui.app import LivePage
+from ui.page import build_page
 from ui.page_text import CSS, HEAD
 from ui.settings import UISettings
 
