@@ -47,7 +47,8 @@ sys.path.insert(0, str(ROOT))
 from app.text.sentences import Sentence, split_sentences as sentences  # noqa: E402
 from app.answering.focused import FocusedSummarizer, FocusSettings, meeting_order  # noqa: E402
 from app.answering.reported import minutes_line  # noqa: E402
-from app.answering.summary import segment_topics, tidy  # noqa: E402
+from app.answering.reported import as_minutes  # noqa: E402
+from app.answering.summary import segment_topics  # noqa: E402
 from app.text.transcript import Transcript, load_transcript  # noqa: E402
 
 from bench.shared_data import qmsum_val  # noqa: E402
@@ -97,7 +98,7 @@ def words(text: str) -> int:
 
 
 def quoted(sentence: Sentence) -> str:
-    return tidy(sentence.text)
+    return as_minutes(sentence.text)
 
 
 def take(ranked: list[int], pool: list[Sentence], budget: int, line: Callable[[Sentence], str] = quoted) -> str:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from app.answering.spoken import tidy
+
 if TYPE_CHECKING:
     from app.text.sentences import Sentence
 
@@ -75,23 +77,24 @@ _EMPTY = re.compile(r"\b(?:really|actually|basically)\b,?\s*", re.I)
 _FRAGMENT = re.compile(r"(?<![\w'-])([b-hj-z])\s+(?=\1[a-z])", re.I)
 
 
-_FILLER = re.compile(r"\b(?:um+|uh+|mm+|hmm+|mhm|er|ah)\b[,.]?\s*|\b(?:you know|I mean|sort of|kind of),?\s*", re.I)
+# Words that fill speech and say nothing in minutes (an answer keeps them: "a kind of bug"), and the words that open
+# a turn ("So, yeah,").
+_SPOKEN_FILLER = re.compile(r"\b(?:you know|I mean|sort of|kind of),?\s*", re.I)
 _OPENER = re.compile(r"^(?:(?:so|and|but|yeah|yes|okay|ok|well|oh|right|alright|now|then|like)\b[,.]?\s*)+", re.I)
-_STUTTER = re.compile(r"\b(\w+)(?:[\s,]+\1\b)+", re.I)
 
-def tidy(text: str) -> str:
-    """Spoken sentence made readable: fillers ("um", "you know"), stutters ("the the") and leading
-    discourse markers ("So, yeah,") dropped. Wording is otherwise the speaker's."""
-    text = _FILLER.sub("", text)
-    text = _STUTTER.sub(r"\1", text)
-    text = _OPENER.sub("", text).strip(" ,")
+
+def as_minutes(text: str) -> str:
+    """A spoken sentence made readable for minutes: tidied as an answer quotes it (app/answering/spoken.tidy:
+    hesitations, stutters, cut-off words), without fillers ("you know") and the words that open it ("So, yeah,").
+    Wording is otherwise the speaker's."""
+    text = _OPENER.sub("", _SPOKEN_FILLER.sub("", tidy(text))).strip(" ,")
     text = re.sub(r"\s+([,.?!])", r"\1", re.sub(r"\s{2,}", " ", text))
     return text[:1].upper() + text[1:] if text else text
 
 
 def minutes_line(sentence: "Sentence") -> str:
     """One said sentence as a line of minutes."""
-    return reported(tidy(sentence.text), sentence.speaker)
+    return reported(as_minutes(sentence.text), sentence.speaker)
 
 
 def _past(m: re.Match[str]) -> str:

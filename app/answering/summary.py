@@ -30,7 +30,7 @@ from app.answering.actions import (
     extract_decisions,
     extract_key_facts,
 )
-from app.answering.reported import minutes_line, tidy  # noqa: F401  (tidy: re-exported, the summary's word for it)
+from app.answering.reported import as_minutes, minutes_line
 from app.text.sentences import Sentence, split_sentences
 from app.text.transcript import Transcript, format_time, unsure_note, unsure_words
 
@@ -358,7 +358,7 @@ def render_markdown(summary: MeetingSummary, heading: str = "Meeting summary", a
                 continue
             if len(summary.topics) > 1:
                 lines += [f"## {topic.title} [{_at(topic.start, topic.first_turn)}]", ""]
-            lines += [f"- {tidy(s.text)} ({s.speaker}, {_at(s.start, s.turn_index)})" for s in topic.sentences] + [""]
+            lines += [f"- {as_minutes(s.text)} ({s.speaker}, {_at(s.start, s.turn_index)})" for s in topic.sentences] + [""]
     elif summary.summary.strip() and summary.summary.strip() != summary.overview:
         lines += [summary.summary.strip(), ""]
     if summary.key_facts:
