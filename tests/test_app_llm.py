@@ -12,7 +12,7 @@ import pytest
 from app.answering.actions import extract_action_items, extract_decisions
 from app.llm.assistant import Assistant, render_turns
 from app.platform.config import KVSettings, LLMSettings
-from app.llm.engine import LLMEngine, load_prompts
+from app.llm.engine import LLMEngine, load_prompts, native_dtype
 from app.platform.models import EMBEDDED_LLM, resolve_model
 from app.text.transcript import Transcript, load_transcript
 from encoders.errors import InputError
@@ -21,8 +21,8 @@ STANDUP = Path(__file__).resolve().parent.parent / "samples" / "standup"
 
 
 def _settings(folder: Path, **extra) -> LLMSettings:
-    extra = {"max_context_tokens": 512, **extra}
-    return LLMSettings(model=str(folder), dtype="float32", prompts="completion", **extra)
+    extra = {"max_context_tokens": 512, "dtype": "float32", **extra}
+    return LLMSettings(model=str(folder), prompts="completion", **extra)
 
 
 def _engine(folder: Path, kv: bool = False, **extra) -> LLMEngine:
@@ -61,6 +61,19 @@ def test_engine_loads_local_folder(engine, tiny_llm_dir):
     assert engine.prompts.style == "completion"
     assert engine.count_tokens("The pilot will cost twelve thousand dollars.") > 3
     assert LLMEngine.from_settings(_settings(tiny_llm_dir), Path("/nonexistent-home")).context_tokens == 512
+
+
+def test_auto_dtype_is_bfloat16_only_where_the_processor_computes_it(tiny_llm_dir, monkeypatch):
+    """bfloat16 on an AVX2-only CPU is emulated (5x slower here): auto takes float32 there, bfloat16 with AVX512-BF16
+    or AMX, and the engine loads the model in what it picks."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert native_dtype("flags : fpu sse2 avx avx2 fma") == "float32"
+    assert native_dtype("flags : avx2 avx512f avx512_bf16 amx_tile") == "bfloat16"
+    assert native_dtype("flags : avx2 amx_bf16 amx_tile") == "bfloat16"
+    picked = LLMEngine(tiny_llm_dir, _settings(tiny_llm_dir, dtype="auto"), KVSettings(enabled=False))
+    assert picked.model.dtype == getattr(torch, native_dtype())
 
 
 def test_complete_returns_text_within_max_new_tokens(engine):

@@ -73,6 +73,23 @@ class LivePrompts:
     summary_tail: str
 
 
+def native_dtype(cpuinfo: str | None = None) -> str:
+    """The number format this machine computes the model fastest in without losing what bfloat16 keeps: bfloat16 on
+    a GPU, or on a CPU with bfloat16 instructions (AVX512-BF16, AMX); float32 on any other CPU, where bfloat16 is
+    emulated and about 5x slower (Gemma 3 270M over 1,500 tokens: 45 s against 8 s on an AVX2-only EPYC)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return "bfloat16"
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    flags = set(cpuinfo.split())
+    return "bfloat16" if flags & {"avx512_bf16", "amx_bf16"} else "float32"
+
+
 def join_example(example: str, template: str) -> str:
     return f"{example}\n\n{template}" if example else template
 
@@ -89,7 +106,7 @@ class LLMEngine:
         transformers.logging.set_verbosity_error()
         if settings.threads:
             torch.set_num_threads(settings.threads)
-        dtype = "auto" if settings.dtype == "auto" else getattr(torch, settings.dtype)
+        dtype = getattr(torch, native_dtype() if settings.dtype == "auto" else settings.dtype)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
             self.model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)

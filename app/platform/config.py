@@ -41,7 +41,9 @@ class LLMSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")  # a misspelt key is an error, not ignored
 
     model: str = Field("gemma-3-270m", description="embedded model name, a local HF folder, or a cached hub id")
-    dtype: Literal["bfloat16", "float16", "float32", "auto"] = "bfloat16"
+    dtype: Literal["bfloat16", "float16", "float32", "auto"] = Field(
+        "bfloat16", description="the model's number format; auto: bfloat16 where the hardware computes it natively "
+        "(a GPU, a CPU with AVX512-BF16 or AMX), else float32 (app/llm/engine.native_dtype)")
     prompts: str = Field("completion", description="prompt set: configs/prompts/<name>.yaml or a path")
     max_context_tokens: int = Field(8192, description="tokens of transcript given to the model in one pass")
     max_new_tokens: int = 160
