@@ -286,8 +286,21 @@ def test_the_status_line_says_how_far_behind_the_transcript_is():
 
     started = render.status_line(replace(_snapshot("live", 2.0, 0.0), transcript=Transcript([])))
     assert "nothing said yet" in started and "0 people" not in started  # the helper's new-user try, issue 49
+    # a grey line on the page is not "nothing said" (the helper's try, session 45)
+    hearing = render.status_line(replace(_snapshot("live", 9.0, 4.0), transcript=Transcript([]), tentative="This is"))
+    assert "first words coming in" in hearing and "nothing said yet" not in hearing
     assert render.meeting_title("replay:standup.ogg-without-SPEAKER_03") == "standup.ogg"
     assert render.meeting_title("live") == "Live meeting"
+
+
+def test_low_confidence_words_are_noted_where_the_answer_rests_on_them():
+    """The helper's new-user try (session 45): "Monday, March 10th" came with 'Heard with low confidence: "12"', a
+    word of the cost in the same line. A value answer notes only the doubtful words it says; a yes or no reads the
+    whole line, so it notes them all."""
+    line = Citation(3, "Carol", 24.0, "It costs 12,000 dollars and starts on Monday, March 10th.", ("12",))
+    assert "low confidence" not in render.answer_markdown(Answer("When?", "Monday, March 10th.", [line], 1, 0.5, "when"))
+    assert '"12"' in render.answer_markdown(Answer("How much?", "12,000 dollars.", [line], 1, 0.5, "how_much"))
+    assert '"12"' in render.answer_markdown(Answer("Is it 12,000?", "Yes.", [line], 1, 0.5, "yes_no"))
 
 
 def test_user_messages_hold_no_paths_errnos_or_exception_names(tmp_path):

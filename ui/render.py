@@ -115,12 +115,21 @@ def answer_markdown(answer: Any) -> str:
         label = citation.label.strip("[]")
         links.append(f"[{label} {citation.speaker}](#{line_anchor(citation.start, citation.turn_index)})")
     text = answer.text.strip() or "(no answer)"
-    doubt = unsure_note(list(dict.fromkeys(w for c in answer.citations for w in getattr(c, "unsure", ()))),
-                        "these lines")
+    doubt = unsure_note(doubted_words(answer), "these lines")
     checks = [f"_Check the line at {c.label.strip('[]')} in the recording: {c.check}; a \"not\" may have been missed._"
               for c in answer.citations if getattr(c, "check", "")]
     return text + ("\n\nSources: " + " · ".join(links) if links else "") + (f"\n\n{doubt}" if doubt else "") + \
         "".join(f"\n\n{check}" for check in checks)
+
+
+def doubted_words(answer: Any) -> list[str]:
+    """The cited lines' low-confidence words an answer rests on: all of them for a yes or no (it reads the whole line),
+    else those the answer itself says ("12" misheard in the line that gives the date is no doubt about the date)."""
+    unsure = dict.fromkeys(w for c in answer.citations for w in getattr(c, "unsure", ()))
+    if getattr(answer, "kind", "") == "yes_no":
+        return list(unsure)
+    said = set(re.findall(r"\w+", answer.text.lower()))
+    return [w for w in unsure if set(re.findall(r"\w+", w.lower())) <= said]
 
 
 def action_items_markdown(items: Sequence[Any]) -> str:
@@ -322,7 +331,7 @@ def status_line(snapshot: Any, notice: str | None = None) -> str:
         turns = len(snapshot.transcript.turns)
         people = len(snapshot.transcript.speakers)
         said = (f"{counted(people, 'person', 'people')} spoke {counted(turns, 'time')}" if turns
-                else "nothing said yet")
+                else "first words coming in" if snapshot.tentative.strip() else "nothing said yet")
         if state == "finished":
             text += f" · {format_time(snapshot.stream_seconds)} of meeting · {said}"
         else:
