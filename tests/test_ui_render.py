@@ -326,3 +326,29 @@ def test_words_heard_with_low_confidence_are_marked():
     shown = render.transcript_html(Transcript([Turn("Bob", "We can test.", 0.0, 0.6, words)]))
     assert 'We <span class="mt-unsure" title="heard with low confidence">can</span> test.' in shown
     assert "mt-unsure" not in render.transcript_html(Transcript([Turn("Bob", "We can test.", 0.0, 0.6)]))
+
+
+def test_the_rolling_summary_waits_for_the_transcript_not_the_audio():
+    """The helper's new-user try (session 45): a 4x replay is heard 90 s ahead of what is transcribed, and a summary
+    made when 90 s were heard held one line for the rest of the replay. It is due per seconds transcribed."""
+    import threading
+    import types
+    from dataclasses import replace
+
+    from ui.app import LivePage
+    from ui.settings import UISettings
+    from ui.tab import Tab
+
+    made, started = [], threading.Event()
+
+    def summarize(tab, session, version):
+        made.append(version)
+        started.set()
+
+    page = types.SimpleNamespace(ui=UISettings(summary_every_s=30.0), _summarize=summarize)
+    tab = Tab(history_points=10)
+    ahead = replace(_snapshot("live", 95.0, 4.0), version=3)
+    LivePage._maybe_summarize(page, tab, ahead)  # 95 s heard, 4 s transcribed: not due
+    LivePage._maybe_summarize(page, tab, replace(ahead, decoded_seconds=35.0, version=7))
+    assert started.wait(5.0)
+    assert made == [7] and tab.summary_at == 35.0

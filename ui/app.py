@@ -338,12 +338,14 @@ class LivePage:
         every = self.ui.summary_every_s
         if every is None or not snapshot.transcript.turns:
             return
-        due = snapshot.stream_seconds - tab.summary_at >= every
+        # every so many seconds of the meeting transcribed, not heard: a fast replay is heard long before it is
+        # transcribed, and a summary made then holds its first line for the rest of the replay
+        due = snapshot.decoded_seconds - tab.summary_at >= every
         # A finished meeting's summary is of all of it: made again whenever what it was made from changed (the
         # last words committed after a fast replay's last summary began, a rename, a forget).
         stale = snapshot.state == "finished" and tab.summary_of != snapshot.version
         if (due or stale) and not tab.summary_busy.locked():
-            tab.summary_at = snapshot.stream_seconds
+            tab.summary_at = snapshot.decoded_seconds
             threading.Thread(target=self._summarize, args=(tab, tab.session, snapshot.version), daemon=True).start()
 
     @staticmethod
@@ -366,8 +368,8 @@ class LivePage:
         if tab.session is None:
             gr.Warning("Start a meeting first.")
             return tab.summary_md
-        if tab.session.snapshot().stream_seconds:
-            tab.summary_at = tab.session.snapshot().stream_seconds
+        if tab.session.snapshot().decoded_seconds:
+            tab.summary_at = tab.session.snapshot().decoded_seconds
         self._summarize(tab, tab.session)
         tab.shown_summary = tab.summary_version
         return tab.summary_md
