@@ -473,6 +473,7 @@ class LivePage:
                 if tab.pending_forget != label or time.monotonic() - tab.pending_since > FORGET_CONFIRM_S:
                     tab.pending_forget, tab.pending_since = label, time.monotonic()
                     tab.notice = _forget_warning(old, label)
+                    gr.Warning(tab.notice)  # also beside the page, where it is seen: the status line is far above
                     return speaker, render.status_line(old.snapshot(), tab.notice), gr.skip()
                 tab.pending_forget = None
                 name = old.speakers().get(label) if label != SCREEN else None
@@ -497,7 +498,8 @@ class LivePage:
         player = (f"the player keeps the recording{'' if was_finished else ' up to now'} with their voice muted" if muted
                   else "the recording's player was removed") if label != SCREEN else "the player is unchanged"
         tab.notice = (f"forgot {report.name or report.forgotten}: {report.removed()} removed from the transcript and the model's memory; "
-                      f"{counted(dropped, 'answer')} that quoted them, the summary and exported files were removed; {player}")
+                      f"{counted(dropped, 'answer')} that quoted them and the exported files were removed, the summary is "
+                      f"made again without them; {player}")
         tab.shown_asked = tab.asked.version
         return "", render.status_line(tab.session.snapshot(), tab.notice), tab.asked.messages()
 
