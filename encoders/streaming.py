@@ -98,12 +98,18 @@ class StreamingOptions:
     no_speech_threshold: float = 0.6
     hotwords: tuple[str, ...] = ()
     window_margin_seconds: float | None = None  # encode the buffer plus this much padding, not a 30 s window
+    # A decoded segment none of whose words reaches this probability is not taken as heard. Over noise after the
+    # last words Whisper writes "Bye." (0.005-0.07) or "and the" (0.004, 0.05); speech it hears, even misheard,
+    # has some word above it (0.15 is Whisper's own bar for an unlikely word, its hallucination check's).
+    min_segment_probability: float = 0.15
 
     def __post_init__(self):
         if self.min_chunk_seconds <= 0:
             raise InputError(f"min_chunk_seconds must be positive, got {self.min_chunk_seconds}")
         if not 0 < self.buffer_trim_seconds <= self.max_buffer_seconds:
             raise InputError("need 0 < buffer_trim_seconds <= max_buffer_seconds")
+        if not 0 <= self.min_segment_probability < 1:
+            raise InputError(f"min_segment_probability must be in [0, 1), got {self.min_segment_probability}")
 
     def transcribe_options(self, prompt: str | None) -> TranscribeOptions:
         return TranscribeOptions(
@@ -188,9 +194,11 @@ class StreamingTranscriber:
             return []
         prompt = " ".join(self._prompt)[-self.options.prompt_chars :].lstrip()
         options = self.options.transcribe_options(prompt)
+        floor = self.options.min_segment_probability
         return [
             Word(w.text, w.start + self._offset, w.end + self._offset, w.probability)
             for segment in self.transcriber.transcribe(self._buffer, options)
+            if any(w.probability >= floor for w in segment.words)
             for w in segment.words
         ]
 

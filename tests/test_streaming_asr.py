@@ -155,6 +155,38 @@ def test_a_fixed_step_cost_replays_the_same_windows_however_busy_the_machine():
     with pytest.raises(InputError):
         simulate(scripted(script, StreamingOptions()), audio, step_seconds=-1)
 
+@dataclass
+class NoisyASR:
+    """Whisper over a meeting's last words and the noise after them: the words, then a segment it made up."""
+
+    heard: tuple[Word, ...]
+    invented: tuple[Word, ...]
+
+    def transcribe(self, audio, options=None):
+        yield Segment(0.0, 1.0, texts(list(self.heard)), self.heard)
+        yield Segment(1.5, 2.0, texts(list(self.invented)), self.invented)
+
+
+def test_a_segment_with_no_likely_word_is_not_heard():
+    """Over noise Whisper writes "Bye." at 0.005-0.07 (measured on the stand-up, bench/stream_tail.py): a segment none
+    of whose words reaches min_segment_probability is dropped; one likely word keeps a misheard segment whole."""
+    heard = (Word("Thanks,", 0.0, 0.4, 0.9), Word("everyone.", 0.4, 1.0, 0.8))
+    invented = (Word("and", 1.5, 1.6, 0.004), Word("the", 1.6, 1.7, 0.05), Word("Bye.", 1.7, 2.0, 0.02))
+    misheard = (Word("lower", 1.5, 1.6, 0.09), Word("price.", 1.6, 2.0, 0.76))
+
+    def committed(options: StreamingOptions, second: tuple[Word, ...]) -> str:
+        streamer = StreamingTranscriber(NoisyASR(heard, second), options)  # type: ignore[arg-type]
+        streamer.insert_audio(np.zeros(2 * SAMPLE_RATE, dtype=np.float32))
+        streamer.process()
+        return texts(streamer.finish().committed)
+
+    assert committed(StreamingOptions(), invented) == "Thanks, everyone."
+    assert committed(StreamingOptions(min_segment_probability=0.0), invented) == "Thanks, everyone. and the Bye."
+    assert committed(StreamingOptions(), misheard) == "Thanks, everyone. lower price."
+    with pytest.raises(InputError):
+        StreamingOptions(min_segment_probability=1.0)
+
+
 # ------------------------------------------------------------------------------ real Whisper base
 
 _HOME = load_settings().home
@@ -180,6 +212,25 @@ def test_silence_and_noise_commit_nothing(transcriber):
         streamer.insert_audio((rng.standard_normal(SAMPLE_RATE) * 0.003).astype(np.float32))
         assert streamer.process().committed == []
     assert streamer.finish().committed == []
+
+
+@needs_whisper
+@pytest.mark.slow
+def test_noise_after_the_last_words_is_not_heard_as_words(transcriber):
+    """The stand-up's last 11 s, then 12 s of pink noise (bench/stream_tail.py's): taking every decoded segment, the
+    live recogniser ends the meeting with a "Bye." nobody said (at 0.07); with min_segment_probability it ends with
+    the last words said."""
+    sys.path.insert(0, str(ROOT))
+    from bench.stream_tail import NOISE_RMS, pink_noise
+
+    audio = np.concatenate([load_audio(STANDUP / "meeting.ogg")[95 * SAMPLE_RATE:], pink_noise(12.0, NOISE_RMS)])
+
+    def heard(floor: float) -> str:
+        streamer = StreamingTranscriber(transcriber, StreamingOptions(min_segment_probability=floor))
+        return texts([r.word for r in simulate(streamer, audio, step_seconds=0.5).words])
+
+    assert heard(0.0).endswith("Thanks everyone. Bye.")
+    assert heard(StreamingOptions.min_segment_probability).endswith("Thanks everyone.")
 
 
 @needs_whisper
