@@ -113,7 +113,7 @@ def test_kv_history_frames_with_budget_line():
     short.add(4.0, kv)
     assert short.time_range() == [0.0, 4.0]  # the meeting's start to now
     tiers = history.bytes_frame("bytes_by_tier")
-    assert set(tiers["series"]) == {"L1 full precision", "L2 quantized", "sliding window (not budgeted)", "cold: disk",
+    assert set(tiers["series"]) == {"exact", "compressed", "recent words only (not budgeted)", "cold: disk",
                                     "budget", "budgeted total"}  # cold: redis never held a block: not plotted
     assert tiers[tiers.series == "budget"]["MiB"].tolist() == [4.0, 4.0, 4.0]
     assert tiers[tiers.series == render.BUDGETED_SERIES]["MiB"].tolist() == [3.0, 3.0, 3.0]

@@ -178,15 +178,16 @@ def slide_items(slides: Sequence[Any]) -> list[tuple[Any, str]]:
 
 # Plain names for the KV dashboard's series (the store's own keys stay in /metrics and the JSON stats).
 # Short enough that the legend of every series fits on one line under a full-width plot.
-TIER_SERIES = {"L1": "L1 full precision", "L2": "L2 quantized", "L3": "L3 summaries", "metadata": "page tables",
-               "sliding": "sliding window (not budgeted)", "device": "uncompressed cache"}
+# The store's tiers (L1 full precision, L2 quantized, L3 summaries, page tables) in a meeting-goer's words.
+TIER_SERIES = {"L1": "exact", "L2": "compressed", "L3": "summarized", "metadata": "bookkeeping",
+               "sliding": "recent words only (not budgeted)", "device": "uncompressed cache"}
 MODALITY_SERIES = {"audio": "speech", "video": "slides", "text": "instructions"}
 BUDGET_SERIES = "budget"
 BUDGETED_SERIES = "budgeted total"
 
 
 def series_name(key: str, name: str) -> str:
-    """The legend's words for a store key: ``L2`` -> "L2 quantized", ``video`` -> "slides", ``cold_disk`` ->
+    """The legend's words for a store key: ``L2`` -> "compressed", ``video`` -> "slides", ``cold_disk`` ->
     "cold: disk" (off the device)."""
     if key == "bytes_by_tier" and name.startswith("cold_"):
         return f"cold: {name[len('cold_'):]}"
