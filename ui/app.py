@@ -368,8 +368,9 @@ class LivePage:
         if tab.session is None:
             gr.Warning("Start a meeting first.")
             return tab.summary_md
-        if tab.session.snapshot().decoded_seconds:
-            tab.summary_at = tab.session.snapshot().decoded_seconds
+        decoded = tab.session.snapshot().decoded_seconds
+        if decoded:
+            tab.summary_at = decoded
         self._summarize(tab, tab.session)
         tab.shown_summary = tab.summary_version
         return tab.summary_md

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
+from app.answering.questions import QuestionType
 from app.answering.summary import render_markdown as render_summary
 from app.text.textnorm import counted
 from app.text.transcript import UNSURE, Transcript, format_time, unsure_note
@@ -126,7 +127,7 @@ def doubted_words(answer: Any) -> list[str]:
     """The cited lines' low-confidence words an answer rests on: all of them for a yes or no (it reads the whole line),
     else those the answer itself says ("12" misheard in the line that gives the date is no doubt about the date)."""
     unsure = dict.fromkeys(w for c in answer.citations for w in getattr(c, "unsure", ()))
-    if getattr(answer, "kind", "") == "yes_no":
+    if getattr(answer, "kind", "") == QuestionType.YES_NO.value:
         return list(unsure)
     said = set(re.findall(r"\w+", answer.text.lower()))
     return [w for w in unsure if set(re.findall(r"\w+", w.lower())) <= said]

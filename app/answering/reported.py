@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from app.answering.spoken import tidy
+from app.answering.spoken import capitalise, tidy
 
 if TYPE_CHECKING:
     from app.text.sentences import Sentence
@@ -88,8 +88,7 @@ def as_minutes(text: str) -> str:
     hesitations, stutters, cut-off words), without fillers ("you know") and the words that open it ("So, yeah,").
     Wording is otherwise the speaker's."""
     text = _OPENER.sub("", _SPOKEN_FILLER.sub("", tidy(text))).strip(" ,")
-    text = re.sub(r"\s+([,.?!])", r"\1", re.sub(r"\s{2,}", " ", text))
-    return text[:1].upper() + text[1:] if text else text
+    return capitalise(re.sub(r"\s+([,.?!])", r"\1", re.sub(r"\s{2,}", " ", text)))
 
 
 def minutes_line(sentence: "Sentence") -> str:
