@@ -147,7 +147,9 @@ def test_a_forgotten_speakers_name_passes_to_no_one(session_parts):
             Turn("SPEAKER_01", "Sure. We spent thirty thousand dollars so far.", 4.5, 8.0),
             Turn("SPEAKER_02", "The pilot starts on Monday.", 8.5, 10.0),
             Turn("SPEAKER_00", "Great. Bob, can you send the report?", 10.5, 13.0),
-            Turn("SPEAKER_01", "Yes, I will send it on Friday.", 13.5, 16.0)]
+            Turn("SPEAKER_01", "Yes, I will send it on Friday.", 13.5, 16.0),
+            Turn("SPEAKER_02", "Bob, what did the new servers cost?", 16.5, 18.0),
+            Turn("SPEAKER_01", "About two thousand dollars a month.", 18.5, 20.0)]
     session.add_transcript(Transcript(said))
     session.finish(timeout=120)
     assert "Bob" in session.transcript().speakers
@@ -158,6 +160,9 @@ def test_a_forgotten_speakers_name_passes_to_no_one(session_parts):
     assert report.speaker == "SPEAKER_01" and report.name == "Bob"
     resumed = runtime.resume_session("named")
     assert "Bob" not in resumed.transcript().speakers, resumed.transcript().speakers
+    # His reply went with him: the question put to him is not called open (it is unknown, not unanswered).
+    assert resumed.forgotten_names == ("Bob",)
+    assert not any("servers" in q.text for q in resumed.summary().open_questions)
     runtime.close_session("named")
 
 

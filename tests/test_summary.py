@@ -265,3 +265,16 @@ def test_topic_segmentation_is_scored_on_the_meetings_given(bench, tmp_path):
     assert meetings[0].topic_starts == [0, 8]
     pk = bench.segmentation_pk(meetings)
     assert 0.0 <= pk <= 1.0
+
+
+def test_a_question_put_to_a_forgotten_speaker_is_not_called_open():
+    """After a forget, the reply of the speaker forgotten is gone: the question it answered is not open, it is
+    unknown, so the summary does not list it (the speakers' names come from the stand-up's own lines)."""
+    standup = load_transcript(STANDUP / "reference.json")
+    without_carol = Transcript(turns=[t for t in standup.turns if t.speaker != "Carol"], source="standup")
+    assert not build_summary(standup).open_questions  # with her replies every question is answered
+    before = [q.text for q in build_summary(without_carol).open_questions]
+    assert any("Carol" in q for q in before)  # what the rule alone makes of the gap
+    after = build_summary(without_carol, forgotten=("Carol",)).open_questions
+    assert not any("Carol" in q.text for q in after)
+    assert len(after) == len(before) - sum("Carol" in q for q in before)  # only questions put to her are skipped

@@ -244,13 +244,19 @@ def keyword_title(topic_bags: Sequence[Sequence[str]], meeting_bags: Sequence[Se
 
 
 def open_questions(transcript: Transcript, all_sentences: Sequence[Sentence], decisions: Sequence[Decision],
-                   limit: int = 5, lookahead: int = 3) -> list[Sentence]:
+                   limit: int = 5, lookahead: int = 3, forgotten: Sequence[str] = ()) -> list[Sentence]:
     """Questions asked and not answered: no one else's reply in the next few turns shares a content word
     with it (or starts with yes/no), and no later decision does. Requests ("Bob, can you ...?") are
-    action items and tag questions ("..., right?") are not real questions, so both are skipped."""
+    action items and tag questions ("..., right?") are not real questions, so both are skipped.
+
+    A question that names a ``forgotten`` speaker is skipped too: their reply went with them, so the
+    transcript left cannot say whether it was answered, and calling it open would state what nobody said."""
+    asked_of_forgotten = re.compile(r"\b(?:" + "|".join(map(re.escape, forgotten)) + r")\b", re.I) if forgotten else None
     found: list[Sentence] = []
     for s in all_sentences:
         if not s.text.endswith("?") or _ASKED.search(s.text) or _TAG.search(s.text):
+            continue
+        if asked_of_forgotten is not None and asked_of_forgotten.search(s.text):
             continue
         words = set(content_words(s.text))
         if len(words) < 2:
@@ -313,8 +319,10 @@ def summary_text(overview: str, topics: Sequence[Topic]) -> str:
 
 
 def build_summary(transcript: Transcript, overview: str = "", parts: int = 1,
-                  titler: Callable[[str], str] | None = None, settings: SummarySettings = SummarySettings()) -> MeetingSummary:
-    """The whole summary of a transcript; ``overview`` is the model's one-line gist (may be empty)."""
+                  titler: Callable[[str], str] | None = None, settings: SummarySettings = SummarySettings(),
+                  forgotten: Sequence[str] = ()) -> MeetingSummary:
+    """The whole summary of a transcript; ``overview`` is the model's one-line gist (may be empty);
+    ``forgotten``: names of speakers forgotten from the meeting (see :func:`open_questions`)."""
     all_sentences = split_sentences(transcript)
     decisions = _unique(extract_decisions(transcript), lambda d: _normal(d.text))
     items = _unique(extract_action_items(transcript), lambda a: (a.owner, _normal(a.task)))
@@ -334,7 +342,8 @@ def build_summary(transcript: Transcript, overview: str = "", parts: int = 1,
         parts=parts,
         overview=overview.strip(),
         topics=topics,
-        open_questions=open_questions(transcript, all_sentences, decisions, settings.max_open_questions),
+        open_questions=open_questions(transcript, all_sentences, decisions, settings.max_open_questions,
+                                      forgotten=forgotten),
         unsure=list(dict.fromkeys(unsure)),
     )
 

@@ -11,6 +11,7 @@ import json
 import re
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Sequence
 
 from app.answering.summary import MeetingSummary, build_summary
 from app.library.store import Library, LibrarySentence, MeetingRecord
@@ -77,10 +78,10 @@ def library_detector(settings: Settings):
 
 def record_meeting(library: Library, transcript: Transcript, summary: MeetingSummary | None = None,
                    title: str | None = None, started: float | None = None, meeting: str | None = None,
-                   detector=None) -> str:
-    """Record ``transcript`` (and its summary; the extractive one when none is given) in ``library``, personal data
-    masked with ``detector`` when one is given; its id."""
-    summary = summary or build_summary(transcript)
+                   detector=None, forgotten: Sequence[str] = ()) -> str:
+    """Record ``transcript`` (and its summary; the extractive one when none is given, knowing the names of the
+    speakers ``forgotten`` from it) in ``library``, personal data masked with ``detector`` when one is given; its id."""
+    summary = summary or build_summary(transcript, forgotten=forgotten)
     if detector is not None:
         from app.text.pii import mask_text, mask_transcript
 

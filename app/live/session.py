@@ -458,7 +458,7 @@ class MeetingSession:
         return answer
 
     def summary(self) -> MeetingSummary:
-        return self._questions.summary(self.transcript())
+        return self._questions.summary(self.transcript(), self.forgotten_names)
 
     def action_items(self) -> list[ActionItem]:
         return extract_action_items(self.transcript())
@@ -497,7 +497,8 @@ class MeetingSession:
             with open_library(self.settings) as library:
                 started = library.started(self.session_id) or self._wall_start  # a resumed meeting keeps its date
                 record_meeting(library, self.transcript(), title=self.title or self.session_id, started=started,
-                               meeting=self.session_id, detector=library_detector(self.settings))
+                               meeting=self.session_id, detector=library_detector(self.settings),
+                               forgotten=self.forgotten_names)
         except Exception as exc:
             if strict:
                 raise InputError(f"the meeting library could not be updated: {exc}") from None

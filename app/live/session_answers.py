@@ -49,7 +49,8 @@ class MeetingQuestions:
             return Answer(question, "Nothing has been said yet.", [], 0, 0.0)
         return meeting_finder(lines, partial(self._model_answer, transcript)).answer(question)
 
-    def summary(self, transcript: Transcript) -> MeetingSummary:
+    def summary(self, transcript: Transcript, forgotten: Sequence[str] = ()) -> MeetingSummary:
+        """The meeting's summary; ``forgotten``: names of speakers forgotten from it (app/answering/summary.py)."""
         if not transcript.turns:
             return MeetingSummary("Nothing has been said yet.")
         transcript = self._without_erased_pii(transcript)
@@ -57,7 +58,7 @@ class MeetingQuestions:
         engine = context.engine
         stop = ("\n",) if engine.prompts.style == "completion" else ()
         generation = context.generate(self._prompts().summary_tail, engine.settings.max_new_tokens, stop=stop)
-        return build_summary(transcript, engine.prompts.summary_from(generation.text))
+        return build_summary(transcript, engine.prompts.summary_from(generation.text), forgotten=forgotten)
 
     def _without_erased_pii(self, transcript: Transcript) -> Transcript:
         detector = self._erased_pii()
