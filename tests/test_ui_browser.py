@@ -277,7 +277,7 @@ def test_live_meeting_page(server, browser, tmp_path_factory):
     for plot in ("#mt-plot-tier", "#mt-plot-modality", "#mt-plot-ratio"):
         page.wait_for_selector(f"{plot} canvas, {plot} svg", timeout=60_000)
     engine = page.inner_text("#mt-kv-stats")
-    assert re.search(r"mode: (normal|fallback)", engine) and "memory used:" in engine, engine
+    assert re.search(r"places the memory is kept: (all working|only the fast ones)", engine) and "memory used:" in engine, engine
     # the page's wording for where compression stands (ui/render.py); which one shows depends on how far the cache
     # has been planned when the tab is read ("about the uncompressed size" once blocks moved out at a ratio of 1.0x)
     assert re.search(r"compression: (the meeting's blocks are \d+\.\dx smaller than uncompressed|not compressed|"

@@ -121,10 +121,10 @@ def test_kv_history_frames_with_budget_line():
     assert set(streams["series"]) == {"speech", "slides", "instructions", "budget"}  # slides plotted before any is read
     assert history.ratio_frame()["ratio"].tolist() == [2.5, 2.5, 2.5]
     stats = render.kv_stats_markdown({**kv, "full_precision_bytes": 7.5 * render.MIB}, commit_lag=1.25)
-    assert "**fallback**" in stats and "75%" in stats and "1.2 s" in stats
+    assert "**only the fast ones**" in stats and "75%" in stats and "1.2 s" in stats
     # what the budget counts (the meeting's blocks) is told apart from what it does not (the sliding window)
     assert "memory used: 8.00 MiB on the device; the meeting's blocks 3.00 MiB of a 4.00 MiB budget" in stats
-    assert "sliding-window layers 5.00 MiB (they keep only the latest tokens, outside the budget)" in stats
+    assert "5.00 MiB in the layers that read only the latest words (part of the model, outside the budget)" in stats
     assert "the meeting's blocks are 2.5x smaller than uncompressed (7.50 MiB)" in stats
     assert "cold tier (read back when a question needs it): 1.00 MiB" in stats
     assert "- prefetch hits" in stats and stats.count("\n- ") == 6

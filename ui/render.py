@@ -246,14 +246,14 @@ class KVHistory:
 
 
 def kv_stats_markdown(kv: dict, commit_lag: float | None = None, cost: Any = None) -> str:
-    """The model's memory of the meeting (its KV cache) in plain words, one item per line: mode, tokens, memory
+    """The model's memory of the meeting (its KV cache) in plain words, one item per line: its places, tokens, memory
     on the device split into what the budget counts and what it does not, how much smaller than uncompressed,
     the cold tier, prefetch hits, commit lag."""
     if not kv:
         return "The model's memory of the meeting is empty: nothing has been said yet."
     mode = kv.get("mode", "normal")
-    badge = ("**fallback**: the GPU/host tiers only (a slower tier failed or is too slow)" if mode == "fallback"
-             else "**normal**")
+    badge = ("**only the fast ones**: a slower place (disk or Redis) failed or was too slow, so the meeting is kept in "
+             "this machine's memory alone" if mode == "fallback" else "**all working**")
     by_tier = kv.get("bytes_by_tier") or {}
     on_device = sum(v for name, v in by_tier.items() if not str(name).startswith("cold_")) / MIB
     cold = sum(v for name, v in by_tier.items() if str(name).startswith("cold_")) / MIB
@@ -275,9 +275,10 @@ def kv_stats_markdown(kv: dict, commit_lag: float | None = None, cost: Any = Non
     if budget:
         memory += f"; the meeting's blocks {budgeted:.2f} MiB of a {budget:.2f} MiB budget"
     if sliding:
-        memory += f"; sliding-window layers {sliding:.2f} MiB (they keep only the latest tokens, outside the budget)"
+        memory += (f"; {sliding:.2f} MiB in the layers that read only the latest words (part of the model, outside "
+                   "the budget)")
     items = [
-        f"mode: {badge}",
+        f"places the memory is kept: {badge}",
         f"tokens the model holds: {kv.get('tokens', 0)}",
         memory,
         f"compression: {size}",
