@@ -779,7 +779,7 @@ def test_a_line_that_lost_its_not_is_checked_against_the_slide_and_the_question(
     assert line.check == 'the slide at 00:05 says "Contract not signed yet"', signed.citations
     agreed = finder.answer("Will they keep the payment company?")  # a yes-no question takes nothing as given
     assert all(not c.check for c in agreed.citations), agreed.citations
-    heard = _turns(("Slide", "Payment contract; Contract not signed yet"),
+    heard = _turns(("Slide", "Payment contract; Contract not signed yet; Keep the payment company"),
                    ("SPEAKER_01", "The payment company did not sign the contract, so we cannot test real payments."))
     fine = AnswerFinder(heard).answer("Why can't they test real payments?")
     assert fine.citations and all(not c.check for c in fine.citations), fine.citations
@@ -794,3 +794,8 @@ def test_what_says_the_opposite_shares_the_clause_s_words():
                                                                                       "Login page finished")
     assert disagreement("We will not offer a discount.", "Offer a 5% discount") is not None
     assert disagreement("The budget is fine.", "Contract not signed yet") is None  # about something else
+    # checked against the closest clause: the one that shares its predicate, not only its subject
+    slide = "Contract not signed yet\nKeep the payment company"
+    assert disagreement("The payment company did not sign the contract, so we cannot test real payments.", slide) is None
+    assert disagreement("The payment company signed the contract.", slide) == ("The payment company signed the contract",
+                                                                               "Contract not signed yet")

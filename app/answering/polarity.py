@@ -42,15 +42,24 @@ def negated(clause: str) -> bool:
 
 
 def disagreement(said: str, other: str) -> tuple[str, str] | None:
-    """The first clause of ``said`` and the clause of ``other`` about the same thing with the opposite polarity, or
-    None. ``other`` is a question, or a slide's bullets (its title names a topic and says nothing either way)."""
+    """The first clause of ``said`` whose closest clause in ``other`` is about the same thing with the opposite
+    polarity, and that clause; or None. ``other`` is a question, or a slide's bullets (its title names a topic and
+    says nothing either way).
+
+    Closest: the largest part of the shorter clause's words shared, then the most words, and agreement before
+    disagreement on a tie. "The company did not sign the contract" shares its subject with "Keep the payment
+    company" and its whole predicate with "Contract not signed yet": it is checked against the second, which agrees."""
     theirs = [(clause, _content(clause), negated(clause)) for clause in clauses(other)]
     for clause in clauses(said):
-        mine = _content(clause)
+        mine, negation = _content(clause), negated(clause)
+        about: list[tuple[float, int, bool, str]] = []  # (share, shared, agrees, their clause)
         for their_clause, their_stems, their_negation in theirs:
-            shared = mine & their_stems
+            shared = len(mine & their_stems)
             shorter = min(len(mine), len(their_stems))
-            if (len(shared) >= MIN_SHARED and len(shared) >= MIN_SHARE * shorter
-                    and negated(clause) != their_negation):
+            if shared >= MIN_SHARED and shared >= MIN_SHARE * shorter:
+                about.append((shared / shorter, shared, negation == their_negation, their_clause))
+        if about:
+            *_, agrees, their_clause = max(about)
+            if not agrees:
                 return clause, their_clause
     return None
