@@ -6,22 +6,22 @@ room up to a limit. Every peer's audio (48 kHz stereo Opus) is resampled to 16 k
 room's :class:`AudioMixer` sums the speakers on one clock before the session hears them; video
 frames are fed at a low rate; a data channel opened by the peer carries JSON messages from the bot
 (``joined``, ``caption``, ``line``, ``tentative``, ``slide``, ``answer``, ``state``, ``error``) and
-the peer's questions (``ask: <question>``). When the room's last audio track ends, the session is
+the peer's requests (``ask: <question>``, ``forget: <speaker>``, ``rename: <speaker> = <name>``:
+app/rooms/requests.py). When the room's last audio track ends, the session is
 finished (the recogniser's tail is committed) and the room stays open for questions; a speaker who
 comes back starts a continuation of the meeting. A peer that misbehaves gets an error and is
 dropped; the room's session, and every other room, carry on.
 
 Parts with a job of their own: the settings (app/rooms/bot_settings.py), who may join (app/rooms/admission.py), a
 room and its peers (app/rooms/room.py), the room's mixer (app/rooms/mixer.py), the addresses offered to peers
-(app/rooms/ice.py), the messages peers get (app/rooms/room_messages.py), where the meetings run
-(app/rooms/bot_meetings.py), and the HTTP server around the bot (app/rooms/bot_server.py).
+(app/rooms/ice.py), the messages peers get (app/rooms/room_messages.py), what peers ask (app/rooms/requests.py),
+where the meetings run (app/rooms/bot_meetings.py), and the HTTP server around the bot (app/rooms/bot_server.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -39,9 +39,10 @@ from app.live.events import Failed, LineClosed, SessionEvent, SlideShown, StateC
 from app.platform.metrics import Metrics
 from app.rooms.mixer import ASR_RATE, MIX_FRAME, AudioMixer
 from app.rooms.ice import ice_configuration, restrict_ice_hosts
+from app.rooms.requests import PeerRequests
 from app.rooms.room import Peer, Room
 from app.rooms.participants import display_name
-from app.rooms.room_messages import answer_message, captions, float_or_none, jsonable, line_message, majority_label
+from app.rooms.room_messages import captions, jsonable, line_message, majority_label
 from app.rooms.signaling import JoinRefused
 
 if TYPE_CHECKING:
@@ -51,12 +52,6 @@ if TYPE_CHECKING:
     from app.live.session import MeetingSession
 
 log = logging.getLogger("minutia.bot")
-
-ASK_PREFIX = "ask:"
-FORGET_PREFIX = "forget:"  # "forget: <speaker>" or "forget: screen": the meeting goes on without them (app/live/forget.py)
-FORGET_CONFIRM = "yes"  # "forget: yes" does the forget the peer asked for last
-FORGET_CONFIRM_S = 120.0
-RENAME_PREFIX = "rename:"  # "rename: <speaker> = <name>": the name people know that speaker by
 
 
 def _shown(name: str, limit: int = 64) -> str:
@@ -78,9 +73,10 @@ class RoomBot:
         self.rooms: dict[str, Room] = {}
         self.metrics = metrics or Metrics(self.sessions, self.peer_counts)
         self.admission = Admission(settings, self.metrics.registry)
-        self._ask_pool = ThreadPoolExecutor(settings.ask_workers, thread_name_prefix="bot-ask")
+        self.ask_pool = ThreadPoolExecutor(settings.ask_workers, thread_name_prefix="bot-ask")
         # finish() blocks until a room's backlog is transcribed; its own pool, so that shutting down never waits
-        self._finish_pool = ThreadPoolExecutor(max(1, len(settings.rooms)), thread_name_prefix="bot-finish")
+        self.finish_pool = ThreadPoolExecutor(max(1, len(settings.rooms)), thread_name_prefix="bot-finish")
+        self.requests = PeerRequests(self)  # what peers ask on their data channels (app/rooms/requests.py)
         self._room_lock = asyncio.Lock()
         self._join_lock = asyncio.Lock()  # a new room's first peer is counted before the next new room is checked
         self._closed = False
@@ -135,7 +131,7 @@ class RoomBot:
                 await self._drop(peer, f"negotiation failed: {exc}")
                 raise JoinRefused(400, f"cannot answer this offer: {exc or type(exc).__name__} "
                                        "(supported: Opus/PCMU/PCMA/G722 audio, VP8/H264 video)") from None
-            self._spawn(peer, self._reap_unconnected(peer))
+            self.spawn(peer, self._reap_unconnected(peer))
             outcome = "joined"
             log.info("peer joined", extra={"room": room_name, "peer": peer.peer_id, "client": client})
             return peer.peer_id, pc.localDescription.sdp
@@ -177,7 +173,7 @@ class RoomBot:
         room.unsubscribe = session.subscribe(
             lambda event: loop.call_soon_threadsafe(self._on_event, room, session, event))
 
-    def _spawn(self, peer: Peer, coroutine: Any) -> None:
+    def spawn(self, peer: Peer, coroutine: Any) -> None:
         task = asyncio.ensure_future(coroutine)
         peer.tasks.add(task)
         task.add_done_callback(peer.tasks.discard)
@@ -188,9 +184,9 @@ class RoomBot:
         @pc.on("track")
         def on_track(track: MediaStreamTrack) -> None:
             if track.kind == "audio":
-                self._spawn(peer, self._consume_audio(peer, track))
+                self.spawn(peer, self._consume_audio(peer, track))
             elif track.kind == "video":
-                self._spawn(peer, self._consume_video(peer, track))
+                self.spawn(peer, self._consume_video(peer, track))
 
         @pc.on("datachannel")
         def on_datachannel(channel: "RTCDataChannel") -> None:
@@ -202,7 +198,7 @@ class RoomBot:
 
             @channel.on("message")
             def on_message(message: str | bytes) -> None:
-                self._on_message(peer, message)
+                self.requests.on_message(peer, message)
 
             if channel.readyState == "open":
                 self._greet(peer)
@@ -321,7 +317,7 @@ class RoomBot:
                 pass
         room.finished = True
         try:
-            await asyncio.get_running_loop().run_in_executor(self._finish_pool, room.session.finish)
+            await asyncio.get_running_loop().run_in_executor(self.finish_pool, room.session.finish)
         except Exception as exc:
             log.warning("finishing the room's session failed", extra={"room": room.name, "error": str(exc)})
 
@@ -329,12 +325,12 @@ class RoomBot:
         """New audio in a finished room: the meeting goes on in a new session (questions still see all of it).
         Questions in flight finish on the old session first; those asked meanwhile wait for the new one."""
         async with room.session_lock:
-            session = await asyncio.get_running_loop().run_in_executor(None, self._next_session, room.name,
+            session = await asyncio.get_running_loop().run_in_executor(None, self.next_session, room.name,
                                                                        room.session)
-            self._swap(room, session)
+            self.swap(room, session)
         log.info("room continues in a new session", extra={"room": room.name, "session": session.session_id})
 
-    def _next_session(self, room_name: str, old: "MeetingSession") -> "MeetingSession":
+    def next_session(self, room_name: str, old: "MeetingSession") -> "MeetingSession":
         """The room's meeting going on after its end (app/rooms/bot_meetings.py: resumed from its save)."""
         return self.meetings.go_on(room_name, old)
 
@@ -360,175 +356,7 @@ class RoomBot:
                 self.metrics.dropped_frames.labels(room.name, "video").inc()
                 log.warning("video frame refused by session", extra={"room": room.name, "error": str(exc)})
 
-    # ------------------------------------------------------------------ data channel
-    def _on_message(self, peer: Peer, message: str | bytes) -> None:
-        size = len(message.encode() if isinstance(message, str) else message)
-        if size > self.settings.max_message_bytes:
-            peer.send({"type": "error", "message": f"message of {size} bytes is over the limit of "
-                                                   f"{self.settings.max_message_bytes}"})
-            return
-        if isinstance(message, bytes):
-            peer.send({"type": "error", "message": "binary messages are not understood; send 'ask: <question>'"})
-            return
-        lowered = message.lower()
-        if not lowered.startswith((ASK_PREFIX, FORGET_PREFIX, RENAME_PREFIX)):
-            peer.send({"type": "error", "message": "unknown message; send 'ask: <question>', "
-                                                   "'rename: <speaker> = <name>' or 'forget: <speaker or screen>'"})
-            return
-        if peer.asking:
-            peer.send({"type": "error", "message": "one request at a time, please"})
-            return
-        peer.asking = True
-        if lowered.startswith(FORGET_PREFIX):
-            what = message[len(FORGET_PREFIX):].strip()
-            if what.lower() == FORGET_CONFIRM:
-                pending, peer.pending_forget = peer.pending_forget, None
-                if pending is None or time.monotonic() - pending[1] > FORGET_CONFIRM_S:
-                    peer.asking = False
-                    peer.send({"type": "error", "message": "nothing to confirm: send 'forget: <speaker or screen>' "
-                                                           "first", "forget": what})
-                    return
-                self._spawn(peer, self._forget(peer, pending[0]))
-            else:
-                self._spawn(peer, self._ask_to_confirm(peer, what))
-        elif lowered.startswith(RENAME_PREFIX):
-            self._spawn(peer, self._rename(peer, message[len(RENAME_PREFIX):]))
-        else:
-            self._spawn(peer, self._answer(peer, message[len(ASK_PREFIX):].strip()))
-
-    async def _answer(self, peer: Peer, question: str) -> None:
-        from encoders.errors import InputError
-
-        started = time.perf_counter()
-        loop = asyncio.get_running_loop()
-        room = peer.room
-        try:
-            async with room.session_lock:  # never the session a continuation is closing
-                session = room.session
-                answer = await loop.run_in_executor(self._ask_pool, session.ask, question)
-                elapsed = time.perf_counter() - started
-                snapshot = await loop.run_in_executor(None, session.snapshot)
-        except InputError as exc:
-            self.metrics.questions.labels("refused").inc()
-            peer.send({"type": "error", "message": str(exc), "question": question})
-            return
-        except Exception as exc:
-            self.metrics.questions.labels("failed").inc()
-            log.exception("question failed", extra={"room": peer.room.name})
-            peer.send({"type": "error", "message": f"the question failed: {exc}", "question": question})
-            return
-        finally:
-            peer.asking = False
-        self.metrics.questions.labels("answered").inc()
-        self.metrics.question_seconds.observe(elapsed)
-        ttft = float_or_none(snapshot.kv.get("question_ttft"))
-        self.metrics.question_ttft.observe(ttft if ttft is not None else elapsed)
-        peer.send(answer_message(answer, elapsed))
-
-    async def _ask_to_confirm(self, peer: Peer, speaker: str) -> None:
-        """A forget is destructive: the bot first says what will go, and does it on 'forget: yes' from the same peer
-        within FORGET_CONFIRM_S (issue 49). A speaker the meeting does not have is refused at once."""
-        from app.live.lineage import is_screen
-
-        try:
-            if not speaker:
-                peer.send({"type": "error", "message": "say what to forget: 'forget: <speaker>' (a name or a label "
-                                                       "such as SPEAKER_01) or 'forget: screen'", "forget": speaker})
-                return
-            if not is_screen(speaker) and not re.fullmatch(r"SPEAKER_\d+", speaker):
-                loop = asyncio.get_running_loop()
-                async with peer.room.session_lock:
-                    transcript = await loop.run_in_executor(None, peer.room.session.transcript)
-                speakers = list(dict.fromkeys(t.speaker for t in transcript.turns))
-                if not any(s.lower() == speaker.lower() for s in speakers):
-                    peer.send({"type": "error", "message": f"no speaker {speaker!r} in this meeting; its speakers are "
-                                                           f"{', '.join(speakers) or 'none yet'}", "forget": speaker})
-                    return
-            peer.pending_forget = (speaker, time.monotonic())
-            what = ("the slides read so far" if is_screen(speaker) else f"everything {speaker} said so far")
-            peer.send({"type": "confirm", "forget": speaker,
-                       "message": f"forget {speaker}? This removes {what} from the meeting and the model's memory for "
-                                  f"everyone in the room. Send 'forget: {FORGET_CONFIRM}' to do it."})
-        finally:
-            peer.asking = False
-
-    async def _forget(self, peer: Peer, speaker: str) -> None:
-        """Forget one speaker while the meeting goes on (any peer of the room may: each joined with its token).
-        The room's meeting is rebuilt without that speaker's words and goes on in the rebuilt session; audio that
-        arrives meanwhile waits and is fed to it. Everyone in the room is sent the rebuilt transcript."""
-        from encoders.errors import InputError
-
-        room, loop = peer.room, asyncio.get_running_loop()
-        try:
-            if not speaker:
-                raise InputError("say what to forget: 'forget: <speaker>' (a name or a label such as SPEAKER_01) "
-                                 "or 'forget: screen'")
-            async with room.session_lock:
-                was_finished, room.parked = room.finished, []
-                try:
-                    session, report = await loop.run_in_executor(
-                        self._finish_pool, self.meetings.forget, room.session, speaker)
-                    self._swap(room, session)
-                    room.held_lines = []  # lines of the old session, the forgotten speaker's among them
-                finally:
-                    parked, room.parked = room.parked, None
-                    await self._settle(room, parked, was_finished)
-                transcript = room.session.transcript()
-        except InputError as exc:
-            peer.send({"type": "error", "message": str(exc), "forget": speaker})
-            return
-        except Exception:
-            log.exception("forget failed", extra={"room": room.name})
-            peer.send({"type": "error", "message": "the forget failed on an unexpected error (the details are in "
-                                                   "the bot's log)", "forget": speaker})
-            return
-        finally:
-            peer.asking = False
-        log.info("source forgotten", extra={"room": room.name, "source": report.forgotten,
-                                            "words_removed": report.words_removed, "blocks": report.blocks})
-        room.recent_words.clear()
-        room.broadcast({"type": "forgot", "source": report.forgotten, "speaker": report.speaker, "name": report.name,
-                        "words_removed": report.words_removed, "slides_removed": report.slides_removed,
-                        "lines": [line_message(turn, None) for turn in transcript.turns]})
-
-    async def _rename(self, peer: Peer, request: str) -> None:
-        """'rename: SPEAKER_01 = Dana': everyone in the room gets the transcript with the new name. Under the
-        room's session lock, so that a forget swapping sessions meanwhile cannot lose the name."""
-        from encoders.errors import InputError
-
-        speaker, sep, name = request.partition("=")
-        room = peer.room
-        try:
-            if not sep or not speaker.strip():
-                raise InputError("say whom to rename and how: 'rename: <speaker> = <name>'")
-            async with room.session_lock:
-                label = room.session.rename_speaker(speaker.strip(), name)
-                transcript = room.session.transcript()
-        except InputError as exc:
-            peer.send({"type": "error", "message": str(exc), "rename": request.strip()})
-            return
-        finally:
-            peer.asking = False
-        room.broadcast({"type": "renamed", "speaker": label, "name": " ".join(name.split()),
-                        "lines": [line_message(turn, None) for turn in transcript.turns]})
-
-    async def _settle(self, room: Room, parked: list[tuple[np.ndarray, list]], was_finished: bool) -> None:
-        """After a forget, done or refused (call with the room's session lock held): the audio that waited goes to
-        the room's session; a session the forget closed, or finished while audio waited, is continued as after
-        the end of the stream; a room that had finished stays finished."""
-        loop = asyncio.get_running_loop()
-        session = room.session
-        if not self.meetings.alive(session) or (parked and session.state == "finished"):
-            session = await loop.run_in_executor(None, self._next_session, room.name, session)
-            self._swap(room, session)
-        if parked:
-            self.meetings.feed(session, np.concatenate([samples for samples, _ in parked]),
-                               [s for _, speakers in parked for s in speakers], room.participants)
-        elif was_finished or session.state == "finished":
-            await loop.run_in_executor(self._finish_pool, session.finish)
-            room.finished = True
-
-    def _swap(self, room: Room, session: "MeetingSession") -> None:
+    def swap(self, room: Room, session: "MeetingSession") -> None:
         """The room goes on in ``session`` (call with the room's session lock held); the same session (a meeting
         on Ray goes on in its actor) keeps its listener, so no event falls between two subscriptions."""
         same = session is room.session
@@ -586,5 +414,5 @@ class RoomBot:
                 await self._drop(peer, "bot shutting down")
             if room.unsubscribe is not None:
                 room.unsubscribe()
-        self._ask_pool.shutdown(wait=False, cancel_futures=True)
-        self._finish_pool.shutdown(wait=False, cancel_futures=True)  # the runtime closing the sessions ends them
+        self.ask_pool.shutdown(wait=False, cancel_futures=True)
+        self.finish_pool.shutdown(wait=False, cancel_futures=True)  # the runtime closing the sessions ends them
