@@ -3,6 +3,7 @@
 
     python bench/kv_formats.py [--part tuning|held-out] [--limit 4] [--max-tokens 4096]
                                [--pairs full:int2,int2:full,int2:int2,int4:int2,int4:int4]
+                               [--codebooks kvstore/quant/calibration/gemma-3-270m.safetensors]
 
 The same QMSum meetings and answer NLL as bench/kv_quality.py (its meeting selection, prompt and teacher-forced
 gold answers), but no planner, budget or scorer: each meeting is prefilled once into a full cache, then for each
@@ -12,6 +13,10 @@ channel along the tokens, values per token, groups of ``--group-size``; a key gr
 ``--block-size`` block, as in the cache), and the answers are scored again.
 NLL recovery = mean full-cache NLL / mean NLL, as in kv_quality. Bits per element count the scale and zero
 point (fp16) of each group.
+
+``vq`` in a pair is the coupled quantizer (kvstore/quant/codebook.py): each layer's keys or values coded with the
+codebook learned for them on the tuning meetings (bench/kv_calibrate.py, the ``--codebooks`` file); its bits per
+element are its codes alone (the codebooks are the model's, like its weights, and their size is printed apart).
 
 It isolates the codec from the budget planner, so it says what a block format costs wherever it is used:
 keys or values, and how a split format (``int4:int2`` is the ``k4v2`` row) compares with its parts.
@@ -24,7 +29,6 @@ import json
 import math
 import sys
 import time
-import warnings
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,6 +40,8 @@ from bench.qmsum_split import PARTS, kv_part_of  # noqa: E402
 from kernels.formats import CODEC_NAMES  # noqa: E402
 
 DEFAULT_PAIRS = "full:int2,int2:full,int2:int2,int4:int2,int4:int4"
+VQ = "vq"  # the learned codebooks of --codebooks (kvstore/quant/codebook.py)
+DEFAULT_CODEBOOKS = REPO / "kvstore" / "quant" / "calibration" / "gemma-3-270m.safetensors"
 
 
 def parse_pairs(text: str) -> list[tuple[str, str]]:
@@ -43,8 +49,8 @@ def parse_pairs(text: str) -> list[tuple[str, str]]:
     for item in (p.strip() for p in text.split(",") if p.strip()):
         key, _, value = item.partition(":")
         for name in (key, value):
-            if name != "full" and name not in CODEC_NAMES:
-                raise ValueError(f"unknown codec {name!r} in {item!r}; known: full, {', '.join(CODEC_NAMES)}")
+            if name not in ("full", VQ) and name not in CODEC_NAMES:
+                raise ValueError(f"unknown codec {name!r} in {item!r}; known: full, {VQ}, {', '.join(CODEC_NAMES)}")
         pairs.append((key, value))
     if not pairs:
         raise ValueError("no KEY:VALUE pairs given")
@@ -65,12 +71,23 @@ def bits_per_element(codec: str, group: int) -> float:
     return 8.0 * sum(t.numel() * t.element_size() for t in stored) / (group * 4)
 
 
-def read_back(x, codec: str, keys: bool, group: int):
-    """``x`` [B, H, T, D] quantized with the library's codec in the cache's layout and dequantized."""
+def codec_bits(codec: str, group: int, books: dict, kind: str) -> float:
+    """Bits per element of a codec; ``vq``: its codes (the same for every layer's codebook of ``kind``)."""
+    if codec == VQ:
+        return next(b.bits_per_element for name, b in books.items() if name.endswith(f".{kind}"))
+    return bits_per_element(codec, group)
+
+
+def read_back(x, codec: str, keys: bool, group: int, book=None):
+    """``x`` [B, H, T, D] quantized with the library's codec in the cache's layout and dequantized (``vq``: with the
+    layer's ``book``)."""
     from kvstore.quant import get_quantizer
 
     if codec == "full":
         return x
+    if codec == VQ:
+        tokens_first = x.transpose(1, 2)  # the codebook codes each token's [H, D]
+        return book.dequantize(book.quantize(tokens_first)).transpose(1, 2)
     base = get_quantizer(codec, group_size=group)
     quantizer = base.for_keys(token_axis=2) if keys else base.for_values()
     return quantizer.dequantize(quantizer.quantize(x))
@@ -88,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--group-size", type=int, default=32)
     ap.add_argument("--block-size", type=int, default=64, help="the cache's block: key groups do not cross it")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--codebooks", type=Path, default=DEFAULT_CODEBOOKS, help="the codebooks of 'vq' (bench/kv_calibrate.py)")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "kv_formats.json")
     args = ap.parse_args(argv)
     try:
@@ -103,21 +121,24 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.model / "config.json").is_file():
         print(f"error: model folder {args.model} not found (set --model or MINUTIA_HOME)", file=sys.stderr)
         return 2
+    books, about = {}, {}
+    if any(VQ in pair for pair in pairs):
+        if not args.codebooks.is_file():
+            print(f"error: no codebooks at {args.codebooks}: learn them with bench/kv_calibrate.py", file=sys.stderr)
+            return 2
+        from kvstore.quant.codebook import load_codebooks
+
+        books, about = load_codebooks(args.codebooks)
+        if args.part == about.get("part") == "tuning":
+            print("note: the codebooks were learned on the tuning part: this is an in-sample figure", file=sys.stderr)
 
     import torch
-    import transformers
     from rich.console import Console
     from rich.progress import Progress
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    warnings.filterwarnings("ignore")
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    torch.set_num_threads(args.threads)
     console = Console(stderr=True)
     started = time.time()
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16, attn_implementation="sdpa").eval()
+    tokenizer, model = kq.load_quietly(args.model, args.threads)
     files = [f for f in sorted(args.data.glob("*.json")) if kv_part_of(f.name) == args.part]
     chosen = [meeting for meeting, _ in kq.rank_meetings(files, tokenizer, args.max_tokens)[: args.limit or None]]
     if not chosen:
@@ -142,7 +163,11 @@ def main(argv: list[str] | None = None) -> int:
                     cut = max(0, layer.keys.shape[2] - args.recent) // args.block_size * args.block_size
                     for attr, codec, keys in (("keys", key_codec, True), ("values", value_codec, False)):
                         whole = getattr(layer, attr)
-                        settled = read_back(whole[:, :, :cut].float(), codec, keys, groups[attr])
+                        book = books.get(f"{index}.{attr}") if codec == VQ else None
+                        if codec == VQ and book is None:
+                            print(f"error: {args.codebooks} has no codebook for layer {index}'s {attr}", file=sys.stderr)
+                            return 2
+                        settled = read_back(whole[:, :, :cut].float(), codec, keys, groups[attr], book)
                         setattr(layer, attr, torch.cat([settled.to(whole.dtype), whole[:, :, cut:]], 2))
                 stored = prepared.save()
                 for q in queries:  # each answer from the same stored meeting
@@ -155,10 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name, key_codec, value_codec in runs:
         mean = sum(nll[name]) / len(nll[name])
-        bits = (bits_per_element(key_codec, groups["keys"]) + bits_per_element(value_codec, groups["values"])) / 2
+        bits = (codec_bits(key_codec, groups["keys"], books, "keys")
+                + codec_bits(value_codec, groups["values"], books, "values")) / 2
         rows.append({"keys:values": name, "bits_per_element": round(bits, 2), "of_bf16": round(bits / 16, 3),
                      "answer_nll": round(mean, 4), "nll_recovery": round(full / mean, 4)})
-    report = {"part": args.part, "meetings": per_meeting, "queries": len(nll["full"]), "recent": args.recent,
+    book_bytes = sum(b.centroids.numel() * b.centroids.element_size() for b in books.values())
+    report = {"part": args.part, "meetings": per_meeting, "codebooks": {**about, "bytes": book_bytes} if books else None, "queries": len(nll["full"]), "recent": args.recent,
               "groups": groups, "rows": rows, "seconds": round(time.time() - started, 1)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
@@ -168,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         cells = (r["keys:values"], r["bits_per_element"], r["of_bf16"], r["answer_nll"], r["nll_recovery"])
         print("| " + " | ".join(str(c) for c in cells) + " |")
+    if books:
+        print(f"\nvq: codebooks from {about.get('part', '?')} meetings {about.get('meetings', '?')}, "
+              f"{book_bytes / 1024:.0f} KiB for the model (not counted per meeting)")
     console.print(f"[green]wrote[/] {args.out} in {report['seconds']} s")
     return 0
 

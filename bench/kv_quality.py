@@ -75,6 +75,22 @@ def default_model_dir() -> Path:
     return base / "gemma-3-270m"
 
 
+def load_quietly(model_dir: Path, threads: int):
+    """(tokenizer, model) of a local folder in bfloat16 with SDPA, on ``threads`` CPU threads, without the library's
+    warnings and progress bars (a bench's own progress is what it prints)."""
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    warnings.filterwarnings("ignore")
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    torch.set_num_threads(threads)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa").eval()
+    return tokenizer, model
+
+
 # ------------------------------------------------------------------------------------------------
 # Data: meetings, needles, token -> turn map
 # ------------------------------------------------------------------------------------------------
