@@ -31,7 +31,8 @@ def exact_cold_tier(name: str):
     """A cold tier in host memory that keeps exact copies (what a live session's is, without the store), so a
     shadowed answer is also compared with the meeting read at full precision."""
     from kvstore.cold import ColdTier
-    from kvstore.placement import PlacementPolicy, Tier, TierPlacement, WatermarkController
+    from kvstore.placement import PlacementPolicy, Tier, TierPlacement
+    from kvstore.tier_guards import WatermarkController
     from kvstore.stores.memory import MemoryStore
 
     tiers = {Tier.DEVICE: MemoryStore("cpu", tier="device"), Tier.HOST: MemoryStore("cpu", tier="host")}

@@ -820,7 +820,8 @@ def prepare_minutia(model, ids, meeting: Meeting, budget: float, args, mode: str
     cold = None
     if mode in ("cold", "exact"):
         from kvstore.cold import ColdTier
-        from kvstore.placement import Tier, TierPlacement, WatermarkController
+        from kvstore.placement import Tier, TierPlacement
+        from kvstore.tier_guards import WatermarkController
         from kvstore.stores.memory import MemoryStore
 
         staging = args.cold_staging_mib << 20

@@ -65,7 +65,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kvstore.cold import ColdTier  # noqa: E402
 from kvstore.crypto import EncryptedStore, MasterKey  # noqa: E402
-from kvstore.placement import HitRateWindow, PlacementPolicy, Prefetcher, Tier, TierPlacement, WatermarkController  # noqa: E402
+from kvstore.placement import PlacementPolicy, Tier, TierPlacement  # noqa: E402
+from kvstore.prefetch import Prefetcher  # noqa: E402
+from kvstore.tier_guards import HitRateWindow, WatermarkController  # noqa: E402
 from kvstore.stores.base import pack_block  # noqa: E402
 from kvstore.stores.disk import DiskStore  # noqa: E402
 from kvstore.stores.memory import MemoryStore  # noqa: E402

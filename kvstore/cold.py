@@ -36,7 +36,8 @@ import torch
 
 from kvstore import block_ids
 from kernels.formats import BlockFormat
-from kvstore.placement import Prefetcher, Tier, TierPlacement
+from kvstore.placement import Tier, TierPlacement
+from kvstore.prefetch import Prefetcher
 from kvstore.stores.base import StoreError, pack_block, unpack_block
 
 log = logging.getLogger(__name__)

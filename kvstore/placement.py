@@ -3,25 +3,23 @@
 :class:`TierPlacement` keeps blocks (packed bytes, see ``kvstore.stores``) of one session across the
 tiers it is given and decides where each lives from its score, its modality and the budgets:
 the best blocks go to the device up to the device budget, the next ones to the host, the rest to
-the lowest tier (disk, or Redis). A :class:`WatermarkController` sets the device budget so device
-bytes sit at a target share (85%) of a hard cap, with a hysteresis band; no move ever crosses the cap.
+the lowest tier (disk, or Redis). A :class:`WatermarkController` (kvstore/tier_guards.py) sets the device
+budget so device bytes sit at a target share (85%) of a hard cap, with a hysteresis band; no move ever crosses the cap.
 
-Before a decode step the app asks :class:`Prefetcher` to bring up the blocks the current query's
-block scores predict for the next step; a worker thread copies them while the step computes (on
+Before a decode step the app asks the :class:`Prefetcher` (kvstore/prefetch.py) to bring up the blocks the current
+query's block scores predict for the next step; a worker thread copies them while the step computes (on
 CUDA on a second stream, asynchronously: from the host tier's pinned slab, or from disk and Redis
 through pinned double buffers, :class:`PinnedStaging`). Each read of a block counts as a hit if the
-block was already on the device. When the hit rate over a window stays below 50%, placement falls
-back to "L1/L2-only" mode (nothing below the host tier; logged and reported in the stats) and
+block was already on the device. When the hit rate over a window (:class:`HitRateWindow`) stays below 50%, placement
+falls back to "L1/L2-only" mode (nothing below the host tier; logged and reported in the stats) and
 retries normal mode after a cool-down.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import enum
 import logging
-import queue
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,7 +29,8 @@ import numpy as np
 import torch
 
 from kvstore.annotations import Modality
-from kvstore.stores.base import BlockNotFound, BlockStore, StoreError, StoreFull
+from kvstore.tier_guards import HitRateWindow, WatermarkController
+from kvstore.stores.base import BlockNotFound, BlockStore
 from kvstore.stores.memory import MemoryStore
 
 log = logging.getLogger(__name__)
@@ -59,87 +58,6 @@ class PlacementPolicy:
     host_bytes: int | None = None
     modality_weight: dict[int, float] = field(default_factory=lambda: {
         int(Modality.TEXT): 1.0, int(Modality.AUDIO): 1.0, int(Modality.VIDEO): 0.8})
-
-
-class WatermarkController:
-    """Device budget that keeps device bytes near ``target`` x ``cap_bytes`` with a hysteresis band.
-
-    Inside ``[target - band, target + band]`` nothing moves (no ping-pong); above it the budget is
-    the target (demote down to it); below it the budget is the target too (promote up to it).
-    The hard cap is enforced separately by :meth:`admits` on every move.
-    """
-
-    def __init__(self, cap_bytes: int, target: float = 0.85, band: float = 0.05) -> None:
-        if not 0 < target <= 1 or band < 0 or target + band > 1:
-            raise ValueError("need 0 < target <= 1 and target + band <= 1")
-        self.cap_bytes = cap_bytes
-        self.target = target
-        self.band = band
-        self.peak_bytes = 0
-
-    @property
-    def target_bytes(self) -> int:
-        return int(self.target * self.cap_bytes)
-
-    def device_budget(self, device_bytes: int) -> int | None:
-        """Bytes the device should hold after rebalancing, or None to leave it as it is."""
-        self.peak_bytes = max(self.peak_bytes, device_bytes)
-        high = (self.target + self.band) * self.cap_bytes
-        low = (self.target - self.band) * self.cap_bytes
-        if device_bytes > high or device_bytes < low:
-            return self.target_bytes
-        return None
-
-    def admits(self, device_bytes: int, extra: int) -> bool:
-        return device_bytes + extra <= self.cap_bytes
-
-
-class HitRateWindow:
-    """Hits over the last ``window`` reads; decides the normal / fallback mode."""
-
-    def __init__(self, window: int = 256, threshold: float = 0.5, cooldown: int = 1024) -> None:
-        self.window = window
-        self.threshold = threshold
-        self.cooldown = cooldown
-        self._hits: collections.deque[bool] = collections.deque(maxlen=window)
-        self.total_reads = 0
-        self.total_hits = 0
-        self.mode = "normal"
-        self.reason = ""  # why the last fallback happened
-        self._fallback_reads = 0
-
-    def record(self, hit: bool) -> str | None:
-        """Count one read; returns the new mode when it changes."""
-        self._hits.append(hit)
-        self.total_reads += 1
-        self.total_hits += int(hit)
-        if self.mode == "normal":
-            if len(self._hits) == self.window and self.rate < self.threshold:
-                return self.fall_back(f"prefetch hit rate {100 * self.rate:.0f}% over {self.window} reads")
-        else:
-            self._fallback_reads += 1
-            if self._fallback_reads >= self.cooldown:
-                self.mode = "normal"
-                self._hits.clear()
-                return self.mode
-        return None
-
-    def fall_back(self, reason: str) -> str | None:
-        """Enter L1/L2-only mode (returns the new mode, or None if already there)."""
-        if self.mode == "fallback":
-            return None
-        self.mode, self.reason, self._fallback_reads = "fallback", reason, 0
-        return self.mode
-
-    @property
-    def rate(self) -> float | None:
-        """Share of the last ``window`` reads found resident; None before the first read (nothing to rate)."""
-        return sum(self._hits) / len(self._hits) if self._hits else None
-
-    @property
-    def overall_rate(self) -> float | None:
-        """Share of all reads found resident; None ("n/a") when nothing was read, never a made-up 100%."""
-        return self.total_hits / self.total_reads if self.total_reads else None
 
 
 @dataclass
@@ -483,76 +401,3 @@ class PinnedStaging:
         event = torch.cuda.Event()
         event.record()
         self._copied[i] = event
-
-
-class Prefetcher:
-    """Moves the blocks predicted for the next step up to the device on a worker thread.
-
-    ``request`` returns at once; ``wait`` blocks until the queued moves are done (the decode step
-    calls it before reading). On CUDA the copies run on a side stream so they overlap compute.
-    """
-
-    def __init__(self, placement: TierPlacement, top_k: int = 8, max_backlog: int = 64) -> None:
-        self.placement = placement
-        self.top_k = top_k
-        self.max_backlog = max_backlog  # queued requests beyond this: transfers are saturated
-        self.stream = torch.cuda.Stream() if torch.cuda.is_available() else None
-        self._queue: queue.Queue[list[str] | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name="kv-prefetch", daemon=True)
-        self._thread.start()
-        self.errors: list[str] = []
-
-    def predict(self, block_scores: dict[str, float]) -> list[str]:
-        """The ``top_k`` blocks by the current query's scores: what the next step will most likely read."""
-        return [b for b, _ in sorted(block_scores.items(), key=lambda kv: -kv[1])[: self.top_k]]
-
-    def request(self, block_ids: list[str]) -> None:
-        backlog = self._queue.unfinished_tasks
-        if backlog >= self.max_backlog:
-            self.placement.transfers_saturated(backlog)
-            return  # dropped: the blocks are read on demand (counted as misses) until the queue drains
-        self._queue.put(list(block_ids))
-
-    def wait(self) -> None:
-        self._queue.join()
-
-    def _run(self) -> None:
-        while True:
-            ids = self._queue.get()
-            try:
-                if ids is None:
-                    return
-                ctx = torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
-                with ctx:
-                    self._promote(ids)
-                if self.stream is not None:
-                    self.stream.synchronize()
-            finally:
-                self._queue.task_done()
-
-    def _promote(self, ids: list[str]) -> None:
-        placement = self.placement
-        need = [b for b in ids if b in placement.blocks and placement.blocks[b].tier != Tier.DEVICE]
-        placement.will_read(need)
-        for block_id in need:
-            with placement._lock:
-                nbytes = placement.blocks[block_id].nbytes
-                room = placement.controller.cap_bytes - placement.tier_bytes()[Tier.DEVICE.value]
-                if room < nbytes:  # make room: demote the lowest-priority device block not requested
-                    victims = sorted((b for b, i in placement.blocks.items()
-                                      if i.tier == Tier.DEVICE and b not in ids),
-                                     key=lambda b: placement._priority(placement.blocks[b]))
-                    for victim in victims:
-                        if room >= nbytes:
-                            break
-                        placement.move(victim, Tier.HOST if Tier.HOST in placement.tiers else placement.lowest_tier())
-                        room += placement.blocks[victim].nbytes
-                try:
-                    placement.move(block_id, Tier.DEVICE)
-                except (StoreError, StoreFull) as exc:
-                    self.errors.append(str(exc))
-
-    def close(self) -> None:
-        self._queue.put(None)
-        self._thread.join(timeout=10)
-

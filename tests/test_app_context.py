@@ -100,7 +100,8 @@ def test_a_question_that_does_not_fit_is_refused(tiny_llm_dir):
 
 def test_a_long_meeting_evicts_to_the_cold_tier_and_a_question_recalls_its_lines(tiny_llm_dir, tmp_path):
     from kvstore.cold import ColdTier
-    from kvstore.placement import PlacementPolicy, Tier, TierPlacement, WatermarkController
+    from kvstore.placement import PlacementPolicy, Tier, TierPlacement
+    from kvstore.tier_guards import WatermarkController
     from kvstore.stores.disk import DiskStore
     from kvstore.stores.memory import MemoryStore
 

@@ -145,7 +145,8 @@ def test_line_messages_name_the_speaker_once_known():
 def test_the_cold_tier_placements_transfers_are_scraped():
     """A session whose cache has a cold tier: its placement's moves show on /metrics, per session and tier pair."""
     from app.platform.metrics import Metrics
-    from kvstore.placement import Tier, TierPlacement, WatermarkController
+    from kvstore.placement import Tier, TierPlacement
+    from kvstore.tier_guards import WatermarkController
     from kvstore.stores.memory import MemoryStore
 
     tiers = {Tier.DEVICE: MemoryStore("cpu", tier="device"), Tier.HOST: MemoryStore("cpu", tier="host")}

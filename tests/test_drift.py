@@ -135,7 +135,8 @@ def test_a_shadowed_question_is_compared_afterwards_and_changes_nothing(tiny_llm
 
 def _compressed_context(folder, tmp_path, shadow: float) -> MeetingContext:
     from kvstore.cold import ColdTier
-    from kvstore.placement import PlacementPolicy, Tier, TierPlacement, WatermarkController
+    from kvstore.placement import PlacementPolicy, Tier, TierPlacement
+    from kvstore.tier_guards import WatermarkController
     from kvstore.stores.memory import MemoryStore
 
     settings = LLMSettings(model=str(folder), dtype="float32", prompts="completion", max_context_tokens=1024)

@@ -13,7 +13,8 @@ from kvstore.cache import TieredCache
 from kvstore.manager import KVCacheManager
 from kvstore.cold import ColdTier
 from kvstore.crypto import EncryptedStore, MasterKey, MissingKeyError, TamperedBlock
-from kvstore.placement import PlacementPolicy, Tier, TierPlacement, WatermarkController
+from kvstore.placement import PlacementPolicy, Tier, TierPlacement
+from kvstore.tier_guards import WatermarkController
 from kvstore.stores.base import BlockNotFound, pack_block
 from kvstore.stores.disk import DiskStore
 from kvstore.stores.memory import MemoryStore

@@ -19,7 +19,8 @@ from kvstore.cache import TieredCache
 from kvstore.cold import ColdTier
 from kvstore.crypto import EncryptedStore, MasterKey
 from kvstore.persist import load_session, save_session
-from kvstore.placement import PlacementPolicy, Tier, TierPlacement, WatermarkController
+from kvstore.placement import PlacementPolicy, Tier, TierPlacement
+from kvstore.tier_guards import WatermarkController
 from kvstore.stores.base import pack_block, unpack_block
 from kvstore.stores.memory import MemoryStore
 from kvstore.stores.segment import SegmentStore

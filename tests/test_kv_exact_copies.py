@@ -9,7 +9,8 @@ from kvstore.attention import MINUTIA_ATTENTION
 from kvstore.blocks import BlockFormat
 from kvstore.cache import TieredCache
 from kvstore.cold import ColdTier
-from kvstore.placement import Tier, TierPlacement, WatermarkController
+from kvstore.placement import Tier, TierPlacement
+from kvstore.tier_guards import WatermarkController
 from kvstore.stores.memory import MemoryStore
 
 try:

@@ -12,7 +12,8 @@ from kvstore.cache import TieredCache
 from kvstore.cold import ColdTier
 from kvstore.config import TieredCacheConfig
 from kvstore.factory import build_cache
-from kvstore.placement import Tier, TierPlacement, WatermarkController
+from kvstore.placement import Tier, TierPlacement
+from kvstore.tier_guards import WatermarkController
 from kvstore.stores.memory import MemoryStore
 
 try:

@@ -109,7 +109,8 @@ def test_one_report_for_cache_manager_and_dashboards() -> None:
 def test_prefetch_hands_cold_blocks_to_the_cold_tier(tmp_path) -> None:
     """Blocks waiting in the cold tier are staged by its prefetcher; a recall then reads them from there."""
     from kvstore.cold import ColdTier
-    from kvstore.placement import PlacementPolicy, Tier as Location, TierPlacement, WatermarkController
+    from kvstore.placement import PlacementPolicy, Tier as Location, TierPlacement
+    from kvstore.tier_guards import WatermarkController
     from kvstore.stores.memory import MemoryStore
 
     model = tiny_model("llama", attn=MINUTIA_ATTENTION)

@@ -12,7 +12,9 @@ from kvstore.annotations import Modality
 from kvstore.cache import TieredCache
 from kvstore.crypto import EncryptedStore, MasterKey
 from kvstore.manager import KVCacheManager
-from kvstore.placement import HitRateWindow, Prefetcher, Tier, TierPlacement, WatermarkController
+from kvstore.placement import Tier, TierPlacement
+from kvstore.prefetch import Prefetcher
+from kvstore.tier_guards import HitRateWindow, WatermarkController
 from kvstore.stores.disk import DiskStore
 from kvstore.stores.memory import MemoryStore
 

@@ -121,7 +121,8 @@ class Runtime:
         """A meeting's cold tier (kvstore.cold): staging + host memory (sealed unless kv.cold.encrypt_host is
         off), then the encrypted session store; its blocks are tagged with ``source`` (the meeting's)."""
         from kvstore.cold import ColdTier
-        from kvstore.placement import PlacementPolicy, Tier, TierPlacement, WatermarkController
+        from kvstore.placement import PlacementPolicy, Tier, TierPlacement
+        from kvstore.tier_guards import WatermarkController
         from app.platform.store import host_cold_tier
         from kvstore.stores.memory import MemoryStore
 
