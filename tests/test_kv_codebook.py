@@ -83,3 +83,31 @@ def test_codes_are_the_nearest_centroid_and_come_back_through_a_file(tmp_path):
     with pytest.raises(ValueError, match="expected"):
         book.quantize(torch.zeros(3, 2, 16))
     assert isinstance(loaded["5.keys"], Codebook) and math.isclose(loaded["5.keys"].bits_per_element, 2.0)
+
+
+def test_the_quest_bound_holds_for_coded_keys_with_bounds_from_what_is_read():
+    """The block bound (max over a block of q.k <= sum_d max(q_d kmin_d, q_d kmax_d)) holds for every coded block when
+    kmin/kmax come from the decoded keys; from the keys as they were it fails, since centroids stick out."""
+    from kernels.reference import quest_scores
+
+    book = calibrate(_rotary_like(6000, 1, 32, seed=0), dims=4, bits=8)
+    keys = _rotary_like(64 * 16, 1, 32, seed=5).reshape(16, 64, 1, 32)  # 16 blocks of 64 tokens
+    codes = book.quantize(keys)
+    read = book.dequantize(codes)
+    bounds = [book.block_bounds(codes[b]) for b in range(16)]
+    kmin, kmax = torch.stack([lo for lo, _ in bounds]), torch.stack([hi for _, hi in bounds])  # [P, H, D]
+    table = torch.arange(16).reshape(1, 1, 16)
+    queries = torch.randn(200, 1, 1, 32, generator=torch.Generator().manual_seed(11))
+    for q in queries:
+        best = (read[:, :, 0] @ q[0, 0]).amax(1)  # [P]: the largest q.k a block's coded keys give
+        assert (quest_scores(q, kmin, kmax, table)[0, 0] >= best - 1e-4).all()
+    # A block of one key said over and over: its own bounds are that key, and a query along (centroid - key) reads
+    # more from the coded block than those bounds allow.
+    same = keys[3, :1].expand(64, 1, 32)
+    coded = book.dequantize(book.quantize(same))
+    q = (coded[0, 0] - same[0, 0]).reshape(1, 1, 32)
+    table = torch.zeros(1, 1, 1, dtype=torch.long)
+    original = quest_scores(q, same.amin(0)[None], same.amax(0)[None], table)[0, 0, 0]
+    assert float(coded[0, 0] @ q[0, 0]) > float(original) + 1e-3
+    lo, hi = book.block_bounds(book.quantize(same))
+    assert float(quest_scores(q, lo[None], hi[None], table)[0, 0, 0]) >= float(coded[0, 0] @ q[0, 0]) - 1e-4

@@ -110,6 +110,13 @@ class Codebook:
         out[:, :, self.groups] = picked  # [N, H, G, dims] back to the channels they came from
         return out.reshape(*lead, heads, self.head_dim).to(dtype)
 
+    def block_bounds(self, codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-channel key bounds ``(kmin, kmax)`` ``[H, D]`` of one block's ``codes [T, H, G]``, taken from the decoded
+        keys: attention reads the centroids, which can lie outside the block's own keys, so bounds of the keys as
+        they were would not bound what is read (the Quest block bound, kernels.reference.quest_scores)."""
+        decoded = self.dequantize(codes)
+        return decoded.amin(0), decoded.amax(0)
+
 
 def calibrate(samples: torch.Tensor, dims: int = 4, bits: int = 8, iters: int = 30, seed: int = 0,
               max_points: int = 20000) -> Codebook:
