@@ -799,3 +799,19 @@ def test_what_says_the_opposite_shares_the_clause_s_words():
     assert disagreement("The payment company did not sign the contract, so we cannot test real payments.", slide) is None
     assert disagreement("The payment company signed the contract.", slide) == ("The payment company signed the contract",
                                                                                "Contract not signed yet")
+
+
+def test_two_slides_in_a_row_are_two_sentences_not_one():
+    """A new user's try (session 46): asked while the transcript lagged, "How many users will be in the pilot?" got
+    "6 Pilot plan". The budget slide's last line ("2/6", its page number) has no full stop, so it ran on into the next
+    slide's title, and "6 Pilot" read as a count of the pilot. Each slide is a screen of its own."""
+    from app.text.sentences import split_sentences
+
+    t = _turns(("SPEAKER_00", "Good morning! This is our weekly meeting about the new customer website."),
+               ("Slide", "Budget; Spent so far: $30,000; Total budget: $50,000; Pilot cost: $12,000; 2/6"),
+               ("Slide", "Pilot plan; Starts Monday, March 10; Runs for four weeks; 200 users, real traffic"))
+    assert [s.text for s in split_sentences(t) if s.speaker == "Slide"] == [t.turns[1].text, t.turns[2].text]
+    finder = AnswerFinder(t)
+    users = finder.answer("How many users will be in the pilot?")
+    assert users.text == "200 users" and users.citations[0].turn_index == 2, users
+    assert finder.answer("How much will the pilot cost?").text == "$12,000"

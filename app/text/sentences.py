@@ -3,7 +3,8 @@
 A sentence cut at a turn edge is joined again, so readers see whole sentences, not fragments: ASR turns
 break at pauses and live lines at a word limit. A turn that ends without . ? ! goes on into the next turn
 when that turn is the same speaker's. (Across speakers it does not: a lower-case start after a speaker
-change is as often the next speaker's "and I will ...".) Each sentence carries the one before it as
+change is as often the next speaker's "and I will ...". Nor across slides: each is a screen of its own, whose last
+bullet rarely ends with a full stop.) Each sentence carries the one before it as
 context: "It starts on Monday" is about the pilot named just before.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from app.text.transcript import Transcript
+from app.text.transcript import SLIDE_SPEAKER, Transcript
 
 _SPLIT = re.compile(r"(?<=[.?!])\s+")
 _ENDS = (".", "?", "!")
@@ -46,7 +47,8 @@ def split_sentences(transcript: Transcript) -> list[Sentence]:
                 start, end = words[cursor].start, words[min(cursor + n, len(words)) - 1].end
             cursor += n
             last = out[-1] if out else None
-            if k == 0 and last is not None and not last.text.endswith(_ENDS) and turn.speaker == previous_speaker:
+            if (k == 0 and last is not None and not last.text.endswith(_ENDS) and turn.speaker == previous_speaker
+                    and turn.speaker != SLIDE_SPEAKER):
                 out[-1] = replace(last, text=f"{last.text} {piece}", end=end)
             else:
                 out.append(Sentence(piece, turn.speaker, index, start, end, last.text if last else ""))
