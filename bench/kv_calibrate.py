@@ -51,17 +51,17 @@ def main(argv: list[str] | None = None) -> int:
 
     from kvstore.quant.codebook import calibrate, rotary_groups, save_codebooks
 
-    try:
-        rotary_groups(2 * args.dims, args.dims)  # the shape of a group, before any model loads
-    except ValueError as exc:
-        print(f"error: --dims: {exc}", file=sys.stderr)
-        return 2
     if not 1 <= args.bits <= 8:
         print("error: --bits must be 1..8 (one byte per code)", file=sys.stderr)
         return 2
     console = Console(stderr=True)
     started = time.time()
     tokenizer, model = kq.load_quietly(args.model, args.threads)
+    try:
+        rotary_groups(model.config.head_dim, args.dims)  # the model's heads, before any meeting is prefilled
+    except ValueError as exc:
+        print(f"error: --dims: {exc}", file=sys.stderr)
+        return 2
     files = [f for f in sorted(args.data.glob("*.json")) if kv_part_of(f.name) == "tuning"]
     chosen = [meeting for meeting, _ in kq.rank_meetings(files, tokenizer, args.max_tokens)[: args.limit]]
     if not chosen:

@@ -185,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({"keys:values": name, "bits_per_element": round(bits, 2), "of_bf16": round(bits / 16, 3),
                      "answer_nll": round(mean, 4), "nll_recovery": round(full / mean, 4)})
     book_bytes = sum(b.centroids.numel() * b.centroids.element_size() for b in books.values())
-    report = {"part": args.part, "meetings": per_meeting, "codebooks": {**about, "bytes": book_bytes} if books else None, "queries": len(nll["full"]), "recent": args.recent,
+    report = {"part": args.part, "meetings": per_meeting, "queries": len(nll["full"]), "recent": args.recent,
+              "codebooks": {**about, "bytes": book_bytes} if books else None,
               "groups": groups, "rows": rows, "seconds": round(time.time() - started, 1)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")

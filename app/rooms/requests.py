@@ -212,7 +212,7 @@ class PeerRequests:
             self.bot.swap(room, session)
         if parked:
             self.bot.meetings.feed(session, np.concatenate([samples for samples, _ in parked]),
-                               [s for _, speakers in parked for s in speakers], room.participants)
+                                   [s for _, speakers in parked for s in speakers], room.participants)
         elif was_finished or session.state == "finished":
             await loop.run_in_executor(self.bot.finish_pool, session.finish)
             room.finished = True
