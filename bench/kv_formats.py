@@ -105,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--group-size", type=int, default=32)
     ap.add_argument("--block-size", type=int, default=64, help="the cache's block: key groups do not cross it")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp32", "auto"],
+                    help="the model's number format (the recorded figures: bf16; auto: the app's choice for this "
+                         "machine, float32 on a CPU without bfloat16 instructions, where bfloat16 is emulated)")
     ap.add_argument("--codebooks", type=Path, default=DEFAULT_CODEBOOKS, help="the codebooks of 'vq' (bench/kv_calibrate.py)")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "kv_formats.json")
     args = ap.parse_args(argv)
@@ -138,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
 
     console = Console(stderr=True)
     started = time.time()
-    tokenizer, model = kq.load_quietly(args.model, args.threads)
+    tokenizer, model = kq.load_quietly(args.model, args.threads, args.dtype)
     files = [f for f in sorted(args.data.glob("*.json")) if kv_part_of(f.name) == args.part]
     chosen = [meeting for meeting, _ in kq.rank_meetings(files, tokenizer, args.max_tokens)[: args.limit or None]]
     if not chosen:
@@ -185,12 +188,13 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({"keys:values": name, "bits_per_element": round(bits, 2), "of_bf16": round(bits / 16, 3),
                      "answer_nll": round(mean, 4), "nll_recovery": round(full / mean, 4)})
     book_bytes = sum(b.centroids.numel() * b.centroids.element_size() for b in books.values())
-    report = {"part": args.part, "meetings": per_meeting, "queries": len(nll["full"]), "recent": args.recent,
+    report = {"part": args.part, "dtype": str(model.dtype).removeprefix("torch."), "meetings": per_meeting, "queries": len(nll["full"]), "recent": args.recent,
               "codebooks": {**about, "bytes": book_bytes} if books else None,
               "groups": groups, "rows": rows, "seconds": round(time.time() - started, 1)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"{args.part} part: {', '.join(m['meeting'] for m in per_meeting)}; {report['queries']} queries\n")
+    print(f"{args.part} part: {', '.join(m['meeting'] for m in per_meeting)}; {report['queries']} queries; "
+          f"model in {report['dtype']}\n")
     print("| keys : values | bits per element (with scales) | of bf16 | answer NLL | NLL recovery |")
     print("|---|---:|---:|---:|---:|")
     for r in rows:

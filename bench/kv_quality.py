@@ -75,9 +75,10 @@ def default_model_dir() -> Path:
     return base / "gemma-3-270m"
 
 
-def load_quietly(model_dir: Path, threads: int):
-    """(tokenizer, model) of a local folder in bfloat16 with SDPA, on ``threads`` CPU threads, without the library's
-    warnings and progress bars (a bench's own progress is what it prints)."""
+def load_quietly(model_dir: Path, threads: int, dtype: str = "bf16"):
+    """(tokenizer, model) of a local folder in ``dtype`` (bfloat16 unless told; "auto": the app's choice for this
+    machine) with SDPA, on ``threads`` CPU threads, without the library's warnings and progress bars (a bench's own
+    progress is what it prints)."""
     import torch
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -87,7 +88,11 @@ def load_quietly(model_dir: Path, threads: int):
     transformers.utils.logging.disable_progress_bar()
     torch.set_num_threads(threads)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa").eval()
+    if dtype == "auto":
+        from app.llm.engine import native_dtype
+
+        dtype = native_dtype()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=_dtype(dtype), attn_implementation="sdpa").eval()
     return tokenizer, model
 
 
@@ -1394,7 +1399,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="answer as the app does: pin the blocks of the N sentences its retrieval ranks highest for "
                         "the question and, with a cold tier, recall / read them exactly (0: the KV alone)")
     p.add_argument("--cold-staging-mib", type=int, default=16, help="'cold' mode: device staging for prefetched blocks")
-    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "bfloat16", "fp32", "float32", "fp16", "auto"],
+                   help="the model's number format; auto: the app's choice for this machine (float32 on a CPU "
+                        "without bfloat16 instructions, where bfloat16 is emulated and several times slower)")
     p.add_argument("--threads", type=int, default=0,
                    help="torch threads; 0 = auto: 1 when the machine is already busy (1-min load average >= 1; "
                         "two threads fighting other processes for 2 cores are several times slower), else torch's default")
@@ -1410,6 +1417,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="smoke test: 1 meeting, 1 query, budget 0.25, 512-token context, 2 needles, 1K memory part")
     p.add_argument("--memory-probe", choices=("full", "minutia"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.dtype == "auto":
+        from app.llm.engine import native_dtype
+
+        args.dtype = native_dtype()
     for name, least in _LEAST.items():
         value = getattr(args, name)
         if value is not None and value < least:

@@ -17,9 +17,10 @@ ROOT = Path(__file__).resolve().parent.parent
 # failed in 3 of 4 full runs (session 44).
 # These files take minutes each on a 2-core machine (measured, `--durations`): they go first, longest first, so the
 # last minutes are not one worker alone on a long file. Order only, and only under xdist.
-LONGEST_FIRST = ("test_kv_quality_bench.py", "test_suite_meetings.py", "test_app_session.py", "test_batch.py",
-                 "test_app_end_to_end.py", "test_room_fleet.py", "test_kv_formats_bench.py", "test_forget.py",
-                 "test_app_cli.py", "test_audit.py")
+LONGEST_FIRST = ("test_suite_meetings.py", "test_batch.py", "test_kv_quality_bench.py", "test_app_session.py",
+                 "test_room_fleet.py", "test_streaming_asr.py", "test_app_end_to_end.py", "test_kv_formats_bench.py",
+                 "test_kv_control.py", "test_forget.py", "test_diarize.py", "test_library.py", "test_app_cli.py",
+                 "test_audit.py")
 
 
 def pytest_collection_modifyitems(config, items):

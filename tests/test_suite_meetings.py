@@ -23,8 +23,9 @@ from app.answering.retrieval import default_embedder  # noqa: E402
 from bench.suites import meetings  # noqa: E402
 from bench.suites.score import answer_correct  # noqa: E402
 
-# Clean dev meetings with 2, 3 and 4 speakers (voices at espeak's default pitch in two of them).
-SEEDS = (2, 5, 8)
+# Clean dev meetings with 2 and 4 speakers; three speakers are the live test's (LIVE_SEED). Seed 5 (3 speakers)
+# was a third until session 47: each meeting costs Whisper about two minutes of a busy suite.
+SEEDS = (2, 8)
 LIVE_SEED = 58  # a 68 s dev meeting with 3 speakers: the live path replays it in real model time
 
 pytestmark = [
