@@ -3,6 +3,7 @@ replayed into a tab, a speaker is forgotten while it plays, and the replay goes 
 
 from __future__ import annotations
 
+import re
 import time
 
 import gradio as gr
@@ -51,16 +52,27 @@ def test_a_speaker_is_forgotten_from_the_page_while_the_replay_goes_on(scripted_
         assert page.rename(" Alice ", "Alicia", tab_request)[2].endswith("Alice (SPEAKER_00) is called Alicia from now on")
         page.rename("Alicia", "Alice", tab_request)
 
-        page.ask("Who will send the contract?", tab_request)  # quotes SPEAKER_01: goes with them
+        page.ask("Who will send the contract?", tab_request)  # quotes SPEAKER_01: asked again without them
         page.ask("How much will the pilot cost?", tab_request)  # quotes SPEAKER_00: stays
+        page.ask("What did SPEAKER_01 say?", tab_request)  # names them: goes
         assert tab.asked.wait(120)
+        assert "SPEAKER_01" in tab.asked._cited[1], tab.asked.messages()[1]
         assert "no speaker 'Zed'" in page.forget("Zed", [], tab_request)[1]
         # issue 49: a first press says what will go and changes nothing; the second one forgets
         box, status, _ = page.forget("SPEAKER_01", [], tab_request)
         assert box == "SPEAKER_01" and "Press Forget again to confirm" in status and tab.session is old, status
         box, status, chat_after = page.forget("SPEAKER_01", [], tab_request)
         assert box == "" and "forgot SPEAKER_01" in status, status
-        assert [m["content"] for m in chat_after[0::2]] == ["How much will the pilot cost?"]  # the others' answers stay
+        assert "1 question whose answer quoted them is answered again" in status, status
+        assert "1 question that named them was removed" in status, status
+        # nothing asked is lost: the question quoting them stays and is answered again of the rebuilt meeting
+        assert [m["content"] for m in chat_after[0::2]] == ["Who will send the contract?", "How much will the pilot cost?"]
+        pilot = chat_after[3]["content"]
+        assert tab.asked.wait(120)
+        chat_now = tab.asked.messages()
+        assert chat_now[3]["content"] == pilot  # the others' answers stay as they were
+        again = chat_now[1]["content"].lower()
+        assert not {"maria", "friday", "answering"} & set(re.findall(r"\w+", again)), again
         assert tab.session is not old and not exported.exists()  # files that quoted the speaker are gone
         assert not media.exists() and tab.media is not None and "recording.ogg" in tab.player  # a muted copy
         import soundfile

@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
-from app.text.transcript import SLIDE_SPEAKER, WRITERS, Transcript, atomic_write
-from app.text.textnorm import counted
+from app.text.transcript import WRITERS, Transcript, atomic_write
 from encoders.audio import cut_off
 from encoders.errors import InputError
 from ui import render
 from ui.inputs import check_upload, user_message
-from ui.player import muted_copy, playable_copy, player_html
+from ui.forget import forget_in_tab
+from ui.player import playable_copy, player_html
 from ui.settings import UISettings, bundled_samples
 from ui.tab import Tab, TabFeed
 
@@ -39,27 +39,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 GONE_PAGES_KEPT = 10_000  # closed pages remembered, so their late microphone / webcam chunks are dropped
-FORGET_CONFIRM_S = 120.0  # a second press of Forget within this confirms the first
 TAB_OUTPUTS = 12  # status, transcript, tier plot, modality plot, ratio plot, kv stats, slides, actions, summary, player,
 # chat, exported files
-
-
-def _forget_warning(session: MeetingSession, label: str) -> str:
-    """What a forget will remove, said before it is done."""
-    from app.live.lineage import SCREEN
-
-    snapshot = session.snapshot()
-    if label == SCREEN:
-        return (f"forget the screen? This removes the {counted(len(snapshot.slides), 'slide')} read so far from the page and the "
-                "model's memory, the answers that quote them, the summary and exported files. The transcript and "
-                "the others' answers stay. Press Forget again to confirm.")
-    name = session.speakers().get(label)
-    who = name or label  # the name people know them by; the label only for one with no name
-    lines = sum(1 for turn in snapshot.transcript.turns if turn.speaker in {label, name})
-    kept = "the recording" if snapshot.state == "finished" else "the recording up to now"
-    return (f"forget {who}? This removes what they said ({counted(lines, 'line')}) from the transcript and the model's "
-            "memory, the answers that quote them, the summary and exported files, and mutes their voice in the player, "
-            f"which keeps {kept}. The slides and the others' answers stay. Press Forget again to confirm.")
 
 
 class LivePage:
@@ -454,73 +435,17 @@ class LivePage:
         return "", "", render.status_line(tab.session.snapshot(), tab.notice)
 
     def forget(self, speaker: str, chat: list, request: gr.Request) -> tuple[str, str, Any]:
-        """Forget one speaker of the tab's meeting, or the screen, live or finished, after a confirmation (the first
-        press says what will go; pressing again within FORGET_CONFIRM_S does it). The meeting is rebuilt without what
-        they said or showed so far (transcript, slides, the model's memory); the answers that quote them, the summary
-        and exported files go; the player keeps the recording up to now with a forgotten speaker's voice muted.
-        The slides, the plots and the others' answers stay. Returns (speaker box, status line, chat)."""
-        from app.live.forget import forget_in_live_meeting
-        from app.live.lineage import SCREEN, is_screen
-
+        """Forget one speaker of the tab's meeting, or the screen, after a confirmation (ui/forget.py). Returns
+        (speaker box, status line, chat)."""
         tab = self.tab(request)
         try:
-            if not (speaker or "").strip():
-                raise InputError("type the name or label (e.g. SPEAKER_01) of the speaker to forget, or 'screen'")
-            with tab.lock, tab.feed_lock:  # the replay and the microphone wait while the meeting is rebuilt
-                old = tab.session
-                if old is None or tab.runtime is None:
-                    raise InputError("start a meeting first")
-                label = SCREEN if is_screen(speaker) else old.speaker_label(" ".join(speaker.split()))
-                if tab.pending_forget != label or time.monotonic() - tab.pending_since > FORGET_CONFIRM_S:
-                    tab.pending_forget, tab.pending_since = label, time.monotonic()
-                    tab.notice = _forget_warning(old, label)
-                    gr.Warning(tab.notice)  # also beside the page, where it is seen: the status line is far above
-                    return speaker, render.status_line(old.snapshot(), tab.notice), gr.skip()
-                tab.pending_forget = None
-                name = old.speakers().get(label) if label != SCREEN else None
-                # said at the next tick while the meeting is rebuilt (a few seconds), not the question just answered
-                tab.notice = f"forgetting {'the screen' if label == SCREEN else name or label}: rebuilding the meeting without them…"
-                heard = old.snapshot()
-                spans = [(w.start, w.end) for w in heard.transcript.words if w.speaker in {label, name}]
-                was_finished = old.state == "finished"
-                session, report = forget_in_live_meeting(tab.runtime, old, label)
-                if tab.feed is not None and tab.feed.fixed_steps:
-                    session.decode_in_fixed_steps()
-                tab.session = session
-                if was_finished:  # a replay or microphone that ended finishes the rebuilt meeting too
-                    session.finish()
-                shutil.rmtree(self.export_root / session.session_id, ignore_errors=True)
-                tab.reset_after_forget()
-                quoted = {label, name} - {None} if label != SCREEN else {SLIDE_SPEAKER, SCREEN}
-                dropped = tab.asked.drop_about(quoted)
-                muted = self._mute_player(tab, spans, heard.stream_seconds) if label != SCREEN else tab.media is not None
+            done = forget_in_tab(tab, speaker, self.export_root, self.media_root)
         except Exception as exc:
             return speaker, self._fail(tab, exc), gr.skip()
-        player = (f"the player keeps the recording{'' if was_finished else ' up to now'} with their voice muted" if muted
-                  else "the recording's player was removed") if label != SCREEN else "the player is unchanged"
-        tab.notice = (f"forgot {report.name or report.forgotten}: {report.removed()} removed from the transcript and the model's memory; "
-                      f"{counted(dropped, 'answer')} that quoted them and the exported files were removed, the summary is "
-                      f"made again without them; {player}")
+        if not done:  # the first press: what will go is said, nothing changed
+            return speaker, render.status_line(tab.session.snapshot(), tab.notice), gr.skip()
         tab.shown_asked = tab.asked.version
         return "", render.status_line(tab.session.snapshot(), tab.notice), tab.asked.messages()
-
-    def _mute_player(self, tab: Tab, spans: list[tuple[float, float]], until: float) -> bool:
-        """The player's recording, the forgotten speaker's voice muted and nothing after ``until``; on any failure no
-        player at all (their voice must not stay). Returns whether a player is left."""
-        if tab.media is None:
-            return False
-        recording = next(iter(sorted(tab.media.glob("recording.*"))), None)
-        folder = self.media_root / uuid.uuid4().hex
-        try:
-            html_ = player_html(muted_copy(recording, folder, spans, until))
-        except Exception:
-            log.exception("the player could not be muted: it is removed")
-            shutil.rmtree(folder, ignore_errors=True)
-            tab.drop_player()
-            return False
-        tab.drop_player()
-        tab.media, tab.player = folder, html_
-        return True
 
     def apply_settings(self, model: str, budget_ratio: float, request: gr.Request) -> str:
         """Model and KV budget for this tab's next meeting; a model that cannot be found is refused now."""
@@ -531,11 +456,12 @@ class LivePage:
         try:
             resolve_model(model, self.runtime.settings.home, "LLM", EMBEDDED_LLM, "config.json")
             if not 0 < float(budget_ratio) <= 1:
-                raise InputError(f"the KV budget must be in (0, 1], got {budget_ratio}")
+                raise InputError(f"the memory allowance must be in (0, 1], got {budget_ratio}")
         except Exception as exc:
             return self._fail(tab, exc)
         tab.overrides = {"model": model, "budget_ratio": float(budget_ratio)}
-        tab.notice = f"settings saved (LLM {model}, KV budget {float(budget_ratio):g}): they apply to the next meeting you start"
+        tab.notice = (f"settings saved (LLM {model}, memory allowance {float(budget_ratio):g} of the uncompressed size): "
+                      "they apply to the next meeting you start")
         return render.status_line(tab.session.snapshot() if tab.session else None, tab.notice)
 
     @staticmethod

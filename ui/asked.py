@@ -36,12 +36,16 @@ class AskedQuestions:
         with self._lock:
             self._messages += [{"role": "user", "content": question},
                                {"role": "assistant", "content": ANSWERING}]
-            self._queue.put((self._meeting, len(self._messages) - 1, session, question))
+            self._enqueue(len(self._messages) - 1, session, question)
             self.version += 1
-            if self._worker is None:
-                self._worker = threading.Thread(target=self._answer_all, name="ui-answers", daemon=True)
-                self._worker.start()
             return list(self._messages)
+
+    def _enqueue(self, slot: int, session: Any, question: str) -> None:
+        """Queue a question for the answer in ``slot`` (the lock held); the worker starts when none runs."""
+        self._queue.put((self._meeting, slot, session, question))
+        if self._worker is None:
+            self._worker = threading.Thread(target=self._answer_all, name="ui-answers", daemon=True)
+            self._worker.start()
 
     def messages(self) -> list[dict]:
         with self._lock:
@@ -84,24 +88,29 @@ class AskedQuestions:
                     self._cited[slot] = cited
                     self.version += 1
 
-    def drop_about(self, speakers: set[str]) -> int:
-        """Remove the questions and answers that quote or name any of ``speakers`` (a speaker forgotten: their
-        words must not stay on the page); the others stay. A question still being answered is dropped too (its
-        answer may quote them). Returns how many questions went."""
+    def renew_about(self, speakers: set[str], session: Any) -> tuple[int, int]:
+        """After ``speakers`` were forgotten: a question that names one of them goes, with its answer (the user's
+        words about them); a question whose answer quotes or names them, or that was still being answered, stays
+        and is asked again of ``session``, the meeting rebuilt without them, so nothing asked is lost and none of
+        their words stays on the page. Returns (questions removed, questions asked again)."""
         names = [re.compile(rf"\b{re.escape(s)}\b", re.IGNORECASE) for s in speakers if s]
         with self._lock:
-            kept, cited, dropped = [], {}, 0
+            self._meeting += 1  # answers still coming are about the meeting before the forget
+            kept, cited, again, removed = [], {}, [], 0
             for q in range(0, len(self._messages) - 1, 2):
                 question, answer = self._messages[q], self._messages[q + 1]
-                about = (self._cited.get(q + 1, set()) & speakers or answer["content"] == ANSWERING
-                         or any(n.search(question["content"]) or n.search(answer["content"]) for n in names))
-                if about:
-                    dropped += 1
+                if any(n.search(question["content"]) for n in names):
+                    removed += 1
                     continue
-                if q + 1 in self._cited:
+                if (self._cited.get(q + 1, set()) & speakers or answer["content"] == ANSWERING
+                        or any(n.search(answer["content"]) for n in names)):
+                    again.append(len(kept) + 1)
+                    answer = {"role": "assistant", "content": ANSWERING}
+                elif q + 1 in self._cited:
                     cited[len(kept) + 1] = self._cited[q + 1]
                 kept += [question, answer]
             self._messages, self._cited = kept, cited
-            self._meeting += 1  # answers still coming would land in the wrong slots
+            for slot in again:
+                self._enqueue(slot, session, kept[slot - 1]["content"])
             self.version += 1
-            return dropped
+            return removed, len(again)
