@@ -81,17 +81,18 @@ def build_page(runtime: Runtime, ui_settings: UISettings | None = None) -> gr.Bl
                             export_button = gr.Button("Export transcript + summary", size="sm", elem_id="mt-export")
                             files = gr.File(label="Files (Markdown, JSON, SRT, VTT; summary.md; slides.md and their images)", file_count="multiple", interactive=False, elem_id="mt-files")
             with gr.Tab("Engine", elem_id="mt-tab-engine"):
-                gr.Markdown("The model's memory of the meeting (its KV cache): how much it holds, against the budget, "
-                            "in which tier, and how well the prefetcher guessed what a question would read.")
+                gr.Markdown("How the model remembers this meeting: how much memory it uses against the meeting's "
+                            "allowance, where it keeps it, and how often what a question needed was already at hand. "
+                            "(For engineers: the model's KV cache, its tiers and its prefetcher.)")
                 kv_stats = gr.Markdown(render.kv_stats_markdown({}), elem_id="mt-kv-stats")
                 # one plot per row: the legend (up to nine short series names) fits on one line under each
                 plot = dict(x="t", x_title=X_TITLE, height=PLOT_HEIGHT, x_lim=[0, 1])
-                tier_plot = gr.LinePlot(y="MiB", color="series", title="Memory by precision and tier, against the budget", color_title="", elem_id="mt-plot-tier", **plot)
-                modality_plot = gr.LinePlot(y="MiB", color="series", title="Memory by stream (speech, slides, instructions), against the budget", color_title="", elem_id="mt-plot-modality", **plot)
+                tier_plot = gr.LinePlot(y="MB", color="series", title="Memory by how exactly it is kept and where, against the allowance", color_title="", elem_id="mt-plot-tier", **plot)
+                modality_plot = gr.LinePlot(y="MB", color="series", title="Memory by what it holds (speech, slides, instructions), against the allowance", color_title="", elem_id="mt-plot-modality", **plot)
                 ratio_plot = gr.LinePlot(y="ratio", title="Compression: the uncompressed size divided by the size held (above 1 saves memory)", elem_id="mt-plot-ratio", **plot)
                 with gr.Accordion("Settings (apply to the next meeting you start)", open=False):
                     model = gr.Textbox(value=settings.llm.model, label="LLM (embedded name or local HF folder)", elem_id="mt-model")
-                    budget = gr.Slider(0.05, 1.0, value=settings.kv.budget_ratio, step=0.05, label="KV budget (share of the full cache)", elem_id="mt-budget")
+                    budget = gr.Slider(0.05, 1.0, value=settings.kv.budget_ratio, step=0.05, label="Memory allowance for a meeting (share of its uncompressed size)", elem_id="mt-budget")
                     apply_button = gr.Button("Apply", size="sm", elem_id="mt-apply")
             with gr.Tab("Meetings", elem_id="mt-tab-meetings"):
                 page.meetings = build_meetings_tab(runtime)

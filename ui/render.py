@@ -22,7 +22,7 @@ from app.text.transcript import UNSURE, Transcript, format_time, unsure_note
 # Okabe-Ito + extras: distinguishable for colour-blind readers, readable on white.
 SPEAKER_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#8B4513", "#6A3D9A")
 LINE_PREFIX = "mt-t-"  # a line's anchor: its start in centiseconds, stable while later words arrive
-MIB = 1024 * 1024
+MB = 1_000_000  # the page says MB, the unit people read on their own machines (the stats keep bytes)
 
 
 BEHIND_SECONDS = 3.0  # the recogniser decodes in steps of about a second: less is not 'behind'
@@ -181,17 +181,17 @@ def slide_items(slides: Sequence[Any]) -> list[tuple[Any, str]]:
 # Short enough that the legend of every series fits on one line under a full-width plot.
 # The store's tiers (L1 full precision, L2 quantized, L3 summaries, page tables) in a meeting-goer's words.
 TIER_SERIES = {"L1": "exact", "L2": "compressed", "L3": "summarized", "metadata": "bookkeeping",
-               "sliding": "recent words only (not budgeted)", "device": "uncompressed cache"}
+               "sliding": "recent words only (outside the allowance)", "device": "uncompressed memory"}
 MODALITY_SERIES = {"audio": "speech", "video": "slides", "text": "instructions"}
-BUDGET_SERIES = "budget"
-BUDGETED_SERIES = "budgeted total"
+BUDGET_SERIES = "allowance"
+BUDGETED_SERIES = "counted against it"
 
 
 def series_name(key: str, name: str) -> str:
     """The legend's words for a store key: ``L2`` -> "compressed", ``video`` -> "slides", ``cold_disk`` ->
-    "cold: disk" (off the device)."""
+    "slower: disk" (moved out of fast memory)."""
     if key == "bytes_by_tier" and name.startswith("cold_"):
-        return f"cold: {name[len('cold_'):]}"
+        return f"slower: {name[len('cold_'):]}"
     return (TIER_SERIES if key == "bytes_by_tier" else MODALITY_SERIES).get(name, name)
 
 
@@ -214,23 +214,23 @@ class KVHistory:
         return True
 
     def bytes_frame(self, key: str) -> pd.DataFrame:
-        """Long table (t, MiB, series) of ``kv[key]`` (bytes_by_tier / bytes_by_modality) under plain series names,
+        """Long table (t, MB, series) of ``kv[key]`` (bytes_by_tier / bytes_by_modality) under plain series names,
         plus the budget line; the tier table also has the total the budget is compared with (the tiered layers')."""
         rows = []
         if not self.points:
-            return pd.DataFrame(rows, columns=["t", "MiB", "series"])
+            return pd.DataFrame(rows, columns=["t", "MB", "series"])
         # a cold location that never held a block (redis when none is configured...) is left out of the legend
         unused = {name for name in (self.points[-1].kv.get(key) or {}) if str(name).startswith("cold_")} - {
             name for point in self.points for name, value in (point.kv.get(key) or {}).items() if value}
         for point in self.points:
             for name, value in (point.kv.get(key) or {}).items():
                 if name not in unused:
-                    rows.append((point.seconds, value / MIB, series_name(key, str(name))))
+                    rows.append((point.seconds, value / MB, series_name(key, str(name))))
             if point.kv.get("budget_bytes"):
-                rows.append((point.seconds, point.kv["budget_bytes"] / MIB, BUDGET_SERIES))
+                rows.append((point.seconds, point.kv["budget_bytes"] / MB, BUDGET_SERIES))
                 if key == "bytes_by_tier" and point.kv.get("tiered_kv_bytes") is not None:
-                    rows.append((point.seconds, point.kv["tiered_kv_bytes"] / MIB, BUDGETED_SERIES))
-        return pd.DataFrame(rows, columns=["t", "MiB", "series"])
+                    rows.append((point.seconds, point.kv["tiered_kv_bytes"] / MB, BUDGETED_SERIES))
+        return pd.DataFrame(rows, columns=["t", "MB", "series"])
 
     def ratio_frame(self) -> pd.DataFrame:
         rows = [(p.seconds, float(p.kv["compression_ratio"])) for p in self.points if p.kv.get("compression_ratio")]
@@ -248,43 +248,45 @@ class KVHistory:
 def kv_stats_markdown(kv: dict, commit_lag: float | None = None, cost: Any = None) -> str:
     """The model's memory of the meeting (its KV cache) in plain words, one item per line: its places, tokens, memory
     on the device split into what the budget counts and what it does not, how much smaller than uncompressed,
-    the cold tier, prefetch hits, commit lag."""
+    the cold tier, prefetch hits, commit lag. Engineers' words (KV, tier, prefetch, budget) stay in the stats'
+    keys; a person reads what they mean."""
     if not kv:
         return "The model's memory of the meeting is empty: nothing has been said yet."
     mode = kv.get("mode", "normal")
     badge = ("**only the fast ones**: a slower place (disk or Redis) failed or was too slow, so the meeting is kept in "
              "this machine's memory alone" if mode == "fallback" else "**all working**")
     by_tier = kv.get("bytes_by_tier") or {}
-    on_device = sum(v for name, v in by_tier.items() if not str(name).startswith("cold_")) / MIB
-    cold = sum(v for name, v in by_tier.items() if str(name).startswith("cold_")) / MIB
-    sliding = by_tier.get("sliding", 0) / MIB
-    budgeted = (kv["tiered_kv_bytes"] / MIB) if kv.get("tiered_kv_bytes") is not None else on_device - sliding
-    budget = (kv.get("budget_bytes") or 0) / MIB
-    full = (kv.get("full_precision_bytes") or 0) / MIB
+    on_device = sum(v for name, v in by_tier.items() if not str(name).startswith("cold_")) / MB
+    cold = sum(v for name, v in by_tier.items() if str(name).startswith("cold_")) / MB
+    sliding = by_tier.get("sliding", 0) / MB
+    budgeted = (kv["tiered_kv_bytes"] / MB) if kv.get("tiered_kv_bytes") is not None else on_device - sliding
+    budget = (kv.get("budget_bytes") or 0) / MB
+    full = (kv.get("full_precision_bytes") or 0) / MB
     ratio = kv.get("compression_ratio", 1.0) or 1.0
     hit = kv.get("prefetch_hit_rate")
     if ratio >= 1.05:
-        size = f"the meeting's blocks are {ratio:.1f}x smaller than uncompressed" + (f" ({full:.2f} MiB)" if full else "")
+        size = f"the meeting is kept {ratio:.1f}x smaller than uncompressed" + (f" ({full:.2f} MB)" if full else "")
     elif ratio >= 1.0 and budget and not by_tier.get("L2"):
-        size = "not compressed: the meeting still fits its budget at full precision"
+        size = "not compressed: the meeting still fits its allowance exactly as heard"
     elif ratio >= 1.0:
         size = f"about the uncompressed size ({ratio:.2f}x smaller)"
     else:  # a short meeting: block headers and scales outweigh what compression saved so far
         size = f"not compressed yet ({1 / ratio:.1f}x the uncompressed size while the meeting is short)"
-    memory = f"memory used: {on_device:.2f} MiB on the device"
+    memory = f"memory used: {on_device:.2f} MB of this machine's fast memory"
     if budget:
-        memory += f"; the meeting's blocks {budgeted:.2f} MiB of a {budget:.2f} MiB budget"
+        memory += f"; the meeting's share {budgeted:.2f} MB of its {budget:.2f} MB allowance"
     if sliding:
-        memory += (f"; {sliding:.2f} MiB in the layers that read only the latest words (part of the model, outside "
-                   "the budget)")
+        memory += (f"; {sliding:.2f} MB in the layers that read only the latest words (part of the model, outside "
+                   "the allowance)")
     items = [
         f"places the memory is kept: {badge}",
-        f"tokens the model holds: {kv.get('tokens', 0)}",
+        f"pieces of words the model holds: {kv.get('tokens', 0)}",
         memory,
         f"compression: {size}",
-        *([f"moved out to the cold tier (read back when a question needs it): {cold:.2f} MiB"] if cold else []),
-        (f"prefetch hits (cold blocks already in memory when needed): {hit:.0%}" if hit is not None
-         else "prefetch hits: n/a (nothing read from the cold tier yet)"),
+        *([f"moved out to slower storage (disk or Redis), read back when a question needs it: {cold:.2f} MB"]
+          if cold else []),
+        (f"read ahead in time (what a question needed from slower storage was already in fast memory): {hit:.0%}"
+         if hit is not None else "read ahead in time: n/a (nothing read back from slower storage yet)"),
     ]
     drift = kv.get("quality_drift_js")
     if drift is not None:  # only with a sparse decode read (decode_top_k_blocks)
