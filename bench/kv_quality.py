@@ -88,10 +88,6 @@ def load_quietly(model_dir: Path, threads: int, dtype: str = "bf16"):
     transformers.utils.logging.disable_progress_bar()
     torch.set_num_threads(threads)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    if dtype == "auto":
-        from app.llm.engine import native_dtype
-
-        dtype = native_dtype()
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=_dtype(dtype), attn_implementation="sdpa").eval()
     return tokenizer, model
 
@@ -1058,8 +1054,13 @@ def run_memory_part(args, console) -> list[dict[str, Any]]:
 
 
 def _dtype(name: str):
+    """The torch dtype a --dtype name means; "auto" is the app's choice for this machine (app.llm.engine)."""
     import torch
 
+    if name == "auto":
+        from app.llm.engine import native_dtype
+
+        name = native_dtype()
     return {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp32": torch.float32, "float32": torch.float32,
             "fp16": torch.float16}[name]
 
