@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.live.forget import FORGET_CONFIRM_S
 from app.text.textnorm import counted
 from app.text.transcript import SLIDE_SPEAKER
 from encoders.errors import InputError
@@ -24,9 +25,6 @@ if TYPE_CHECKING:
     from app.live.session import MeetingSession
 
 log = logging.getLogger(__name__)
-
-FORGET_CONFIRM_S = 120.0  # a second press of Forget within this confirms the first
-
 
 def forget_warning(session: MeetingSession, label: str) -> str:
     """What a forget will remove, said before it is done."""

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from app.live.session import MeetingSession
     from kvstore.crypto import ShredReport
 
+# A forget is asked for, then confirmed (the page's second press, a room's "forget: yes") within this many seconds.
+FORGET_CONFIRM_S = 120.0
+
 
 @dataclass(frozen=True)
 class ForgetReport:

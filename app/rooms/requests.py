@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from app.live.forget import FORGET_CONFIRM_S
 from app.platform.metrics import Metrics
 from app.rooms.bot_meetings import Meetings
 from app.rooms.bot_settings import BotSettings
@@ -24,7 +25,6 @@ log = logging.getLogger("minutia.bot")
 ASK_PREFIX = "ask:"
 FORGET_PREFIX = "forget:"  # "forget: <speaker>" or "forget: screen": the meeting goes on without them (app/live/forget.py)
 FORGET_CONFIRM = "yes"  # "forget: yes" does the forget the peer asked for last
-FORGET_CONFIRM_S = 120.0
 RENAME_PREFIX = "rename:"  # "rename: <speaker> = <name>": the name people know that speaker by
 
 
