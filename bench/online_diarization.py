@@ -9,7 +9,8 @@ session commits them, ``--lag`` seconds after they end, in steps of ``--step`` s
 taken as first given and then corrected by the re-clusterings (``take_changes``), as the session corrects what
 it has shown. Scored on the final labels: the number of speakers, word accuracy under the best label mapping
 (``speaker_accuracy``), and DER (pyannote.metrics, collar 0 and 0.25) of turns made from runs of one label,
-against reference.rttm; ``shown`` is the word accuracy of the labels as first shown. RTF = diarizer wall time
+against reference.rttm; ``shown`` is the word accuracy of the labels as first shown, and "too many speakers"
+the share of meetings with more speakers than there were (among the labels ever shown, or the final ones). RTF = diarizer wall time
 / audio duration.
 """
 
@@ -129,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({
                 "sample": name, "condition": condition, "duration_s": round(duration, 2),
                 "ref_speakers": len({t.speaker for t in reference}), "hyp_speakers": len(set(final)),
+                "shown_speakers": len(set(shown)),
                 "shown_accuracy": speaker_accuracy(shown, gold), "final_accuracy": speaker_accuracy(final, gold),
                 "collar_0": der(reference, hyp, 0.0, duration), "collar_0.25": der(reference, hyp, 0.25, duration),
                 "seconds": round(elapsed, 3), "rtf": elapsed / duration,
@@ -138,16 +140,19 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
     machine = f"{os.cpu_count()} cores, {cpu_model()}"
     print(f"`{command}` ({machine})\n")
-    print("| condition | meetings | speaker count right | word accuracy shown / final | median DER collar 0 "
-          "| median DER collar 0.25 | mean DER collar 0.25 | RTF |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| condition | meetings | speaker count right | too many speakers shown / final "
+          "| word accuracy shown / final | median DER collar 0 | median DER collar 0.25 | mean DER collar 0.25 | RTF |")
+    print("|---|---|---|---|---|---|---|---|---|")
     summary = summarize(rows)
     for g in summary:
         group = [r for r in rows if g["condition"] == "all" or r["condition"] == g["condition"]
                  or (g["condition"] == "degraded (all)" and r["condition"] != "clean")]
         shown = statistics.fmean(r["shown_accuracy"] for r in group)
         final = statistics.fmean(r["final_accuracy"] for r in group)
-        print(f"| {g['condition']} | {g['meetings']} | {g['count_right']:.0%} | {shown:.1%} / {final:.1%} "
+        over_shown = statistics.fmean(r["shown_speakers"] > r["ref_speakers"] for r in group)
+        over_final = statistics.fmean(r["hyp_speakers"] > r["ref_speakers"] for r in group)
+        print(f"| {g['condition']} | {g['meetings']} | {g['count_right']:.0%} | {over_shown:.0%} / {over_final:.0%} "
+              f"| {shown:.1%} / {final:.1%} "
               f"| {g['median_der_0']:.1%} | {g['median_der_0.25']:.1%} | {g['mean_der_0.25']:.1%} | {g['rtf']:.3f} |")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -117,3 +117,28 @@ def test_the_online_bench_spreads_reference_words_and_joins_runs_of_one_label():
     assert [(t.speaker, t.start) for t in turns] == [("X", 0.0), ("Y", words[2].start)]  # 1 s pause bridged
     assert turns[-1].end == words[5].end
     assert len(hypothesis_turns(words, ["X"] * 6, gap=0.5)) == 2  # a longer pause splits a run
+
+
+def test_a_recluster_adds_at_most_two_speakers_to_those_already_shown():
+    """Spectral clustering on few words can split one voice into several, each shown as a new person until a later
+    re-clustering merges them. So one re-clustering may add at most ``new_per_recluster`` speakers (2); more come at the
+    next ones, if the voices stay apart."""
+    rng = np.random.default_rng(0)
+    voices = np.eye(8, dtype=np.float32)[:5]
+
+    def five_voices(audio: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray:  # word k sounds like voice k % 5
+        rows = np.stack([voices[(s // (SAMPLE_RATE // 2)) % 5] for s, _ in spans]) + 0.05 * rng.standard_normal((len(spans), 8))
+        return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+
+    words = [Word("w", k * 0.5 + 0.1, k * 0.5 + 0.4) for k in range(60)]
+
+    def labels_after_one_recluster(**settings) -> set[str]:
+        # every word joins the first speaker as it comes (threshold -1); the re-clustering at 10 s decides
+        d = OnlineDiarizer(embedder=five_voices, window_s=0.3, min_window_s=0.3, new_speaker_threshold=-1.0, **settings)
+        d.insert_audio(np.zeros(int(31 * SAMPLE_RATE), dtype=np.float32))
+        shown = set(d.label_words(words))
+        return shown | {c.new for c in d.take_changes()}
+
+    assert labels_after_one_recluster(new_per_recluster=0) == {f"SPEAKER_0{k}" for k in range(5)}  # all at once
+    assert labels_after_one_recluster() == {"SPEAKER_00", "SPEAKER_01", "SPEAKER_02"}  # the one shown + at most 2
+    assert labels_after_one_recluster(new_per_recluster=1) == {"SPEAKER_00", "SPEAKER_01"}
