@@ -161,3 +161,30 @@ def test_who_attended_and_who_led_an_empty_record_is_not_said():
     from app.answering.meeting_record import attendees, leader
 
     assert attendees(Transcript([]), []) == ("", []) and leader(Transcript([]), []) == ("", [])
+
+
+def test_a_few_words_from_an_unplaced_voice_are_not_an_attendee():
+    """A live diarizer can give a known voice a new label for a moment; "Who attended?" then listed a person who was
+    not there. A few words in one turn from an unnamed label are said as such, not counted."""
+    from app.answering.meeting_record import attendees
+    from app.text.sentences import split_sentences
+
+    turns = [Turn("Alice", "Good morning, let us start with the budget for the pilot.", 0, 4),
+             Turn("Bob", "The pilot will cost twelve thousand dollars in total.", 4, 8),
+             Turn("SPEAKER_03", "yes right", 8, 9),
+             Turn("Carol", "We have spent thirty thousand so far this year.", 9, 13)]
+    transcript = Transcript(turns)
+    said, cited = attendees(transcript, split_sentences(transcript))
+    assert said == ("Alice, Bob and Carol. A few words (2) came from a voice not matched to anyone; it may be one "
+                    "of them.")
+    assert [s.speaker for s in cited] == ["Alice", "Bob", "Carol"]
+    longer = Transcript(turns[:2] + [Turn("SPEAKER_03", "I think the pilot should wait until the contract is signed.", 8, 12)])
+    assert attendees(longer, split_sentences(longer))[0] == "Alice and Bob, and 1 unnamed speaker."
+    twice = Transcript(turns[:3] + [Turn("Carol", "Fine.", 9, 10), Turn("SPEAKER_03", "ok", 10, 11)])
+    assert attendees(twice, split_sentences(twice))[0] == "Alice, Bob and Carol, and 1 unnamed speaker."
+    alone = Transcript([Turn("SPEAKER_00", "Hello everyone and welcome to the weekly planning call.", 0, 2),
+                        Turn("SPEAKER_01", "hi", 2, 3)])
+    assert attendees(alone, split_sentences(alone))[0] == ("1 speaker, not named. A few words (1) came from "
+                                                           "a voice not matched to anyone; it may be that speaker.")
+    short = Transcript([Turn("SPEAKER_00", "hi", 0, 1), Turn("SPEAKER_01", "hello", 1, 2)])
+    assert attendees(short, split_sentences(short))[0] == "2 speakers, none of them named."

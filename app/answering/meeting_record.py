@@ -62,6 +62,12 @@ def meeting_ask(question: str, embedder) -> MeetingAsk | None:
     return best
 
 
+# An unnamed voice that said less than this, in one turn, is not counted as a person who attended: a live diarizer
+# briefly gives a new label to a known voice (a cough, a clipped word, a voice unlike itself for a moment), and a
+# page that said "and 1 unnamed speaker" then listed someone who was not there (issue 49). It is still mentioned.
+FEW_WORDS = 8
+
+
 def attendees(transcript: Transcript, sentences: Sequence[Sentence]) -> tuple[str, list[Sentence]]:
     """Everyone who spoke, in order of first words, each cited by their first sentence (a slide is no one)."""
     speakers = [s for s in transcript.speakers if s != SLIDE_SPEAKER]
@@ -69,14 +75,30 @@ def attendees(transcript: Transcript, sentences: Sequence[Sentence]) -> tuple[st
         return "", []
     first = {s.speaker: s for s in reversed(sentences)}
     named = [s for s in speakers if not is_anonymous(s)]
-    unnamed = len(speakers) - len(named)
+    words: Counter[str] = Counter()
+    turns: Counter[str] = Counter()
+    for turn in _spoken(transcript):
+        words[turn.speaker] += len(turn.text.split())
+        turns[turn.speaker] += 1
+    brief = [s for s in speakers if is_anonymous(s) and words[s] < FEW_WORDS and turns[s] <= 1]
+    unnamed = len(speakers) - len(named) - len(brief)
+    if brief and len(brief) == len(speakers):  # nobody else: a short recording, its voices are its voices
+        brief, unnamed = [], len(speakers)
     if not named:
-        return f"{len(speakers)} speaker{'s' if len(speakers) != 1 else ''}, none of them named.", \
-            [first[s] for s in speakers if s in first][:8]
-    said = join_names(named)
-    if unnamed:
-        said += f", and {unnamed} unnamed speaker{'s' if unnamed != 1 else ''}"
-    return f"{said}.", [first[s] for s in named if s in first][:8]
+        said = "1 speaker, not named" if unnamed == 1 else f"{unnamed} speakers, none of them named"
+        cited = [first[s] for s in speakers if s in first and s not in brief][:8]
+    else:
+        said = join_names(named)
+        if unnamed:
+            said += f", and {unnamed} unnamed speaker{'s' if unnamed != 1 else ''}"
+        cited = [first[s] for s in named if s in first][:8]
+    if brief:
+        counted = named + ["that speaker"] * unnamed
+        who = counted[0] if len(counted) == 1 else "one of them"
+        said += (f". A few words ({sum(words[s] for s in brief)}) came from "
+                 f"{'a voice' if len(brief) == 1 else f'{len(brief)} voices'} not matched to anyone; "
+                 f"{'it' if len(brief) == 1 else 'they'} may be {who}")
+    return f"{said}.", cited
 
 
 def leader(transcript: Transcript, sentences: Sequence[Sentence]) -> tuple[str, list[Sentence]]:
