@@ -194,6 +194,11 @@ def test_minutia_live_replays_a_video_meeting(tmp_path):
     answer = re.search(r"^answer: (.*)$", out, re.M)
     assert answer and "12" in answer.group(1), out[-2000:]
     assert (tmp_path / "meeting.json").is_file() and (tmp_path / "meeting.srt").is_file()
+    memory = re.search(r"holds the meeting in ([\d.]+) MB: ([\d.]+) MB of it \(([\d.]+) MB uncompressed\) and ([\d.]+) MB of "
+                       r"index", " ".join(proc.stderr.split()))
+    assert memory, proc.stderr[-2000:]
+    held, payload, full, index = map(float, memory.groups())
+    assert 0 < payload <= full + 0.01 and 0 < index < held  # the meeting itself never takes more than uncompressed
     transcript = json.loads((tmp_path / "meeting.json").read_text())
     assert 30 < transcript["duration"] <= 42.5, transcript["duration"]  # --until 42: the rest is not replayed
     bad = subprocess.run([*cmd, "live", str(ROOT / "README.md")], capture_output=True, text=True, timeout=120, cwd=ROOT)

@@ -125,9 +125,12 @@ def live(
     lags = sorted(session.commit_lags())
     if lags:
         p50, p95 = lags[len(lags) // 2], lags[min(len(lags) - 1, int(0.95 * len(lags)))]
-        err.print(f"[dim]commit latency p50 {p50:.2f} s, p95 {p95:.2f} s over {len(lags)} words; "
-                  f"KV {snap.kv.get('tiered_kv_bytes', 0) / 1e6:.2f} MB of {snap.kv.get('full_precision_bytes', 0) / 1e6:.2f} MB "
-                  f"full-precision[/]")
+        held, full = snap.kv.get("tiered_kv_bytes", 0), snap.kv.get("full_precision_bytes", 0)
+        index = snap.kv.get("bytes_by_tier", {}).get("metadata", 0)
+        err.print(f"[dim]words shown {p50:.2f} s after they were said (half of the {len(lags)} words; 95% within "
+                  f"{p95:.2f} s); the model holds the meeting in {held / 1e6:.2f} MB: {(held - index) / 1e6:.2f} MB of "
+                  f"it ({full / 1e6:.2f} MB uncompressed) and {index / 1e6:.2f} MB of index to find what a question "
+                  f"needs[/]")
     if out_dir is not None:
         _, paths = write_transcript(snap.transcript, settings, out_dir, _stem(source), WRITERS, runtime.pii_detector)
         err.print(f"[green]wrote[/] {', '.join(str(p) for p in paths)}")
