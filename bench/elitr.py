@@ -114,6 +114,15 @@ def says_not_said(text: str) -> bool:
     return text.strip() == NOT_IN_MEETING or text.strip().lower().startswith(NOT_IN_MEETING.lower().rstrip("."))
 
 
+# A reference that itself says the meeting does not tell ("It is not known"): the issue's "not said" target counts
+# answerable questions only. Read from the reference (the benchmark's own answer), never from our answer.
+_UNANSWERED = re.compile(r"\b(?:not known|unknown|not (?:said|mentioned|specified|discussed|decided))\b", re.IGNORECASE)
+
+
+def answerable(reference: str) -> bool:
+    return not _UNANSWERED.search(reference)
+
+
 def proxy(answer: str, reference: str) -> float:
     """0-1: recall of the reference's words in the answer times the square root of precision (a verbose answer
     that holds the reference loses a little, as the rubric's 9 does); 0 for "not said"."""
@@ -256,6 +265,7 @@ def report(rows: list[dict]) -> dict:
     return {
         "questions": len(rows), "proxy": mean([r["proxy"] for r in rows]),
         "not_said": mean([float(r["not_said"]) for r in rows]),
+        "not_said_answerable": mean([float(r["not_said"]) for r in rows if answerable(r["reference"])]),
         "by_type": {t: {"n": len(v), "proxy": mean([r["proxy"] for r in v]),
                         "not_said": mean([float(r["not_said"]) for r in v])} for t, v in sorted(by_type.items())},
         "seconds": {"mean": mean(seconds), "p95": seconds[min(len(seconds) - 1, int(0.95 * len(seconds)))] if seconds else None},

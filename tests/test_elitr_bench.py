@@ -74,3 +74,17 @@ def test_the_data_folder_follows_the_shared_data_setting(monkeypatch, tmp_path):
     monkeypatch.setenv("MINUTIA_SHARED_DATA", str(tmp_path))
     assert data_dir(None) == tmp_path / "elitr"
     assert data_dir(Path("/x")) == Path("/x")
+
+
+def test_not_said_is_also_counted_on_answerable_questions_only():
+    """The issue's target is "not said" on answerable questions: a question whose reference says the meeting does
+    not tell ("It is not known") is right to get it."""
+    from bench.elitr import answerable, report
+
+    assert answerable("[PERSON6]") and answerable("No (there is a doodle to be filled)")
+    assert not answerable("It is not known") and not answerable("It is not known yet (a doodle is ongoing)")
+    rows = [{"type": "when", "reference": "It is not known", "not_said": True, "proxy": 0.0, "seconds": 1.0},
+            {"type": "who", "reference": "[PERSON6]", "not_said": True, "proxy": 0.0, "seconds": 1.0},
+            {"type": "who", "reference": "[PERSON3]", "not_said": False, "proxy": 1.0, "seconds": 1.0}]
+    summary = report(rows)
+    assert summary["not_said"] == 0.667 and summary["not_said_answerable"] == 0.5
