@@ -75,11 +75,7 @@ def attendees(transcript: Transcript, sentences: Sequence[Sentence]) -> tuple[st
         return "", []
     first = {s.speaker: s for s in reversed(sentences)}
     named = [s for s in speakers if not is_anonymous(s)]
-    words: Counter[str] = Counter()
-    turns: Counter[str] = Counter()
-    for turn in _spoken(transcript):
-        words[turn.speaker] += len(turn.text.split())
-        turns[turn.speaker] += 1
+    words, turns = _floor(transcript)
     brief = [s for s in speakers if is_anonymous(s) and words[s] < FEW_WORDS and turns[s] <= 1]
     unnamed = len(speakers) - len(named) - len(brief)
     if brief and len(brief) == len(speakers):  # nobody else: a short recording, its voices are its voices
@@ -104,11 +100,7 @@ def attendees(transcript: Transcript, sentences: Sequence[Sentence]) -> tuple[st
 def leader(transcript: Transcript, sentences: Sequence[Sentence]) -> tuple[str, list[Sentence]]:
     """Who led it, read as who held the floor: the most words and the most turns (a chair opens, hands over and
     recaps). Said as a reading of the record, with each one's share."""
-    words: Counter[str] = Counter()
-    turns: Counter[str] = Counter()
-    for turn in _spoken(transcript):
-        words[turn.speaker] += len(turn.text.split())
-        turns[turn.speaker] += 1
+    words, turns = _floor(transcript)
     if not words:
         return "", []
     total_words, total_turns = sum(words.values()) or 1, sum(turns.values()) or 1
@@ -121,9 +113,7 @@ def leader(transcript: Transcript, sentences: Sequence[Sentence]) -> tuple[str, 
 
 def spoke_most(transcript: Transcript, sentences: Sequence[Sentence], least: bool = False) -> tuple[str, list[Sentence]]:
     """Who said the most (or the fewest) words, with their share."""
-    words: Counter[str] = Counter()
-    for turn in _spoken(transcript):
-        words[turn.speaker] += len(turn.text.split())
+    words, _ = _floor(transcript)
     if not words:
         return "", []
     total = sum(words.values()) or 1
@@ -160,6 +150,16 @@ def purpose(phrases: Sequence[str], central: Sequence[Sentence]) -> tuple[str, l
 def _spoken(transcript: Transcript) -> list:
     """The turns people said (not the slides placed among them)."""
     return [t for t in transcript.turns if t.speaker != SLIDE_SPEAKER]
+
+
+def _floor(transcript: Transcript) -> tuple[Counter[str], Counter[str]]:
+    """How much each speaker held the floor: (words said, turns taken)."""
+    words: Counter[str] = Counter()
+    turns: Counter[str] = Counter()
+    for turn in _spoken(transcript):
+        words[turn.speaker] += len(turn.text.split())
+        turns[turn.speaker] += 1
+    return words, turns
 
 
 def join_names(names: Sequence[str]) -> str:
