@@ -248,12 +248,12 @@ class OnlineDiarizer:
         if len(records) < self.min_recluster_words:
             return
         emb = np.stack([r.embedding for r in records])
+        old_names = sorted({r.label for r in records})
         high = self.max_speakers
         if self.new_per_recluster:
-            high = min(high, len({r.label for r in records}) + self.new_per_recluster)
+            high = min(high, len(old_names) + self.new_per_recluster)
         clusters = self.clustering.cluster(emb, 1, high)
         ids = list(np.unique(clusters))
-        old_names = sorted({r.label for r in records})
         overlap = np.zeros((len(ids), len(old_names)))
         for r, c in zip(records, clusters):
             overlap[ids.index(c), old_names.index(r.label)] += 1
