@@ -12,7 +12,7 @@ import numpy as np
 if TYPE_CHECKING:
     from app.answering.answers import Answer
     from app.live.events import SessionEvent
-    from app.live.session import SessionSnapshot
+    from app.live.session_view import SessionSnapshot
     from app.text.transcript import Transcript
 
 

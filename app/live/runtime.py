@@ -247,7 +247,8 @@ class Runtime:
         return session
 
     def _resume(self, store, session_id: str, autosave: bool) -> "MeetingSession":
-        from app.live.session import MeetingSession, SavedMeeting
+        from app.live.session import MeetingSession
+        from app.live.session_store import SavedMeeting
         from kvstore.persist import SessionNotFound, load_session
         from kvstore.stores import StoreError
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import TYPE_CHECKING, Callable
@@ -9,8 +10,14 @@ from typing import TYPE_CHECKING, Callable
 from encoders.errors import InputError
 
 if TYPE_CHECKING:
+    from app.live.session_store import LineLedger, SavedMeeting
     from app.llm.context import MeetingContext
-    from app.live.session_store import LineLedger
+    from app.llm.engine import LLMEngine
+    from app.platform.config import KVSettings
+    from app.text.pii import PIIDetector
+    from kvstore.cold import ColdTier
+
+log = logging.getLogger("minutia.session")
 
 
 class Prefiller:
@@ -28,6 +35,7 @@ class Prefiller:
         self._ready = threading.Event()
         self._wakeup = threading.Event()
         self._flush_all = threading.Event()  # prefill even a short backlog now (someone is waiting for it)
+        self._late = threading.Lock()  # lines prefilled after run ended (notes): one drain at a time
 
     def wake(self) -> None:
         """A line is waiting, or the session is closing."""
@@ -79,3 +87,39 @@ class Prefiller:
             self._flush_all.clear()
             context.flush(min_tokens=0 if flush_all else context.prefill_chunk_tokens)
             checkpoint(context)
+
+    def after_run(self, finished: threading.Event, stopped: Callable[[], bool], then: Callable[[], None],
+                  session_id: str) -> None:
+        """Prefill a line queued after the end of input, which :meth:`run` may have drained for the last time:
+        a thread waits for it to end (``finished``), prefills the line and calls ``then`` (a save); the caller
+        does not wait (a bot's event loop)."""
+        def late() -> None:
+            finished.wait()
+            try:
+                self.drain_late(stopped)
+                then()
+            except Exception:  # closed meanwhile: the line is lost with the meeting's memory, nothing else
+                log.exception("session %s: a note could not be prefilled", session_id)
+
+        threading.Thread(target=late, name=f"note-{session_id}", daemon=True).start()
+
+    def drain_late(self, stopped: Callable[[], bool]) -> None:
+        """Prefill the lines queued after :meth:`run` ended (notes written after the end of input; call once it
+        has); none go into a ``stopped`` meeting's KV (failed or closed)."""
+        with self._late:
+            if stopped() or self.context is None:
+                return
+            self.ledger.drain(self.context)
+            self.context.flush()
+
+
+def meeting_context(engine: LLMEngine, kv: KVSettings, header: str, erase_pii: PIIDetector | None,
+                    restored: SavedMeeting | None, cold_tier: Callable[[], ColdTier | None]) -> MeetingContext:
+    """A meeting's KV context: the cache of a save it continues (``restored``), else a new one with the runtime's
+    cold tier, which a resumed meeting does not take."""
+    from app.llm.context import MeetingContext
+
+    if restored is not None:
+        return MeetingContext(engine, kv, header=header, restored=restored.cache,
+                              restored_lines=int(restored.metadata.get("lines", 0)), erase_pii=erase_pii)
+    return MeetingContext(engine, kv, header=header, cold_tier=cold_tier(), erase_pii=erase_pii)

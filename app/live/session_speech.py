@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import bisect
+import time
 from typing import TYPE_CHECKING, Callable, Iterator, Protocol, Sequence
 
 from app.llm.context import ContextLine
 from app.live.events import LineClosed, SessionOutput, TentativeChanged, WordsCommitted
-from app.text.transcript import TranscriptWord, join_words
+from app.text.transcript import TranscriptWord, Turn, join_words
 from encoders.asr import ends_sentence
 from encoders.audio import SAMPLE_RATE
 
@@ -16,6 +17,8 @@ if TYPE_CHECKING:
 
     import numpy as np
 
+    from app.live.events import Slide
+    from app.platform.config import ASRSettings
     from encoders.asr import Segment, TranscribeOptions, Word
     from encoders.online_diarize import LabelChange
     from encoders.ring import RingBuffer
@@ -105,6 +108,26 @@ class SpeechLines:
         self.empty_reads = 0
         self._diarized: list[int] = []  # the diarizer's word number -> index in the word list
 
+    @property
+    def committed_seconds(self) -> float:
+        """Meeting time up to which words are committed."""
+        with self._lock:
+            return self._words[-1].end if self._words else 0.0
+
+    def wait_until_committed(self, seconds: float, input_ended: Callable[[], bool], poll: float,
+                             failed: Callable[[], bool], done: Event) -> bool:
+        """Wait until words are committed up to ``seconds``, the session ``failed`` or the recogniser is ``done``.
+        Once ``input_ended()``, a read of the audio that finds nothing means the words the recogniser still holds
+        come only with the end of input; returns whether the input must end for them (short of ``seconds``)."""
+        seen: int | None = None  # empty reads counted when the input was first seen ended
+        while self.committed_seconds < seconds and not failed() and not done.is_set():
+            if seen is None and input_ended():
+                seen = self.empty_reads
+            elif seen is not None and self.empty_reads > seen:  # a read after the end found nothing
+                break
+            time.sleep(poll)
+        return self.committed_seconds < seconds and not failed()
+
     def wait_for_audio(self, audio: RingBuffer, closed: Event) -> bool:
         """Wait until audio arrives (True), or the input ends or the session closes without any (False). Call it
         before :meth:`run`: ``fixed_step_seconds`` is set before the first write, so run's first read sees it."""
@@ -149,6 +172,26 @@ class SpeechLines:
                 self.decoded_seconds = self._time_offset() + inserted / SAMPLE_RATE
                 break
         self.close_line()
+
+    def add_turns(self, turns: Sequence[Turn], clock: float, words_per_second: float, slides: Sequence[Slide],
+                  add_slide: Callable[[Slide], None]) -> float:
+        """An earlier part of the meeting as text: each turn committed as one line, its words' times kept (an untimed
+        turn is timed at ``words_per_second`` from ``clock``, where the meeting is), and each of ``slides`` shown
+        (``add_slide``) before the first turn after it; returns where the meeting is after them."""
+        waiting = sorted(slides, key=lambda slide: slide.time)
+        for turn in turns:
+            tokens = turn.text.split()
+            if not tokens:
+                continue
+            start = turn.start if turn.start is not None else clock
+            end = turn.end if turn.end is not None else start + len(tokens) / words_per_second
+            while waiting and waiting[0].time <= start:
+                add_slide(waiting.pop(0))
+            self.add_turn(_turn_words(turn, tokens, start, end), turn.speaker, start, end)
+            clock = end
+        for slide in waiting:
+            add_slide(slide)
+        return max([clock] + [slide.time for slide in waiting])
 
     def add_turn(self, words: list[TranscriptWord], speaker: str, start: float, end: float) -> None:
         """Words of an earlier part of the meeting (a transcript's turn), committed as one line."""
@@ -262,6 +305,27 @@ class SpeechLines:
         self.last_speaker = label
         self._append_line(line, len(words))
         self._emit(LineClosed(line))
+
+
+def stream_recogniser(transcriber: SpeechRecogniser, asr: ASRSettings) -> StreamingTranscriber:
+    """The streaming recogniser (LocalAgreement-2) over ``transcriber``, as the config's ``asr`` settings say."""
+    from encoders.streaming import StreamingOptions, StreamingTranscriber
+
+    return StreamingTranscriber(
+        transcriber,
+        StreamingOptions(language=asr.language, beam_size=asr.stream_beam_size,
+                         min_chunk_seconds=asr.stream_min_chunk_seconds, hotwords=tuple(asr.hotwords),
+                         window_margin_seconds=asr.stream_window_margin_seconds),
+    )
+
+
+def _turn_words(turn: Turn, tokens: list[str], start: float, end: float) -> list[TranscriptWord]:
+    """A transcript turn's words: their own times where it has them, else spread evenly over the turn."""
+    if turn.words and turn.start is not None:
+        return [TranscriptWord(w.text, w.start, w.end, turn.speaker, w.probability) for w in turn.words]
+    step = (end - start) / len(tokens)
+    return [TranscriptWord(tok, round(start + i * step, 3), round(start + (i + 1) * step, 3), turn.speaker)
+            for i, tok in enumerate(tokens)]
 
 
 def _majority(words: list[TranscriptWord]) -> str:

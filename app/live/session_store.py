@@ -78,6 +78,14 @@ class SavedState:
         )
 
 
+@dataclass
+class SavedMeeting:
+    """A meeting loaded from the session store: its KV cache and the app state saved with it."""
+
+    cache: Any
+    metadata: dict
+
+
 class LineMark(NamedTuple):
     """What the transcript held when a line closed: committed words, slides, the speaker of the last line."""
 

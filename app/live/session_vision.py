@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 from app.llm.context import ContextLine
 from app.live.events import SessionOutput, Slide, SlideShown
@@ -88,3 +88,13 @@ class SlideWatcher:
         self._append_line(ContextLine("video", slide.time, slide.time, None, slide.text, slide_change=True), 0)
         self._bump()
         self._emit(SlideShown(slide))
+
+    def keep_pictures(self, shown: Sequence[Slide]) -> None:
+        """Slides taken over from an earlier session of the meeting (a forget's rebuild, which saves text and
+        times only) get back the pictures that session showed, so the page's strip keeps them."""
+        pictures = {(s.time, s.text): s.thumbnail for s in shown if s.thumbnail is not None}
+        with self._lock:
+            for i, slide in enumerate(self._slides):
+                if slide.thumbnail is None and (slide.time, slide.text) in pictures:
+                    self._slides[i] = Slide(slide.time, slide.text, pictures[(slide.time, slide.text)])
+            self._bump()
