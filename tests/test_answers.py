@@ -591,6 +591,28 @@ def test_a_topic_said_without_the_figure_asked_is_not_answered():
     assert "may 16" in finder.answer("What is the deadline to update the budget sheet?").text.lower()
 
 
+def test_a_figure_said_a_few_lines_after_its_topic_answers_and_one_far_from_it_does_not():
+    """People name a topic and give its figure a few lines later, in words that no longer name it (ELITR dev: the
+    fair is named, then "there is four hundred high school students"). A figure line that shares a word of the
+    question and follows a line naming the topic answers; the same line far from the topic, or one sharing no word
+    of the question, does not."""
+    topic = ("SPEAKER_00", "The big event I wanted to talk about is the school science fair in the town hall.")
+    between = [("SPEAKER_00", "Last year nothing was really working there."),
+               ("SPEAKER_01", "It is a very noisy hall with many stands.")]
+    figure = ("SPEAKER_00", "But there will be three hundred pupils from the schools, taking pictures of everything.")
+    question = "How many guests are expected at the school science fair?"
+    near = AnswerFinder(_turns(topic, *between, figure))
+    assert "three hundred" in near.answer(question).text.lower()
+    filler = [("SPEAKER_01", f"Item {n} on the agenda is the office move and the new chairs.") for n in range(6)]
+    far = AnswerFinder(_turns(topic, *between, *filler, figure))
+    assert far.answer(question).text == NOT_IN_MEETING
+    other = AnswerFinder(_turns(topic, *between, ("SPEAKER_00", "We also hired three hundred new people this year.")))
+    assert other.answer(question).text == NOT_IN_MEETING
+    # the word shared is the figure's own unit: another thing's price, not the fair's
+    priced = AnswerFinder(_turns(topic, *between, ("SPEAKER_01", "My understanding is that the lab is two thousand dollars.")))
+    assert priced.answer("How many dollars are going to the school science fair?").text == NOT_IN_MEETING
+
+
 @pytest.mark.parametrize("question, expected", [
     ("How much is the penalty if we miss the deadline?", "five thousand dollars"),  # an amount, not the date
     ("How many more weeks does the payment page need?", "two more weeks"),

@@ -203,6 +203,9 @@ class AnswerFinder:
             # without it ("the new customer website" for "how much does the website cost?") is no answer. (A
             # "when" is often said without a date - "after the launch" - so that falls back to the best line.)
             found = self._entity(q, hits)
+            if found is None:  # the figure may come a few lines after the line that names its topic
+                later = self._entity(q, self.support.after_its_topic(q, found_hits))
+                found = later if isinstance(later, tuple) else None
             if found is _OTHER_EVENTS:  # "When does the pilot start?", where only the test plan for it has a date
                 return Answer(q.text, NOT_IN_MEETING, [], 1, 0.0, q.type.value)
             if found is None and q.type in ONLY_A_FIGURE and ASKS_A_FIGURE.search(q.text):

@@ -88,6 +88,23 @@ class Support:
         return [h for h in hits if h.score > 0]
 
 
+    def after_its_topic(self, q: Question, hits: list[Hit], window: int = 4) -> list[Hit]:
+        """Lines said just after a line that names the question's topic, which share a word of it: a figure is
+        often given a few lines after its topic is named, in words that no longer name it ("the students firm
+        fair ... there is four hundred high school students"). Only a figure or a date is taken from them."""
+        topical = [h.index for h in hits if self.supports(q, h)]
+        focus = set(stems(" ".join(q.focus)))
+        return [h for h in hits if h.score > 0 and any(0 < h.index - t <= window for t in topical)
+                and focus & set(stems(_without_figures(self.sentences[h.index].text)))]
+
+
+def _without_figures(text: str) -> str:
+    """``text`` less its figures with their units: "dollars" in "two thousand dollars" names no topic."""
+    for e in reversed(find_entities(text)):
+        text = text[:e.start] + " " + text[e.end:]
+    return text
+
+
 def counts(q: Question, sentence: Sentence) -> bool:
     """The sentence gives a number of what the question counts ("how many boxes" - "465 boxes ready")."""
     noun = re.search(r"\bhow many\s+(?:\w+\s+)?(\w+)", q.text.lower())
