@@ -2,9 +2,11 @@
 
 The question's type picks how it is answered (app/answering/questions.py):
 - amounts, dates and metrics: the entity of that kind in the best supporting sentence, the one
-  nearest the words the question is about (app/answering/figures.py);
-- "who will": the owner of the matching action item (app/answering/actions.py), else who committed in the
-  best sentence; "who said": the speaker of the best sentence;
+  nearest the words the question is about (app/answering/figure_reader.py, figures.py), or in a line said just
+  after one that names its topic;
+- "who will": the owner of the matching action item (app/answering/actions.py), else whom a line's grammar has do
+  the task (app/answering/agents.py), else who committed in the best sentence; "who said": the speaker of the best
+  sentence;
 - "what was decided": the matching decision; yes/no: the best sentence, negated or contradicted;
 - a request for a summary ("Summarize the discussion about X", "What did X think of Y?"): the passage
   about it as a few lines of minutes (app/answering/focused.py), or the topics' central sentences for the whole meeting;
@@ -22,9 +24,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, NamedTuple, Sequence
 
 from app.answering.actions import Decision, extract_decisions
-from app.text.entities import find_entities, merge_date_time
-from app.answering.figures import (ASKS_A_FIGURE, ASKS_COST, ASKS_LATEST, ONLY_A_FIGURE, PAST, WANTED,
-                                     contradicts, pick, price_check, wanted_kinds)
+from app.answering.figure_reader import OTHER_EVENTS, FigureReader
+from app.answering.figures import ASKS_A_FIGURE, ONLY_A_FIGURE, WANTED, contradicts
 from app.answering.focused import FocusedSummarizer, FocusedSummary
 from app.answering.checks import checked
 from app.answering.choice import alternatives, choose
@@ -33,13 +34,13 @@ from app.answering.key_phrases import KeyPhrase, key_phrases
 from app.answering.meeting_record import MeetingAsk, attendees, duration, leader, meeting_ask, purpose, spoke_most
 from app.answering.people import People, committer
 from app.answering.polarity import NEGATION
-from app.answering.question_parse import asked_events, asks_what_one_will_do, date_event
+from app.answering.question_parse import asked_events, asks_what_one_will_do
 from app.answering.asked import split_questions
 from app.answering.questions import Question, QuestionType, content_words, parse_question
 from app.answering.rerank import Reranker
 from app.answering.retrieval import Embedder, Hit, SentenceIndex, stems
 from app.answering.span_reader import SpanReader
-from app.answering.support import Support
+from app.answering.support import Support, coverage
 from app.answering.spoken import capitalise, no_repeats, tidy, uncapitalise
 from app.text.sentences import Sentence, split_sentences
 from app.text.transcript import SLIDE_SPEAKER, Transcript, format_time, unsure_words
@@ -120,13 +121,6 @@ _COURTESY = frozenset("thanks thank thx please pls sorry hi hey hello morning af
                       "great ok okay first second third things thing questions question quick".split())
 
 
-# A verb this close to an asked one (MiniLM cosine) names the same event: start~begin 0.84, start~launch 0.63,
-# finish~complete 0.57, send~email 0.58; but start~write 0.29, start~cost 0.25, start~decide 0.39.
-SAME_EVENT = 0.55
-# _entity's answer when every date it found is the time of another event than the one asked.
-_OTHER_EVENTS = object()
-
-
 class AnswerFinder:
     """One meeting's sentences, indexed once; answers any number of questions about it."""
 
@@ -147,6 +141,7 @@ class AnswerFinder:
         self.people = People(transcript, self.sentences)
         self._decisions: list[Decision] | None = None
         self.support = Support(self.sentences, self.options)
+        self.figures = FigureReader(self.sentences, self.index)
         self._focused: FocusedSummarizer | None = None
         self._phrases: list[KeyPhrase] | None = None
 
@@ -202,11 +197,11 @@ class AnswerFinder:
             # An amount or count that no supporting line gives is not in the meeting: a line about the topic
             # without it ("the new customer website" for "how much does the website cost?") is no answer. (A
             # "when" is often said without a date - "after the launch" - so that falls back to the best line.)
-            found = self._entity(q, hits)
+            found = self.figures.read(q, hits)
             if found is None:  # the figure may come a few lines after the line that names its topic
-                later = self._entity(q, self.support.after_its_topic(q, found_hits))
+                later = self.figures.read(q, self.support.after_its_topic(q, found_hits))
                 found = later if isinstance(later, tuple) else None
-            if found is _OTHER_EVENTS:  # "When does the pilot start?", where only the test plan for it has a date
+            if found is OTHER_EVENTS:  # "When does the pilot start?", where only the test plan for it has a date
                 return Answer(q.text, NOT_IN_MEETING, [], 1, 0.0, q.type.value)
             if found is None and q.type in ONLY_A_FIGURE and ASKS_A_FIGURE.search(q.text):
                 return Answer(q.text, NOT_IN_MEETING, [], 1, 0.0, q.type.value)
@@ -278,82 +273,6 @@ class AnswerFinder:
         return [h for h in hits if h.score >= self.options.near_best * best]
 
     # ------------------------------------------------------------------ by type
-    def _same_event(self, asked: list[str], held: tuple[str, tuple[str, ...]] | None) -> bool:
-        """Whether a date held by an event (question_parse.date_event) answers a question whose events and words are
-        ``asked``: only another event acting on something else refuses it ("write the test plan by Wednesday" for
-        "When does the pilot start?"). No event of its own, one acting on nothing ("finished by Friday"), one of the
-        asked in any form ("starts"), or one close in meaning ("begin" for "start") keeps it."""
-        if held is None or not asked:
-            return True
-        said, acts_on = held
-        asked_stems = set(stems(" ".join(asked)))
-        if not acts_on or set(stems(said)) & asked_stems or set(stems(" ".join(acts_on))) & asked_stems:
-            return True
-        if self.index.embedder is None:
-            return True  # no way to tell meanings apart: not reason enough to refuse the date
-        vectors = self.index.embedder.embed([said, *asked])
-        return float((vectors[1:] @ vectors[0]).max()) >= SAME_EVENT
-
-    def _coverage(self, q: Question, sentence: Sentence, context_weight: float = 0.5, frame_weight: float = 0.5) -> float:
-        """How much of the question the sentence says: its focus stems fully, the words that frame the question
-        ("start", "cost") at ``frame_weight``; a stem only in the sentence's context counts ``context_weight``."""
-        focus = set(stems(" ".join(q.focus)))
-        frame = set(stems(" ".join(content_words(q.text)))) - focus
-        weights = {**{f: frame_weight for f in frame if frame_weight}, **{f: 1.0 for f in focus}}
-        if not weights:
-            return 0.0
-        own, context = set(stems(f"{sentence.text} {sentence.speaker}")), set(stems(sentence.context))
-        said = sum(w * (1.0 if f in own else context_weight if f in context else 0.0) for f, w in weights.items())
-        return said / sum(weights.values())
-
-    def _entity(self, q: Question, hits: list[Hit]) -> "tuple[str, list[Sentence]] | object | None":
-        """The wanted kind of entity from the sentences that best cover the question (a better-covering sentence
-        beats a preferred kind: "the time to hire is 44 days" answers a metric question though not a percentage).
-
-        Among equally good sentences, a past value ("it used to be...", "originally...") loses to a current
-        one unless the question asks for the past, and a later statement wins when the question asks what it is
-        now (a date moved, a new figure); otherwise the better retrieval score.
-        """
-        asks_past = bool(PAST.search(q.text))
-        wanted = wanted_kinds(q)
-        is_price = price_check(q)
-        # a date answers the event it is said of: not the test plan's date for "When does the pilot start?"
-        events = asked_events(q.text) if q.type is QuestionType.WHEN else []
-        asked = events + content_words(q.text) if events else []  # the tagger may take the asked verb for a noun
-        found, other_events = [], 0
-        for hit in hits:
-            sentence = self.sentences[hit.index]
-            if sentence.text.endswith("?"):
-                continue
-            entities = [e for e in merge_date_time(sentence.text, find_entities(sentence.text))
-                        if e.kind in wanted and is_price(e)]
-            if asked and entities:
-                kept = [e for e in entities if self._same_event(asked, date_event(sentence.text, e.start, e.end))]
-                other_events += len(entities) > len(kept)
-                entities = kept
-            if entities:
-                rank = min(wanted.index(e.kind) for e in entities)
-                entities = [e for e in entities if wanted.index(e.kind) == rank]
-                found.append((round(self._coverage(q, sentence), 2), -rank, hit, sentence, entities))
-        if other_events:  # a date was another event's: what is left must say something of what is asked
-            found = [f for f in found if self._coverage(q, f[3], context_weight=0.0) > 0]
-        if not found:
-            return _OTHER_EVENTS if other_events else None
-        if q.type is QuestionType.HOW_MUCH and ASKS_COST.search(q.text):
-            # A bare number answers a price only where no line gives an amount of money (the recogniser may drop
-            # "dollars"); a slide's "5" read from "5% discount" loses to "12,000 dollars" however well it covers.
-            found = [f for f in found if any(e.kind == "money" for e in f[4])] or found
-        best = max(f[:2] for f in found)
-        found = [f for f in found if f[:2] >= best]
-        current = [f for f in found if bool(PAST.search(f[3].text)) == asks_past] or found
-        if ASKS_LATEST.search(q.text):
-            _, _, _, sentence, entities = max(current, key=lambda f: f[3].start or 0.0)
-        else:
-            # the better-ranked line: by the reranker's relevance where one reordered the hits
-            _, _, _, sentence, entities = max(current, key=lambda f: (_rank_score(f[2]), f[3].start or 0.0))
-        entity = pick(sentence.text, entities, q.focus, content_words(q.text), asks_past)
-        return capitalise(tidy(entity.text) or entity.text), [sentence]  # "the 1st of uh, June"
-
     def _who_will(self, q: Question, hits: list[Hit]) -> tuple[str, list[Sentence]] | None:
         focus = set(stems(" ".join(q.focus)))
         scored = []
@@ -369,6 +288,13 @@ class AnswerFinder:
                 owner = self.people.speaker(evidence, q.text) if item.owner == evidence.speaker else item.owner
                 due = f" by {item.due}" if item.due else ""
                 return f"{owner} (will {item.task}{due}).", [evidence]
+        focus = set(stems(" ".join(q.focus)))  # the task: the question's verbs ("ordering"), not its nouns ("call")
+        task = " ".join(e for e in asked_events(q.text) if set(stems(e)) & focus)
+        for hit in self._competing(hits):  # whom the line's grammar has do the task ("I've put you down to ...")
+            sentence = self.sentences[hit.index]
+            doer = self.people.task_doer(sentence, q.text, task) if task else None
+            if doer:
+                return f"{doer}.", [sentence]
         for hit in self._competing(hits):
             sentence = self.sentences[hit.index]
             owner = committer(sentence, self.transcript.speakers)
@@ -392,9 +318,9 @@ class AnswerFinder:
 
     def _who_said(self, q: Question, hits: list[Hit]) -> tuple[str, list[Sentence]]:
         """Who said it: the best-covering sentence; for an idea or suggestion, the first one proposing it."""
-        ranked = sorted(hits, key=lambda h: -self._coverage(q, self.sentences[h.index]))
-        best = self._coverage(q, self.sentences[ranked[0].index])
-        top = [self.sentences[h.index] for h in ranked if self._coverage(q, self.sentences[h.index]) >= best]
+        ranked = sorted(hits, key=lambda h: -coverage(q, self.sentences[h.index]))
+        best = coverage(q, self.sentences[ranked[0].index])
+        top = [self.sentences[h.index] for h in ranked if coverage(q, self.sentences[h.index]) >= best]
         if _ASKS_IDEA.search(q.text):
             proposals = [s for s in top if _PROPOSAL.search(s.text)] or top
             sentence = min(proposals, key=lambda s: s.start or 0.0)
@@ -414,9 +340,9 @@ class AnswerFinder:
                 continue
             lead_in = " ".join(s.text for s in self.sentences[max(0, at - DECISION_LEAD_IN):at])
             said = Sentence(decision.text, decision.speaker, decision.turn_index, decision.start, None, lead_in)
-            coverage = self._coverage(q, said, context_weight=0.75, frame_weight=0.0)
-            if coverage >= self.options.min_focus_coverage and (best is None or coverage > best[0]):
-                best = (coverage, self.sentences[at])
+            covered = coverage(q, said, context_weight=0.75, frame_weight=0.0)
+            if covered >= self.options.min_focus_coverage and (best is None or covered > best[0]):
+                best = (covered, self.sentences[at])
         if best is not None:
             return capitalise(best[1].text), [best[1]]
         sentence = self.sentences[hits[0].index]
@@ -431,11 +357,11 @@ class AnswerFinder:
         answers it got: "Maybe we should X." - "No, let's leave that." is a no; a sentence that negates the
         question, or gives another amount or date, is a no too."""
         asked_negated = bool(NEGATION.search(_OR_NOT.sub("", q.text)))  # "do they X or not?" asks, it does not negate
-        own = [h for h in hits if self._coverage(q, self.sentences[h.index], context_weight=0.0)
+        own = [h for h in hits if coverage(q, self.sentences[h.index], context_weight=0.0)
                >= self.options.min_focus_coverage]
         # The line that says most of what is asked, the predicate included ("signed" in "Is the contract signed?":
         # not a later line that only names the contract), the latest among equals (what was said last holds).
-        said = {h.index: round(self._coverage(q, self.sentences[h.index], context_weight=0.0, frame_weight=1.0), 1)
+        said = {h.index: round(coverage(q, self.sentences[h.index], context_weight=0.0, frame_weight=1.0), 1)
                 for h in own}
         at = max(own, key=lambda h: (said[h.index], h.index)).index if own else hits[0].index
         sentence = self.sentences[at]
@@ -526,7 +452,3 @@ _ACCEPT = re.compile(r"^(?:yes|yeah|yep|sure|agreed|okay|ok|fine)\b|\b(?:sounds 
 _ASKS_IDEA = re.compile(r"\b(?:idea|suggest\w*|propos\w*|recommend\w*)\b", re.IGNORECASE)
 _PROPOSAL = re.compile(r"\b(?:how about|what about|maybe we|should we|we should|i suggest|i propose|i recommend|"
                        r"why don't we|what if we|let's)\b", re.IGNORECASE)
-
-
-def _rank_score(hit: Hit) -> float:
-    return hit.score if hit.relevance is None else hit.relevance

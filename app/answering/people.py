@@ -12,6 +12,7 @@ import re
 from typing import Sequence
 
 from app.answering.actions import ActionItem, extract_action_items
+from app.answering.agents import LISTENER, SPEAKER, task_doer
 from app.answering.meeting_record import join_names
 from app.answering.question_parse import addressed, named_subjects, tells_the_listener
 from app.answering.questions import STOPWORDS
@@ -55,6 +56,19 @@ class People:
         if about == speaker and tells_the_listener(sentence.text):
             return self.listener(sentence, question) or speaker
         return about
+
+    def task_doer(self, sentence: Sentence, question: str, task: str) -> str | None:
+        """Who the line's grammar has do ``task`` (app/answering/agents.py), named: the speaker, the one spoken to,
+        or the person it names; None when its grammar says no one."""
+        doer = task_doer(sentence.text, task)
+        if doer == SPEAKER:
+            doer = self.speaker(sentence, question)
+        elif doer == LISTENER:
+            doer = self.listener(sentence, question)
+        named = (doer or "").replace("[", "").replace("]", "")  # "[PERSON3]" is answered as "PERSON3", as doer() does
+        if named and not re.search(rf"\b{re.escape(named)}\b", question, re.IGNORECASE):
+            return named
+        return None  # nobody, or the one the question names ("Who is Anna waiting for?" is not Anna)
 
     def listener(self, sentence: Sentence, question: str) -> str | None:
         """The one a line is said to: the person it calls by name, else who spoke last before it (the line

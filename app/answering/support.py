@@ -13,7 +13,7 @@ from collections import Counter
 from typing import Protocol
 
 from app.answering.figures import WANTED
-from app.answering.questions import Question, QuestionType, topic_words
+from app.answering.questions import Question, QuestionType, content_words, topic_words
 from app.answering.retrieval import Hit, stems
 from app.answering.spoken import heard_alike
 from app.text.entities import find_entities
@@ -96,6 +96,19 @@ class Support:
         focus = set(stems(" ".join(q.focus)))
         return [h for h in hits if h.score > 0 and any(0 < h.index - t <= window for t in topical)
                 and focus & set(stems(_without_figures(self.sentences[h.index].text)))]
+
+
+def coverage(q: Question, sentence: Sentence, context_weight: float = 0.5, frame_weight: float = 0.5) -> float:
+    """How much of the question the sentence says: its focus stems fully, the words that frame the question
+    ("start", "cost") at ``frame_weight``; a stem only in the sentence's context counts ``context_weight``."""
+    focus = set(stems(" ".join(q.focus)))
+    frame = set(stems(" ".join(content_words(q.text)))) - focus
+    weights = {**{f: frame_weight for f in frame if frame_weight}, **{f: 1.0 for f in focus}}
+    if not weights:
+        return 0.0
+    own, context = set(stems(f"{sentence.text} {sentence.speaker}")), set(stems(sentence.context))
+    said = sum(w * (1.0 if f in own else context_weight if f in context else 0.0) for f, w in weights.items())
+    return said / sum(weights.values())
 
 
 def _without_figures(text: str) -> str:
