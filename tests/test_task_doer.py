@@ -46,3 +46,20 @@ def test_the_person_the_question_names_is_not_the_answer():
     task = "book the venue"
     assert finder.people.task_doer(line, "Who will book the venue?", task) == "Priya"
     assert finder.people.task_doer(line, "Who is Priya waiting for to book the venue?", task) is None
+
+
+@pytest.mark.parametrize("line", [
+    "I told her to book the venue.",  # the object does it, though the line does not name her
+    "I'm going to the office on Monday to book the venue.",  # a day is no one
+    "I won't book the venue, someone else has to.",  # refused
+    "I don't think you should book the venue.",  # doubted on the way up
+    "Should I book the venue?",  # a question names only the one it asks
+    "I booked the venue yesterday.",  # done already
+    "We need Anna or Ben to book the venue.",  # not yet one of them
+])
+def test_lines_that_name_no_one_who_will_do_it(line):
+    assert task_doer(line, TASK) is None
+
+
+def test_a_passive_governing_verb_leaves_the_task_to_its_subject():
+    assert task_doer("I was asked by Tom to book the venue.", TASK) == SPEAKER
