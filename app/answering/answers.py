@@ -288,7 +288,7 @@ class AnswerFinder:
                 owner = self.people.speaker(evidence, q.text) if item.owner == evidence.speaker else item.owner
                 due = f" by {item.due}" if item.due else ""
                 return f"{owner} (will {item.task}{due}).", [evidence]
-        focus = set(stems(" ".join(q.focus)))  # the task: the question's verbs ("ordering"), not its nouns ("call")
+        # the task: the question's verbs ("ordering"), not its nouns ("call")
         task = " ".join(e for e in asked_events(q.text) if set(stems(e)) & focus)
         for hit in self._competing(hits):  # whom the line's grammar has do the task ("I've put you down to ...")
             sentence = self.sentences[hit.index]
